@@ -1,0 +1,471 @@
+//! The vocabulary of the cell: commands in, outcomes and effects out, and the records readers see.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::config::{ConsumerConfig, StreamConfig};
+use crate::time::Millis;
+
+/// Message headers; ordered, so that encodings and traces are deterministic.
+pub type Headers = BTreeMap<String, String>;
+
+/// A producer instance in a transaction: its id and the epoch it was given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProducerRef {
+    /// The id from `InitProducer`.
+    pub producer_id: u64,
+    /// The epoch from `InitProducer` (or from the end of the previous transaction).
+    pub epoch: u32,
+}
+
+/// One message to publish.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublishRequest {
+    /// Where it goes; the stream claiming this subject stores it.
+    pub subject: String,
+    /// The body.
+    pub payload: Bytes,
+    /// Partitioning key; the subject is used when absent, so one subject stays in one partition.
+    pub key: Option<Bytes>,
+    /// Idempotency key: a repeat within the dedup horizon returns the original sequence.
+    pub msg_id: Option<String>,
+    /// Headers stored with the message.
+    pub headers: Headers,
+    /// Append only if the partition's last sequence is this (0: empty).
+    pub expected_last_seq: Option<u64>,
+    /// Append only if the subject's last sequence is this (0: no retained message on the subject).
+    pub expected_last_subject_seq: Option<u64>,
+    /// Remove the message this long after it is stored.
+    pub ttl_ms: Option<u64>,
+    /// Deliver to consumers no earlier than this long after it is stored.
+    pub deliver_after_ms: Option<u64>,
+    /// Stage into this producer's open transaction instead of appending now.
+    pub transaction: Option<ProducerRef>,
+}
+
+impl PublishRequest {
+    /// A plain publish of `payload` to `subject`.
+    pub fn new(subject: impl Into<String>, payload: impl Into<Bytes>) -> Self {
+        PublishRequest { subject: subject.into(), payload: payload.into(), ..PublishRequest::default() }
+    }
+
+    /// The same request with a message id.
+    pub fn with_id(mut self, msg_id: impl Into<String>) -> Self {
+        self.msg_id = Some(msg_id.into());
+        self
+    }
+}
+
+/// How a consumer answers a delivery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AckKind {
+    /// Received but not processed yet: the ack deadline is extended (as `InProgress`), state `Received`.
+    Received,
+    /// Still working: extend the ack deadline by `ack_wait_ms`.
+    InProgress,
+    /// Processed: done for this consumer.
+    Applied,
+    /// Copied to another replica or cell: done for this consumer.
+    Replicated,
+    /// Failed for good: dead-lettered at once, never redelivered.
+    Failed,
+    /// Not now: redeliver after `delay_ms` (at once when 0), unless `max_deliver` is reached.
+    Nack {
+        /// How long to wait before redelivering.
+        delay_ms: u64,
+    },
+    /// Stop delivering it, without dead-lettering.
+    Term,
+}
+
+/// The five recorded states of a delivery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum AckState {
+    /// Delivered or confirmed received; not processed yet.
+    Received,
+    /// Processed by the consumer.
+    Applied,
+    /// Processing failed for good.
+    Failed,
+    /// Negatively acknowledged; waiting for redelivery.
+    Nack,
+    /// Copied elsewhere by a replicating consumer.
+    Replicated,
+}
+
+/// Every state change of a cell. Applied with the leader-stamped time by [`crate::Cell::apply`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Create a stream; the identical config again is a success.
+    CreateStream {
+        /// Its name.
+        name: String,
+        /// Its config.
+        config: StreamConfig,
+    },
+    /// Change a stream's limits (partitions and retention policy are fixed).
+    UpdateStream {
+        /// Its name.
+        name: String,
+        /// The new config.
+        config: StreamConfig,
+    },
+    /// Delete a stream and everything in it.
+    DeleteStream {
+        /// Its name.
+        name: String,
+    },
+    /// Publish one message (or stage it, when `transaction` is set).
+    Publish(PublishRequest),
+    /// Replace a message's payload with a tombstone; readers see the tombstone.
+    Recall {
+        /// The stream.
+        stream: String,
+        /// The partition.
+        partition: u32,
+        /// The sequence.
+        seq: u64,
+    },
+    /// Create a durable consumer; the identical config again is a success.
+    CreateConsumer {
+        /// The stream.
+        stream: String,
+        /// The consumer's name.
+        name: String,
+        /// Its config.
+        config: ConsumerConfig,
+    },
+    /// Delete a consumer and its cursors.
+    DeleteConsumer {
+        /// The stream.
+        stream: String,
+        /// The consumer.
+        name: String,
+    },
+    /// Deliver up to `max` messages to `member` of a consumer (redeliveries first).
+    Fetch {
+        /// The stream.
+        stream: String,
+        /// The consumer.
+        consumer: String,
+        /// Which member of the consumer asks (for work queues; any name for a single reader).
+        member: String,
+        /// Most messages to deliver.
+        max: u32,
+    },
+    /// Answer a delivery.
+    Ack {
+        /// The stream.
+        stream: String,
+        /// The consumer.
+        consumer: String,
+        /// The partition.
+        partition: u32,
+        /// The sequence.
+        seq: u64,
+        /// The answer.
+        kind: AckKind,
+    },
+    /// Declare everything below `next_seq` in a partition done for a consumer.
+    CommitCursor {
+        /// The stream.
+        stream: String,
+        /// The consumer.
+        consumer: String,
+        /// The partition.
+        partition: u32,
+        /// First sequence not yet done.
+        next_seq: u64,
+    },
+    /// Register a transactional producer, fencing every older instance with the same id.
+    InitProducer {
+        /// Stable id of the producer across restarts.
+        transactional_id: String,
+        /// Open or prepared transactions older than this are aborted.
+        transaction_timeout_ms: u64,
+    },
+    /// Open a transaction.
+    BeginTransaction(ProducerRef),
+    /// Validate the open transaction; it accepts no more messages.
+    PrepareTransaction(ProducerRef),
+    /// Make every staged message visible at once, in order.
+    CommitTransaction(ProducerRef),
+    /// Drop every staged message.
+    AbortTransaction(ProducerRef),
+    /// Register a peer (a mirror, another cell) whose received watermark holds retention back.
+    RegisterPeer {
+        /// The stream.
+        stream: String,
+        /// The peer's name.
+        peer: String,
+    },
+    /// Record that a peer has received a partition up to `received_seq`.
+    PeerProgress {
+        /// The stream.
+        stream: String,
+        /// The peer.
+        peer: String,
+        /// The partition.
+        partition: u32,
+        /// Last sequence received.
+        received_seq: u64,
+    },
+    /// Remove a peer; retention no longer waits for it.
+    UnregisterPeer {
+        /// The stream.
+        stream: String,
+        /// The peer.
+        peer: String,
+    },
+    /// Fire every timer due at the command's time. Proposed by the leader when `next_deadline()` passes.
+    Tick,
+}
+
+/// What a reader sees in place of a body.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Body {
+    /// The payload as published.
+    Payload(Bytes),
+    /// The message was recalled.
+    Tombstone {
+        /// When it was recalled.
+        recalled_at: Millis,
+    },
+}
+
+/// A stored message as readers see it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    /// The partition.
+    pub partition: u32,
+    /// Its sequence in the partition.
+    pub seq: u64,
+    /// Its subject.
+    pub subject: Arc<str>,
+    /// Its key, if published with one.
+    pub key: Option<Bytes>,
+    /// Its message id, if published with one.
+    pub msg_id: Option<Arc<str>>,
+    /// Its headers.
+    pub headers: Headers,
+    /// The payload, or the tombstone that replaced it.
+    pub body: Body,
+    /// When it was stored.
+    pub stored_at: Millis,
+}
+
+/// Where a publish landed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublishAck {
+    /// The stream.
+    pub stream: Arc<str>,
+    /// The partition.
+    pub partition: u32,
+    /// The sequence.
+    pub seq: u64,
+    /// A repeat of an earlier message id: nothing was appended; `seq` is the original's.
+    pub duplicate: bool,
+    /// For a duplicate, the stored original, when it is still retained.
+    pub original: Option<Record>,
+}
+
+/// One message handed to a consumer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delivery {
+    /// The message.
+    pub record: Record,
+    /// How many times it has been delivered to this consumer, this one included.
+    pub delivery_count: u32,
+    /// When it becomes a redelivery candidate unless acknowledged or extended.
+    pub ack_deadline: Millis,
+}
+
+/// The result of a successful command.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// The stream exists with this config; `created` is false when it already did.
+    StreamCreated {
+        /// Whether this command created it.
+        created: bool,
+    },
+    /// The stream's config was changed.
+    StreamUpdated,
+    /// The stream is gone.
+    StreamDeleted,
+    /// The message was appended, or was a duplicate.
+    Published(PublishAck),
+    /// The message was staged in the producer's transaction.
+    Staged {
+        /// Its position among the transaction's staged messages.
+        index: u32,
+        /// A repeat of a message id already staged in this transaction.
+        duplicate: bool,
+    },
+    /// The message now reads as a tombstone.
+    Recalled,
+    /// The consumer exists with this config; `created` is false when it already did.
+    ConsumerCreated {
+        /// Whether this command created it.
+        created: bool,
+    },
+    /// The consumer is gone.
+    ConsumerDeleted,
+    /// Messages delivered (possibly none).
+    Fetched(Vec<Delivery>),
+    /// The ack was recorded.
+    Acked {
+        /// The delivery's state after the ack.
+        state: AckState,
+        /// The message was already done for this consumer: nothing changed.
+        already_done: bool,
+    },
+    /// The cursor moved.
+    CursorCommitted {
+        /// The new committed position.
+        next_seq: u64,
+    },
+    /// A producer instance; every older epoch is fenced.
+    ProducerInitialized(ProducerRef),
+    /// A transaction is open.
+    TransactionBegun,
+    /// The transaction validated and accepts no more messages.
+    TransactionPrepared,
+    /// Every staged message is visible. The producer continues with `next`.
+    TransactionCommitted {
+        /// Where each staged message landed, in staging order.
+        messages: Vec<PublishAck>,
+        /// The producer's epoch for its next transaction.
+        next: ProducerRef,
+    },
+    /// Every staged message was dropped. The producer continues with `next`.
+    TransactionAborted {
+        /// The producer's epoch for its next transaction.
+        next: ProducerRef,
+    },
+    /// The peer is registered.
+    PeerRegistered,
+    /// The peer's watermark moved.
+    PeerProgressed,
+    /// The peer is gone.
+    PeerUnregistered,
+    /// Timers fired.
+    Ticked,
+}
+
+/// Why a message left a stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RemovalReason {
+    /// Older than `max_age_ms`.
+    Age,
+    /// Its own TTL passed.
+    Ttl,
+    /// Made room under `max_messages` or `max_bytes`.
+    StreamLimit,
+    /// Made room under a per-subject limit (newest wins).
+    SubjectLimit,
+    /// Every consumer was done with it (interest or work-queue retention).
+    Interest,
+}
+
+/// Why a transaction was aborted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AbortReason {
+    /// The producer asked.
+    Requested,
+    /// A newer instance of the producer was initialized.
+    Fenced,
+    /// It stayed open or prepared past its timeout.
+    Timeout,
+    /// Its commit was refused (a limit or a vanished stream); nothing was appended.
+    CommitRefused,
+}
+
+/// A state transition the host may act on (push deliveries, delete stored bodies, trace). Effects queue up in the
+/// cell until drained with [`crate::Cell::drain_effects`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Effect {
+    /// A message was appended.
+    Appended {
+        /// The stream.
+        stream: Arc<str>,
+        /// The partition.
+        partition: u32,
+        /// The sequence.
+        seq: u64,
+    },
+    /// A message was removed; its body can be deleted from storage.
+    Removed {
+        /// The stream.
+        stream: Arc<str>,
+        /// The partition.
+        partition: u32,
+        /// The sequence.
+        seq: u64,
+        /// Why.
+        reason: RemovalReason,
+    },
+    /// A message's payload was replaced by a tombstone; its body can be deleted from storage.
+    Recalled {
+        /// The stream.
+        stream: Arc<str>,
+        /// The partition.
+        partition: u32,
+        /// The sequence.
+        seq: u64,
+    },
+    /// A delivery passed its ack deadline and can be redelivered.
+    DeliveryExpired {
+        /// The stream.
+        stream: Arc<str>,
+        /// The consumer.
+        consumer: Arc<str>,
+        /// The partition.
+        partition: u32,
+        /// The sequence.
+        seq: u64,
+        /// Deliveries so far.
+        delivery_count: u32,
+    },
+    /// A message left a consumer for good after failing or exhausting its deliveries.
+    DeadLettered {
+        /// The stream.
+        stream: Arc<str>,
+        /// The consumer.
+        consumer: Arc<str>,
+        /// The partition.
+        partition: u32,
+        /// The sequence.
+        seq: u64,
+        /// Deliveries made.
+        delivery_count: u32,
+        /// Where the copy went: the dead-letter stream, partition and sequence, or none when the stream has no
+        /// dead-letter stream.
+        copy: Option<(Arc<str>, u32, u64)>,
+    },
+    /// A transaction's messages became visible.
+    TransactionCommitted {
+        /// The producer.
+        producer_id: u64,
+        /// The epoch that committed.
+        epoch: u32,
+        /// How many messages became visible.
+        n_messages: u32,
+    },
+    /// A transaction was aborted.
+    TransactionAborted {
+        /// The producer.
+        producer_id: u64,
+        /// The epoch that was aborted.
+        epoch: u32,
+        /// Why.
+        reason: AbortReason,
+    },
+    /// A stream was deleted with all its messages.
+    StreamDeleted {
+        /// The stream.
+        stream: Arc<str>,
+    },
+}

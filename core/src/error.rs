@@ -1,0 +1,233 @@
+//! Typed rejections: what a command gets back when it cannot be applied. A rejection never changes state (apart from
+//! refilling a token bucket, which is a function of time alone).
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::NameKind;
+use crate::subject::SubjectError;
+
+/// Which limit a `QuotaExceeded` refers to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Quota {
+    /// The stream's `max_messages`.
+    StreamMessages,
+    /// The stream's `max_bytes`.
+    StreamBytes,
+    /// The stream's `max_messages_per_subject`.
+    SubjectMessages,
+    /// The stream's `max_bytes_per_subject`.
+    SubjectBytes,
+    /// The most messages one transaction may stage.
+    TransactionMessages,
+    /// The most bytes one transaction may stage.
+    TransactionBytes,
+}
+
+/// Why a command was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum Rejection {
+    /// No stream of that name.
+    #[error("stream {stream:?} not found")]
+    StreamNotFound {
+        /// The name asked for.
+        stream: String,
+    },
+    /// No consumer of that name on the stream.
+    #[error("consumer {consumer:?} not found on stream {stream:?}")]
+    ConsumerNotFound {
+        /// The stream.
+        stream: String,
+        /// The consumer asked for.
+        consumer: String,
+    },
+    /// No stream claims the subject.
+    #[error("no stream claims subject {subject:?}")]
+    NoStreamForSubject {
+        /// The subject published to.
+        subject: String,
+    },
+    /// No retained message at that position.
+    #[error("no message at {stream:?} partition {partition} sequence {seq}")]
+    MessageNotFound {
+        /// The stream.
+        stream: String,
+        /// The partition.
+        partition: u32,
+        /// The sequence.
+        seq: u64,
+    },
+    /// No producer with that id.
+    #[error("producer {producer_id} not found; call init_producer")]
+    ProducerNotFound {
+        /// The id given.
+        producer_id: u64,
+    },
+    /// No registered peer of that name.
+    #[error("peer {peer:?} is not registered on stream {stream:?}")]
+    PeerNotFound {
+        /// The stream.
+        stream: String,
+        /// The peer.
+        peer: String,
+    },
+    /// A malformed subject or filter.
+    #[error("invalid subject {subject:?}: {reason}")]
+    InvalidSubject {
+        /// The subject as given.
+        subject: String,
+        /// What is wrong with it.
+        reason: SubjectError,
+    },
+    /// A malformed name.
+    #[error("invalid {kind} {name:?}: {reason}")]
+    InvalidName {
+        /// Which kind of name.
+        kind: NameKind,
+        /// The name as given.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A config that cannot work on its own.
+    #[error("invalid config: {reason}")]
+    InvalidConfig {
+        /// What is wrong.
+        reason: String,
+    },
+    /// A malformed argument that is not a name, subject or config.
+    #[error("invalid request: {reason}")]
+    Invalid {
+        /// What is wrong.
+        reason: String,
+    },
+    /// The stream or consumer exists with a different config (creating with the identical config succeeds).
+    #[error("{what} {name:?} already exists with a different config")]
+    Conflict {
+        /// "stream" or "consumer".
+        what: String,
+        /// Its name.
+        name: String,
+    },
+    /// A subject filter overlaps one claimed by another stream (or, on a work-queue stream, another consumer).
+    #[error("subject filter {subject:?} overlaps {other:?} of {owner:?}")]
+    SubjectOverlap {
+        /// The new filter.
+        subject: String,
+        /// The existing filter.
+        other: String,
+        /// Who holds the existing filter.
+        owner: String,
+    },
+    /// The stream is still referenced.
+    #[error("stream {stream:?} is in use: {by}")]
+    InUse {
+        /// The stream.
+        stream: String,
+        /// What uses it.
+        by: String,
+    },
+    /// The payload is larger than the stream allows.
+    #[error("payload of {size} bytes exceeds the limit of {max}")]
+    PayloadTooLarge {
+        /// Its size.
+        size: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// Conditional append on the partition's last sequence failed.
+    #[error("wrong last sequence: the partition's last sequence is {last}")]
+    WrongLastSequence {
+        /// The actual last sequence (0 when the partition is empty).
+        last: u64,
+    },
+    /// Conditional append on the subject's last sequence failed.
+    #[error("wrong last subject sequence: the subject's last sequence is {last}")]
+    WrongLastSubjectSequence {
+        /// The actual last sequence of the subject (0 when it has no retained message).
+        last: u64,
+    },
+    /// A discard-new limit is reached.
+    #[error("quota exceeded: {quota:?} limit of {limit}")]
+    QuotaExceeded {
+        /// Which limit.
+        quota: Quota,
+        /// Its value.
+        limit: u64,
+    },
+    /// The stream's token bucket is empty.
+    #[error("rate limited; retry after {retry_after_ms} ms")]
+    RateLimited {
+        /// When one token will be available.
+        retry_after_ms: u64,
+    },
+    /// Making room would delete a message a registered peer has not received yet.
+    #[error("storage full: peer {lagging_peer:?} has received partition {partition} only up to {received}")]
+    StorageFull {
+        /// The peer holding retention back.
+        lagging_peer: String,
+        /// The partition.
+        partition: u32,
+        /// The last sequence the peer has received.
+        received: u64,
+    },
+    /// The producer epoch is not the current one: a newer instance exists, or the transaction ended.
+    #[error("producer fenced: current epoch is {current_epoch}")]
+    Fenced {
+        /// The producer's current epoch.
+        current_epoch: u32,
+    },
+    /// The transaction is not in a state that allows the request.
+    #[error("transaction state: {reason}")]
+    TransactionState {
+        /// What was expected.
+        reason: String,
+    },
+    /// The transaction this request belonged to was aborted.
+    #[error("transaction aborted: {reason}")]
+    TransactionAborted {
+        /// Why.
+        reason: String,
+    },
+    /// Ack of a sequence the consumer has not delivered yet.
+    #[error("partition {partition} sequence {seq} has not been delivered to this consumer")]
+    NotDelivered {
+        /// The partition.
+        partition: u32,
+        /// The sequence.
+        seq: u64,
+    },
+    /// A cursor commit below the consumer's committed position.
+    #[error("cursor may only move forward; it is at {current}")]
+    CursorRegression {
+        /// The committed position (everything below it is done).
+        current: u64,
+    },
+}
+
+/// Why a snapshot could not be restored.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SnapshotError {
+    /// The bytes do not start with the snapshot magic.
+    #[error("not a cellog snapshot")]
+    NotASnapshot,
+    /// Written by a newer or unknown encoding.
+    #[error("unsupported snapshot version {version}")]
+    UnsupportedVersion {
+        /// The version found.
+        version: u32,
+    },
+    /// The checksum does not match the contents.
+    #[error("snapshot checksum mismatch: stored {stored:08x}, computed {computed:08x}")]
+    ChecksumMismatch {
+        /// The stored crc32c.
+        stored: u32,
+        /// The crc32c of the contents.
+        computed: u32,
+    },
+    /// The contents passed the checksum but do not decode.
+    #[error("snapshot does not decode: {reason}")]
+    Malformed {
+        /// The decoder's message.
+        reason: String,
+    },
+}

@@ -1,0 +1,54 @@
+//! The sans-IO state machine of a cellog cell: streams, consumers, transactions and retention.
+//!
+//! This crate is what every replica of a cell runs. It is a pure function of its input: commands come in with the
+//! time the leader stamped on them, typed outcomes and effects come out. It does no IO, reads no clock, spawns
+//! nothing and draws no random numbers; its dependencies name no async runtime, RPC or Raft crate. That is what lets
+//! Raft replicate it and the simulator replay it bit for bit.
+//!
+//! ```text
+//!                 (at, Command)                       Outcome | Rejection
+//!  Raft log ───────────────────────▶  Cell::apply  ───────────────────────▶ proposer
+//!                                        │   ▲
+//!                   Effect (appended,    │   │ Command::Tick when the leader's clock
+//!                   removed, expired,    ▼   │ passes Cell::next_deadline()
+//!                   dead-lettered, ...)  host
+//! ```
+//!
+//! - [`Cell`] holds the state; [`Cell::apply`] is the only way to change it.
+//! - [`Command`] lists every state change; [`Outcome`] and [`Rejection`] are the answers.
+//! - [`Effect`]s are queued for the host (push deliveries, delete stored bodies, trace) and drained after each apply.
+//! - [`Cell::snapshot`] / [`Cell::restore`] encode the whole state deterministically; [`Cell::digest`] compares
+//!   replicas.
+//!
+//! What this crate is not: it does not store anything durably, does not replicate, and does not talk to clients.
+
+mod cell;
+mod command;
+mod config;
+mod consumer;
+mod error;
+mod info;
+mod snapshot;
+mod stream;
+pub mod subject;
+mod time;
+mod transaction;
+
+pub use cell::{
+    Cell, MAX_CONSUMERS_PER_STREAM, MAX_FETCH, MAX_HEADER_BYTES, MAX_ID_BYTES, MAX_PEERS_PER_STREAM, MAX_READ,
+    MAX_STREAMS,
+};
+pub use command::{
+    AbortReason, AckKind, AckState, Body, Command, Delivery, Effect, Headers, Outcome, ProducerRef, PublishAck,
+    PublishRequest, Record, RemovalReason,
+};
+pub use config::{
+    ConsumerConfig, DeliverPolicy, DiscardPolicy, MAX_DURATION_MS, MAX_PARTITIONS, MAX_PAYLOAD_LIMIT, NameKind,
+    RateLimit, RetentionPolicy, StreamConfig,
+};
+pub use error::{Quota, Rejection, SnapshotError};
+pub use info::{ConsumerInfo, PartitionInfo, PartitionLag, PeerInfo, ProducerInfo, StreamInfo};
+pub use snapshot::{SNAPSHOT_VERSION, StateDigest};
+pub use subject::SubjectError;
+pub use time::Millis;
+pub use transaction::{MAX_TRANSACTION_BYTES, MAX_TRANSACTION_MESSAGES};

@@ -1,0 +1,705 @@
+//! A stream's storage: partitions of sequenced messages, the subject index, the dedup index, TTLs, the token bucket,
+//! registered peers, and the retention decisions that remove messages.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::command::{Body, Effect, Headers, PublishAck, Record, RemovalReason};
+use crate::config::{DiscardPolicy, RateLimit, RetentionPolicy, StreamConfig};
+use crate::consumer::Consumer;
+use crate::error::{Quota, Rejection};
+use crate::time::Millis;
+
+/// A stored message.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Message {
+    /// Arrival order across the stream's partitions; eviction takes the smallest first.
+    pub stream_seq: u64,
+    pub subject: Arc<str>,
+    pub key: Option<Bytes>,
+    pub msg_id: Option<Arc<str>>,
+    pub headers: Option<Box<Headers>>,
+    pub payload: Bytes,
+    /// Bytes counted against limits: subject, key, headers and payload.
+    pub size: u64,
+    pub stored_at: Millis,
+    pub expires_at: Option<Millis>,
+    pub deliver_at: Option<Millis>,
+    pub recalled_at: Option<Millis>,
+}
+
+impl Message {
+    pub fn accounted_size(subject: &str, key: Option<&Bytes>, headers: &Headers, payload: &Bytes) -> u64 {
+        let header_bytes: usize = headers.iter().map(|(name, value)| name.len() + value.len()).sum();
+        (subject.len() + key.map_or(0, Bytes::len) + header_bytes + payload.len()) as u64
+    }
+
+    pub fn record(&self, partition: u32, seq: u64) -> Record {
+        Record {
+            partition,
+            seq,
+            subject: self.subject.clone(),
+            key: self.key.clone(),
+            msg_id: self.msg_id.clone(),
+            headers: self.headers.as_deref().cloned().unwrap_or_default(),
+            body: match self.recalled_at {
+                Some(recalled_at) => Body::Tombstone { recalled_at },
+                None => Body::Payload(self.payload.clone()),
+            },
+            stored_at: self.stored_at,
+        }
+    }
+}
+
+/// One ordered log. Sequences start at 1; `slots[0]` holds `first_seq` and is never a hole, so the low watermark is
+/// always the first retained message.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Partition {
+    pub first_seq: u64,
+    pub slots: VecDeque<Option<Message>>,
+    pub n_messages: u64,
+    pub n_bytes: u64,
+}
+
+impl Partition {
+    fn new() -> Self {
+        Partition { first_seq: 1, slots: VecDeque::new(), n_messages: 0, n_bytes: 0 }
+    }
+
+    /// The sequence the next append gets.
+    pub fn next_seq(&self) -> u64 {
+        self.first_seq + self.slots.len() as u64
+    }
+
+    /// The last sequence ever assigned (0 before the first append).
+    pub fn last_seq(&self) -> u64 {
+        self.next_seq() - 1
+    }
+
+    pub fn get(&self, seq: u64) -> Option<&Message> {
+        let index = seq.checked_sub(self.first_seq)?;
+        self.slots.get(usize::try_from(index).ok()?)?.as_ref()
+    }
+
+    fn get_mut(&mut self, seq: u64) -> Option<&mut Message> {
+        let index = seq.checked_sub(self.first_seq)?;
+        self.slots.get_mut(usize::try_from(index).ok()?)?.as_mut()
+    }
+
+    pub fn front(&self) -> Option<(u64, &Message)> {
+        self.slots.front().map(|slot| (self.first_seq, slot.as_ref().expect("the front slot is never a hole")))
+    }
+
+    fn push(&mut self, message: Message) -> u64 {
+        let seq = self.next_seq();
+        self.n_messages += 1;
+        self.n_bytes += message.size;
+        self.slots.push_back(Some(message));
+        seq
+    }
+
+    fn take(&mut self, seq: u64) -> Option<Message> {
+        let index = usize::try_from(seq.checked_sub(self.first_seq)?).ok()?;
+        let message = self.slots.get_mut(index)?.take()?;
+        self.n_messages -= 1;
+        self.n_bytes -= message.size;
+        while matches!(self.slots.front(), Some(None)) {
+            self.slots.pop_front();
+            self.first_seq += 1;
+        }
+        Some(message)
+    }
+
+    /// The first sequence whose message was stored at or after `time` (the next sequence if none).
+    pub fn first_seq_at_or_after(&self, time: Millis) -> u64 {
+        self.slots
+            .iter()
+            .enumerate()
+            .find_map(|(index, slot)| {
+                slot.as_ref().filter(|message| message.stored_at >= time).map(|_| self.first_seq + index as u64)
+            })
+            .unwrap_or_else(|| self.next_seq())
+    }
+}
+
+/// Per-subject accounting. `order` lists the subject's messages oldest first; entries whose message is gone are
+/// dropped lazily, but both ends are always live.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct SubjectState {
+    pub n_messages: u64,
+    pub n_bytes: u64,
+    pub order: VecDeque<(u32, u64)>,
+}
+
+/// A remembered message id.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct DedupEntry {
+    pub partition: u32,
+    pub seq: u64,
+    /// True until the duplicate window passes; after that the entry lives exactly as long as its message.
+    pub window_open: bool,
+}
+
+/// A deterministic token bucket, in thousandths of a token.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct TokenBucket {
+    pub millitokens: u64,
+    pub refilled_at: Millis,
+}
+
+impl TokenBucket {
+    fn full(rate: RateLimit, at: Millis) -> Self {
+        TokenBucket { millitokens: u64::from(rate.burst) * 1000, refilled_at: at }
+    }
+
+    fn refill(&mut self, rate: RateLimit, at: Millis) {
+        let earned = at.since(self.refilled_at).saturating_mul(u64::from(rate.messages_per_second));
+        self.millitokens = self.millitokens.saturating_add(earned).min(u64::from(rate.burst) * 1000);
+        self.refilled_at = self.refilled_at.max(at);
+    }
+
+    /// Takes one token, or says how long until one is there.
+    fn take(&mut self, rate: RateLimit, at: Millis) -> Result<(), u64> {
+        self.refill(rate, at);
+        if self.millitokens >= 1000 {
+            self.millitokens -= 1000;
+            Ok(())
+        } else {
+            Err((1000 - self.millitokens).div_ceil(u64::from(rate.messages_per_second)))
+        }
+    }
+}
+
+/// Whether a removal may be refused (a plain publish) or must make do (a committed transaction, a dead letter).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RoomMode {
+    /// Refuse with `QuotaExceeded` or `StorageFull` when room cannot be made.
+    Strict,
+    /// Never refuse: remove what may be removed and let the stream exceed its limits until it can shrink.
+    Lenient,
+}
+
+/// What a new message will need: its partition, subject and size.
+pub(crate) struct Incoming<'a> {
+    pub subject: &'a str,
+    pub size: u64,
+}
+
+/// Counts of messages already promised to a stream (staged in a transaction that is committing).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Tally {
+    pub n_messages: u64,
+    pub n_bytes: u64,
+    pub subjects: BTreeMap<String, (u64, u64)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Stream {
+    pub id: u64,
+    pub name: Arc<str>,
+    pub config: StreamConfig,
+    pub created_at: Millis,
+    pub partitions: Vec<Partition>,
+    pub next_stream_seq: u64,
+    pub n_messages: u64,
+    pub n_bytes: u64,
+    pub subjects: BTreeMap<Arc<str>, SubjectState>,
+    pub dedup: BTreeMap<Arc<str>, DedupEntry>,
+    /// (window end, id, partition, seq) in publish order, hence in time order.
+    pub dedup_expiry: VecDeque<(Millis, Arc<str>, u32, u64)>,
+    /// (expiry, partition, seq) of messages with a TTL.
+    pub ttl_index: BTreeSet<(Millis, u32, u64)>,
+    pub bucket: Option<TokenBucket>,
+    pub consumers: BTreeMap<Arc<str>, Consumer>,
+    pub next_consumer_id: u64,
+    /// Registered peers and, per partition, the last sequence each has received.
+    pub peers: BTreeMap<String, Vec<u64>>,
+    /// When the stream's sweep timer is set for.
+    pub sweep_at: Option<Millis>,
+}
+
+impl Stream {
+    pub fn new(id: u64, name: Arc<str>, config: StreamConfig, at: Millis) -> Self {
+        let partitions = (0..config.partitions).map(|_| Partition::new()).collect();
+        let bucket = config.rate_limit.map(|rate| TokenBucket::full(rate, at));
+        Stream {
+            id,
+            name,
+            config,
+            created_at: at,
+            partitions,
+            next_stream_seq: 1,
+            n_messages: 0,
+            n_bytes: 0,
+            subjects: BTreeMap::new(),
+            dedup: BTreeMap::new(),
+            dedup_expiry: VecDeque::new(),
+            ttl_index: BTreeSet::new(),
+            bucket,
+            consumers: BTreeMap::new(),
+            next_consumer_id: 1,
+            peers: BTreeMap::new(),
+            sweep_at: None,
+        }
+    }
+
+    /// Replaces the limits of the config, keeping the token bucket's level when the rate limit stays.
+    pub fn set_config(&mut self, config: StreamConfig, at: Millis) {
+        self.bucket = match (config.rate_limit, self.bucket.take()) {
+            (Some(rate), Some(mut bucket)) => {
+                bucket.refill(rate, at);
+                bucket.millitokens = bucket.millitokens.min(u64::from(rate.burst) * 1000);
+                Some(bucket)
+            }
+            (Some(rate), None) => Some(TokenBucket::full(rate, at)),
+            (None, _) => None,
+        };
+        self.config = config;
+    }
+
+    pub fn partition_of(&self, subject: &str, key: Option<&Bytes>) -> u32 {
+        let key = key.map_or(subject.as_bytes(), |key| key.as_ref());
+        crate::subject::partition_for_key(key, self.config.partitions)
+    }
+
+    pub fn message(&self, partition: u32, seq: u64) -> Option<&Message> {
+        self.partitions.get(partition as usize)?.get(seq)
+    }
+
+    pub fn record(&self, partition: u32, seq: u64) -> Option<Record> {
+        self.message(partition, seq).map(|message| message.record(partition, seq))
+    }
+
+    /// The earlier publish with this message id, if it is remembered.
+    pub fn duplicate_of(&self, msg_id: &str) -> Option<PublishAck> {
+        let entry = self.dedup.get(msg_id)?;
+        Some(PublishAck {
+            stream: self.name.clone(),
+            partition: entry.partition,
+            seq: entry.seq,
+            duplicate: true,
+            original: self.record(entry.partition, entry.seq),
+        })
+    }
+
+    /// The sequence of the newest retained message on `subject` (0 when none).
+    pub fn last_subject_seq(&self, subject: &str) -> u64 {
+        self.subjects.get(subject).and_then(|state| state.order.back()).map_or(0, |&(_, seq)| seq)
+    }
+
+    /// Takes one publish token, or says how long to wait.
+    pub fn take_token(&mut self, at: Millis) -> Result<(), Rejection> {
+        match (self.config.rate_limit, self.bucket.as_mut()) {
+            (Some(rate), Some(bucket)) => {
+                bucket.take(rate, at).map_err(|retry_after_ms| Rejection::RateLimited { retry_after_ms })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The first registered peer that has not received `(partition, seq)`, with what it has received.
+    pub fn lagging_peer(&self, partition: u32, seq: u64) -> Option<(&str, u64)> {
+        self.peers.iter().find_map(|(peer, received)| {
+            let received = received[partition as usize];
+            (received < seq).then_some((peer.as_str(), received))
+        })
+    }
+
+    fn storage_full(&self, partition: u32, seq: u64) -> Option<Rejection> {
+        self.lagging_peer(partition, seq).map(|(peer, received)| Rejection::StorageFull {
+            lagging_peer: peer.to_string(),
+            partition,
+            received,
+        })
+    }
+
+    /// Checks discard-new limits for one more message on top of what `tally` already promises.
+    pub fn check_discard_new(&self, incoming: &Incoming<'_>, tally: &Tally) -> Result<(), Rejection> {
+        if self.config.discard != DiscardPolicy::New {
+            return Ok(());
+        }
+        let (subject_messages, subject_bytes) = self.subject_usage(incoming.subject, tally);
+        let checks = [
+            (Quota::SubjectMessages, self.config.max_messages_per_subject, subject_messages + 1),
+            (Quota::SubjectBytes, self.config.max_bytes_per_subject, subject_bytes + incoming.size),
+            (Quota::StreamMessages, self.config.max_messages, self.n_messages + tally.n_messages + 1),
+            (Quota::StreamBytes, self.config.max_bytes, self.n_bytes + tally.n_bytes + incoming.size),
+        ];
+        for (quota, limit, needed) in checks {
+            if let Some(limit) = limit
+                && needed > limit
+            {
+                return Err(Rejection::QuotaExceeded { quota, limit });
+            }
+        }
+        Ok(())
+    }
+
+    fn subject_usage(&self, subject: &str, tally: &Tally) -> (u64, u64) {
+        let (stored_messages, stored_bytes) =
+            self.subjects.get(subject).map_or((0, 0), |state| (state.n_messages, state.n_bytes));
+        let (staged_messages, staged_bytes) = tally.subjects.get(subject).copied().unwrap_or((0, 0));
+        (stored_messages + staged_messages, stored_bytes + staged_bytes)
+    }
+
+    /// A message that could never fit, whatever is removed.
+    pub fn check_fits_at_all(&self, incoming: &Incoming<'_>) -> Result<(), Rejection> {
+        for (quota, limit) in
+            [(Quota::SubjectBytes, self.config.max_bytes_per_subject), (Quota::StreamBytes, self.config.max_bytes)]
+        {
+            if let Some(limit) = limit
+                && incoming.size > limit
+            {
+                return Err(Rejection::QuotaExceeded { quota, limit });
+            }
+        }
+        Ok(())
+    }
+
+    /// The removals that make room for `incoming` under discard-old limits, oldest first. In strict mode a removal a
+    /// registered peer has not received refuses the publish; in lenient mode it is left out.
+    pub fn plan_room(
+        &self,
+        incoming: &Incoming<'_>,
+        mode: RoomMode,
+    ) -> Result<Vec<(u32, u64, RemovalReason)>, Rejection> {
+        let mut plan: Vec<(u32, u64, RemovalReason)> = Vec::new();
+        if self.config.discard != DiscardPolicy::Old {
+            return Ok(plan);
+        }
+        let config = &self.config;
+        let mut freed_messages = 0u64;
+        let mut freed_bytes = 0u64;
+        if let Some(state) = self.subjects.get(incoming.subject)
+            && (config.max_messages_per_subject.is_some() || config.max_bytes_per_subject.is_some())
+        {
+            let over = |messages: u64, bytes: u64| {
+                config.max_messages_per_subject.is_some_and(|limit| messages + 1 > limit)
+                    || config.max_bytes_per_subject.is_some_and(|limit| bytes + incoming.size > limit)
+            };
+            let (mut messages, mut bytes) = (state.n_messages, state.n_bytes);
+            for &(partition, seq) in &state.order {
+                if !over(messages, bytes) {
+                    break;
+                }
+                let Some(message) = self.message(partition, seq) else { continue };
+                messages -= 1;
+                bytes -= message.size;
+                freed_messages += 1;
+                freed_bytes += message.size;
+                plan.push((partition, seq, RemovalReason::SubjectLimit));
+            }
+        }
+        if config.max_messages.is_some() || config.max_bytes.is_some() {
+            let over = |messages: u64, bytes: u64| {
+                config.max_messages.is_some_and(|limit| messages + 1 > limit)
+                    || config.max_bytes.is_some_and(|limit| bytes + incoming.size > limit)
+            };
+            let mut messages = self.n_messages - freed_messages;
+            let mut bytes = self.n_bytes - freed_bytes;
+            let mut oldest = OldestFirst::new(self);
+            while over(messages, bytes) {
+                let Some((partition, seq, message)) = oldest.next() else { break };
+                if plan.iter().any(|&(p, s, _)| p == partition && s == seq) {
+                    continue;
+                }
+                messages -= 1;
+                bytes -= message.size;
+                plan.push((partition, seq, RemovalReason::StreamLimit));
+            }
+        }
+        match mode {
+            RoomMode::Strict => {
+                if let Some(rejection) = plan.iter().find_map(|&(p, s, _)| self.storage_full(p, s)) {
+                    return Err(rejection);
+                }
+            }
+            RoomMode::Lenient => plan.retain(|&(p, s, _)| self.lagging_peer(p, s).is_none()),
+        }
+        Ok(plan)
+    }
+
+    /// Appends a message and indexes it. The caller has made room and checked everything.
+    #[allow(clippy::too_many_arguments)]
+    pub fn append(
+        &mut self,
+        partition: u32,
+        subject: &str,
+        payload: Bytes,
+        key: Option<Bytes>,
+        msg_id: Option<&str>,
+        headers: Headers,
+        ttl_ms: Option<u64>,
+        deliver_after_ms: Option<u64>,
+        at: Millis,
+        effects: &mut Vec<Effect>,
+    ) -> u64 {
+        let size = Message::accounted_size(subject, key.as_ref(), &headers, &payload);
+        let subject: Arc<str> = match self.subjects.get_key_value(subject) {
+            Some((interned, _)) => interned.clone(),
+            None => Arc::from(subject),
+        };
+        let msg_id: Option<Arc<str>> = msg_id.map(Arc::from);
+        let message = Message {
+            stream_seq: self.next_stream_seq,
+            subject: subject.clone(),
+            key,
+            msg_id: msg_id.clone(),
+            headers: (!headers.is_empty()).then(|| Box::new(headers)),
+            payload,
+            size,
+            stored_at: at,
+            expires_at: ttl_ms.map(|ttl| at.plus(ttl)),
+            deliver_at: deliver_after_ms.filter(|delay| *delay > 0).map(|delay| at.plus(delay)),
+            recalled_at: None,
+        };
+        let expires_at = message.expires_at;
+        self.next_stream_seq += 1;
+        self.n_messages += 1;
+        self.n_bytes += size;
+        let seq = self.partitions[partition as usize].push(message);
+        let state = self.subjects.entry(subject).or_default();
+        state.n_messages += 1;
+        state.n_bytes += size;
+        state.order.push_back((partition, seq));
+        if let Some(msg_id) = msg_id {
+            let window_open = self.config.duplicate_window_ms > 0;
+            if window_open {
+                self.dedup_expiry.push_back((at.plus(self.config.duplicate_window_ms), msg_id.clone(), partition, seq));
+            }
+            self.dedup.insert(msg_id, DedupEntry { partition, seq, window_open });
+        }
+        if let Some(expires_at) = expires_at {
+            self.ttl_index.insert((expires_at, partition, seq));
+        }
+        effects.push(Effect::Appended { stream: self.name.clone(), partition, seq });
+        seq
+    }
+
+    /// Removes a message and its index entries. Returns whether it was there.
+    pub fn remove(&mut self, partition: u32, seq: u64, reason: RemovalReason, effects: &mut Vec<Effect>) -> bool {
+        let Some(message) = self.partitions[partition as usize].take(seq) else { return false };
+        self.n_messages -= 1;
+        self.n_bytes -= message.size;
+        let mut subject_emptied = false;
+        if let Some(state) = self.subjects.get_mut(&*message.subject) {
+            state.n_messages -= 1;
+            state.n_bytes -= message.size;
+            subject_emptied = state.n_messages == 0;
+            let partitions = &self.partitions;
+            let dead = |entry: &&(u32, u64)| partitions[entry.0 as usize].get(entry.1).is_none();
+            while state.order.front().is_some_and(|e| dead(&e)) {
+                state.order.pop_front();
+            }
+            while state.order.back().is_some_and(|e| dead(&e)) {
+                state.order.pop_back();
+            }
+        }
+        if subject_emptied {
+            self.subjects.remove(&*message.subject);
+        }
+        if let Some(msg_id) = &message.msg_id
+            && self.dedup.get(&**msg_id).is_some_and(|e| e.partition == partition && e.seq == seq && !e.window_open)
+        {
+            self.dedup.remove(&**msg_id);
+        }
+        if let Some(expires_at) = message.expires_at {
+            self.ttl_index.remove(&(expires_at, partition, seq));
+        }
+        effects.push(Effect::Removed { stream: self.name.clone(), partition, seq, reason });
+        true
+    }
+
+    /// Replaces a message's payload with a tombstone; its id stays remembered so a retry does not republish it.
+    pub fn recall(&mut self, partition: u32, seq: u64, at: Millis) -> Result<bool, Rejection> {
+        let not_found = || Rejection::MessageNotFound { stream: self.name.to_string(), partition, seq };
+        let partition_state = self.partitions.get_mut(partition as usize).ok_or_else(not_found)?;
+        let message = partition_state.get_mut(seq).ok_or_else(not_found)?;
+        if message.recalled_at.is_some() {
+            return Ok(false);
+        }
+        let freed = message.payload.len() as u64;
+        message.payload = Bytes::new();
+        message.size -= freed;
+        message.recalled_at = Some(at);
+        let subject = message.subject.clone();
+        partition_state.n_bytes -= freed;
+        self.n_bytes -= freed;
+        if let Some(state) = self.subjects.get_mut(&*subject) {
+            state.n_bytes -= freed;
+        }
+        Ok(true)
+    }
+
+    /// Whether every consumer is done with a message (interest and work-queue retention). With no consumer at all,
+    /// the message waits.
+    pub fn all_consumers_done(&self, partition: u32, seq: u64, subject: &str) -> bool {
+        !self.consumers.is_empty() && self.consumers.values().all(|c| c.is_done(partition, seq, subject))
+    }
+
+    /// Removes a message under interest retention if every consumer is done with it and no peer still needs it.
+    pub fn remove_if_uninteresting(&mut self, partition: u32, seq: u64, effects: &mut Vec<Effect>) {
+        if self.config.retention == RetentionPolicy::Limits {
+            return;
+        }
+        let Some(message) = self.message(partition, seq) else { return };
+        if self.all_consumers_done(partition, seq, &message.subject) && self.lagging_peer(partition, seq).is_none() {
+            self.remove(partition, seq, RemovalReason::Interest, effects);
+        }
+    }
+
+    /// Runs interest retention over a whole partition range (after a consumer is deleted or a peer catches up).
+    pub fn sweep_interest(&mut self, partition: u32, from: u64, to_inclusive: u64, effects: &mut Vec<Effect>) {
+        if self.config.retention == RetentionPolicy::Limits {
+            return;
+        }
+        let first = from.max(self.partitions[partition as usize].first_seq);
+        let last = to_inclusive.min(self.partitions[partition as usize].last_seq());
+        for seq in first..=last {
+            self.remove_if_uninteresting(partition, seq, effects);
+        }
+    }
+
+    /// Removes the oldest messages while discard-old limits are exceeded: after a lagging peer caught up (lenient
+    /// appends may have overshot meanwhile) or after an update lowered the limits. Stops at a message a peer still
+    /// needs, since removing a newer one instead would break the oldest-first order.
+    pub fn shrink_to_limits(&mut self, effects: &mut Vec<Effect>) {
+        if self.config.discard != DiscardPolicy::Old {
+            return;
+        }
+        let (max_subject_messages, max_subject_bytes) =
+            (self.config.max_messages_per_subject, self.config.max_bytes_per_subject);
+        let subject_over = |state: &SubjectState| {
+            max_subject_messages.is_some_and(|limit| state.n_messages > limit)
+                || max_subject_bytes.is_some_and(|limit| state.n_bytes > limit)
+        };
+        let over_subjects: Vec<Arc<str>> =
+            self.subjects.iter().filter(|(_, state)| subject_over(state)).map(|(s, _)| s.clone()).collect();
+        for subject in over_subjects {
+            while let Some(state) = self.subjects.get(&subject)
+                && subject_over(state)
+            {
+                let &(partition, seq) = state.order.front().expect("a subject with messages has a live front");
+                if self.lagging_peer(partition, seq).is_some() {
+                    break;
+                }
+                self.remove(partition, seq, RemovalReason::SubjectLimit, effects);
+            }
+        }
+        loop {
+            let over = self.config.max_messages.is_some_and(|limit| self.n_messages > limit)
+                || self.config.max_bytes.is_some_and(|limit| self.n_bytes > limit);
+            if !over {
+                break;
+            }
+            let Some((partition, seq, _)) = OldestFirst::new(self).next() else { break };
+            if self.lagging_peer(partition, seq).is_some() {
+                break;
+            }
+            self.remove(partition, seq, RemovalReason::StreamLimit, effects);
+        }
+    }
+
+    /// Fires the stream's due timers: the dedup window, TTLs and max age. Removals wait for lagging peers.
+    pub fn sweep(&mut self, at: Millis, effects: &mut Vec<Effect>) {
+        while let Some((due, msg_id, partition, seq)) = self.dedup_expiry.front().cloned() {
+            if due > at {
+                break;
+            }
+            self.dedup_expiry.pop_front();
+            let retained = self.message(partition, seq).is_some();
+            if let Some(entry) = self.dedup.get_mut(&*msg_id)
+                && entry.partition == partition
+                && entry.seq == seq
+            {
+                if retained {
+                    entry.window_open = false;
+                } else {
+                    self.dedup.remove(&*msg_id);
+                }
+            }
+        }
+        let expired: Vec<(u32, u64)> = self
+            .ttl_index
+            .iter()
+            .take_while(|(expires_at, _, _)| *expires_at <= at)
+            .map(|&(_, partition, seq)| (partition, seq))
+            .filter(|&(partition, seq)| self.lagging_peer(partition, seq).is_none())
+            .collect();
+        for (partition, seq) in expired {
+            self.remove(partition, seq, RemovalReason::Ttl, effects);
+        }
+        if let Some(max_age_ms) = self.config.max_age_ms {
+            for partition in 0..self.config.partitions {
+                while let Some((seq, message)) = self.partitions[partition as usize].front() {
+                    if message.stored_at.plus(max_age_ms) > at || self.lagging_peer(partition, seq).is_some() {
+                        break;
+                    }
+                    self.remove(partition, seq, RemovalReason::Age, effects);
+                }
+            }
+        }
+    }
+
+    /// Most TTL entries looked at when searching for the next one a peer does not hold back.
+    const TTL_SCAN_LIMIT: usize = 1024;
+
+    /// When the stream next has something to sweep. Removals held back by a lagging peer are not deadlines: the
+    /// peer's progress triggers a sweep.
+    pub fn next_sweep(&self) -> Option<Millis> {
+        let dedup = self.dedup_expiry.front().map(|(due, ..)| *due);
+        let ttl = self
+            .ttl_index
+            .iter()
+            .take(Self::TTL_SCAN_LIMIT)
+            .find(|(_, partition, seq)| self.lagging_peer(*partition, *seq).is_none())
+            .map(|(expires_at, ..)| *expires_at);
+        let age = self.config.max_age_ms.and_then(|max_age_ms| {
+            (0..self.config.partitions)
+                .filter_map(|partition| {
+                    let (seq, message) = self.partitions[partition as usize].front()?;
+                    self.lagging_peer(partition, seq).is_none().then(|| message.stored_at.plus(max_age_ms))
+                })
+                .min()
+        });
+        [dedup, ttl, age].into_iter().flatten().min()
+    }
+}
+
+/// Messages of a stream oldest first across partitions (by arrival order), for discard-old eviction.
+struct OldestFirst<'a> {
+    stream: &'a Stream,
+    /// Next slot index per partition.
+    positions: Vec<usize>,
+}
+
+impl<'a> OldestFirst<'a> {
+    fn new(stream: &'a Stream) -> Self {
+        OldestFirst { stream, positions: vec![0; stream.partitions.len()] }
+    }
+}
+
+impl<'a> Iterator for OldestFirst<'a> {
+    type Item = (u32, u64, &'a Message);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let mut best: Option<(u32, u64, &'a Message)> = None;
+        for (index, partition) in self.stream.partitions.iter().enumerate() {
+            let position = &mut self.positions[index];
+            while matches!(partition.slots.get(*position), Some(None)) {
+                *position += 1;
+            }
+            if let Some(Some(message)) = partition.slots.get(*position)
+                && best.is_none_or(|(_, _, current)| message.stream_seq < current.stream_seq)
+            {
+                best = Some((index as u32, partition.first_seq + *position as u64, message));
+            }
+        }
+        let (partition, _, _) = best?;
+        self.positions[partition as usize] += 1;
+        best
+    }
+}

@@ -1,0 +1,148 @@
+//! Names: subjects, subject filters, stream and consumer names, and the stable partition hash.
+//!
+//! A subject is a hierarchy of tokens separated by `.` (`orders.eu.created`). A filter may use `*` for exactly one
+//! token and `>` as its last token for one or more tokens (`orders.*.created`, `orders.>`). Published subjects never
+//! contain wildcards.
+
+use serde::{Deserialize, Serialize};
+
+/// The longest subject or filter, in bytes.
+pub const MAX_SUBJECT_BYTES: usize = 255;
+/// The longest stream, consumer or member name, in bytes.
+pub const MAX_NAME_BYTES: usize = 64;
+
+/// Why a subject or filter was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum SubjectError {
+    /// The subject is the empty string.
+    #[error("subject is empty")]
+    Empty,
+    /// The subject is longer than [`MAX_SUBJECT_BYTES`].
+    #[error("subject is {len} bytes long; the limit is {max}")]
+    TooLong {
+        /// Its length in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// Two dots in a row, or a leading or trailing dot.
+    #[error("token {position} is empty (leading, trailing or doubled '.')")]
+    EmptyToken {
+        /// Zero-based index of the empty token.
+        position: usize,
+    },
+    /// A whitespace or control character.
+    #[error("character {ch:?} at byte {position} is not allowed in a subject")]
+    InvalidChar {
+        /// The character.
+        ch: char,
+        /// Its byte offset.
+        position: usize,
+    },
+    /// A wildcard in a subject that is published to.
+    #[error("wildcards ('*', '>') are only allowed in filters, not in published subjects")]
+    WildcardInPublish,
+    /// `>` somewhere other than the last token.
+    #[error("'>' must be the last token of a filter")]
+    FullWildcardNotLast,
+    /// A token that mixes a wildcard with other characters, such as `ord*`.
+    #[error("token {token:?} mixes a wildcard with other characters")]
+    PartialWildcard {
+        /// The offending token.
+        token: String,
+    },
+}
+
+fn check_common(subject: &str) -> Result<(), SubjectError> {
+    if subject.is_empty() {
+        return Err(SubjectError::Empty);
+    }
+    if subject.len() > MAX_SUBJECT_BYTES {
+        return Err(SubjectError::TooLong { len: subject.len(), max: MAX_SUBJECT_BYTES });
+    }
+    if let Some((position, ch)) = subject.char_indices().find(|(_, c)| c.is_whitespace() || c.is_control()) {
+        return Err(SubjectError::InvalidChar { ch, position });
+    }
+    if let Some(position) = subject.split('.').position(str::is_empty) {
+        return Err(SubjectError::EmptyToken { position });
+    }
+    Ok(())
+}
+
+/// Checks a subject that a message is published to: no wildcards.
+pub fn validate_subject(subject: &str) -> Result<(), SubjectError> {
+    check_common(subject)?;
+    if subject.contains(['*', '>']) {
+        return Err(SubjectError::WildcardInPublish);
+    }
+    Ok(())
+}
+
+/// Checks a subject filter: `*` as a whole token, `>` as the whole last token.
+pub fn validate_filter(filter: &str) -> Result<(), SubjectError> {
+    check_common(filter)?;
+    let n_tokens = filter.split('.').count();
+    for (index, token) in filter.split('.').enumerate() {
+        match token {
+            "*" => {}
+            ">" if index + 1 == n_tokens => {}
+            ">" => return Err(SubjectError::FullWildcardNotLast),
+            _ if token.contains(['*', '>']) => return Err(SubjectError::PartialWildcard { token: token.to_string() }),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Whether `subject` (no wildcards) matches `filter`. Both are assumed valid.
+pub fn filter_matches(filter: &str, subject: &str) -> bool {
+    let mut subject_tokens = subject.split('.');
+    for filter_token in filter.split('.') {
+        match (filter_token, subject_tokens.next()) {
+            (">", Some(_)) => return true,
+            (_, None) => return false,
+            ("*", Some(_)) => {}
+            (expected, Some(actual)) if expected == actual => {}
+            _ => return false,
+        }
+    }
+    subject_tokens.next().is_none()
+}
+
+/// Whether some subject matches both filters. Used to keep streams from claiming the same subjects.
+pub fn filters_overlap(a: &str, b: &str) -> bool {
+    let mut a_tokens = a.split('.');
+    let mut b_tokens = b.split('.');
+    loop {
+        match (a_tokens.next(), b_tokens.next()) {
+            (None, None) => return true,
+            (Some(">"), Some(_)) | (Some(_), Some(">")) => return true,
+            (Some("*"), Some(_)) | (Some(_), Some("*")) => {}
+            (Some(x), Some(y)) if x == y => {}
+            _ => return false,
+        }
+    }
+}
+
+/// Checks a stream, consumer or member name: 1 to 64 bytes of ASCII letters, digits, `-` and `_`.
+pub fn validate_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("is empty".to_string());
+    }
+    if name.len() > MAX_NAME_BYTES {
+        return Err(format!("is {} bytes long; the limit is {MAX_NAME_BYTES}", name.len()));
+    }
+    if let Some(ch) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_')) {
+        return Err(format!("contains {ch:?}; only ASCII letters, digits, '-' and '_' are allowed"));
+    }
+    Ok(())
+}
+
+/// The partition a key belongs to: crc32c (Castagnoli) of the key, modulo the partition count.
+///
+/// crc32c is fixed by its specification, so the mapping never changes across versions, platforms or processes,
+/// which is what keeps every message of one key in one partition for the life of a stream.
+pub fn partition_for_key(key: &[u8], n_partitions: u32) -> u32 {
+    assert!(n_partitions > 0, "a stream has at least one partition");
+    crc32c::crc32c(key) % n_partitions
+}

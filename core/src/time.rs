@@ -1,0 +1,32 @@
+//! Time as the cell sees it: milliseconds stamped by the leader on every command.
+
+use serde::{Deserialize, Serialize};
+
+/// A point in cell time, in milliseconds.
+///
+/// The leader stamps every command with `max(previous stamp, leader clock)`, so within a cell this value never goes
+/// backwards. The core never reads a clock of its own: every timer (ack wait, transaction timeout, retention age,
+/// TTL, delayed delivery, token refill) is evaluated against this value.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Millis(pub u64);
+
+impl Millis {
+    /// The origin of cell time.
+    pub const ZERO: Millis = Millis(0);
+
+    /// This instant plus `duration_ms`, saturating at the end of time rather than wrapping.
+    pub fn plus(self, duration_ms: u64) -> Millis {
+        Millis(self.0.saturating_add(duration_ms))
+    }
+
+    /// Milliseconds from `earlier` to `self`, or zero if `earlier` is later.
+    pub fn since(self, earlier: Millis) -> u64 {
+        self.0.saturating_sub(earlier.0)
+    }
+}
+
+impl std::fmt::Display for Millis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}ms", self.0)
+    }
+}
