@@ -1,0 +1,127 @@
+//! A small vocabulary for driving a cell in tests: a clock the test moves by hand, and shorthands for the commands.
+#![allow(dead_code)]
+
+use bytes::Bytes;
+use cellog_core::{
+    AckKind, Cell, Command, ConsumerConfig, Delivery, Effect, Millis, Outcome, ProducerRef, PublishAck,
+    PublishRequest, Rejection, StreamConfig,
+};
+
+/// A cell, the time the next command is stamped with, and the effects drained so far.
+pub struct Harness {
+    pub cell: Cell,
+    pub now: Millis,
+    pub effects: Vec<Effect>,
+}
+
+impl Default for Harness {
+    fn default() -> Self {
+        Harness::new()
+    }
+}
+
+impl Harness {
+    pub fn new() -> Self {
+        Harness { cell: Cell::new(), now: Millis(1_000), effects: Vec::new() }
+    }
+
+    /// Moves the clock forward.
+    pub fn advance(&mut self, ms: u64) {
+        self.now = self.now.plus(ms);
+    }
+
+    /// Applies a command at the current time and drains its effects.
+    pub fn apply(&mut self, command: Command) -> Result<Outcome, Rejection> {
+        let outcome = self.cell.apply(self.now, command);
+        self.effects.extend(self.cell.drain_effects());
+        outcome
+    }
+
+    /// Applies a command that must succeed.
+    pub fn ok(&mut self, command: Command) -> Outcome {
+        let description = format!("{command:?}");
+        self.apply(command).unwrap_or_else(|rejection| panic!("{description} was rejected: {rejection}"))
+    }
+
+    /// Takes the effects drained so far.
+    pub fn take_effects(&mut self) -> Vec<Effect> {
+        std::mem::take(&mut self.effects)
+    }
+
+    pub fn tick(&mut self) {
+        self.ok(Command::Tick);
+    }
+
+    pub fn create_stream(&mut self, name: &str, config: StreamConfig) {
+        self.ok(Command::CreateStream { name: name.to_string(), config });
+    }
+
+    /// A stream claiming `<name>.>` with the default config.
+    pub fn simple_stream(&mut self, name: &str) {
+        self.create_stream(name, StreamConfig::with_subjects([format!("{name}.>")]));
+    }
+
+    pub fn create_consumer(&mut self, stream: &str, name: &str, config: ConsumerConfig) {
+        self.ok(Command::CreateConsumer { stream: stream.to_string(), name: name.to_string(), config });
+    }
+
+    pub fn publish_request(&mut self, request: PublishRequest) -> Result<PublishAck, Rejection> {
+        match self.apply(Command::Publish(request))? {
+            Outcome::Published(ack) => Ok(ack),
+            other => panic!("a publish answered {other:?}"),
+        }
+    }
+
+    pub fn publish(&mut self, subject: &str, payload: &str) -> Result<PublishAck, Rejection> {
+        self.publish_request(PublishRequest::new(subject, Bytes::copy_from_slice(payload.as_bytes())))
+    }
+
+    pub fn publish_id(&mut self, subject: &str, payload: &str, msg_id: &str) -> Result<PublishAck, Rejection> {
+        self.publish_request(PublishRequest::new(subject, Bytes::copy_from_slice(payload.as_bytes())).with_id(msg_id))
+    }
+
+    pub fn fetch_as(&mut self, stream: &str, consumer: &str, member: &str, max: u32) -> Vec<Delivery> {
+        match self.ok(Command::Fetch {
+            stream: stream.to_string(),
+            consumer: consumer.to_string(),
+            member: member.to_string(),
+            max,
+        }) {
+            Outcome::Fetched(deliveries) => deliveries,
+            other => panic!("a fetch answered {other:?}"),
+        }
+    }
+
+    pub fn fetch(&mut self, stream: &str, consumer: &str, max: u32) -> Vec<Delivery> {
+        self.fetch_as(stream, consumer, "m1", max)
+    }
+
+    pub fn ack(
+        &mut self,
+        stream: &str,
+        consumer: &str,
+        partition: u32,
+        seq: u64,
+        kind: AckKind,
+    ) -> Result<Outcome, Rejection> {
+        self.apply(Command::Ack { stream: stream.to_string(), consumer: consumer.to_string(), partition, seq, kind })
+    }
+
+    pub fn init_producer(&mut self, transactional_id: &str) -> ProducerRef {
+        match self.ok(Command::InitProducer {
+            transactional_id: transactional_id.to_string(),
+            transaction_timeout_ms: 60_000,
+        }) {
+            Outcome::ProducerInitialized(r) => r,
+            other => panic!("init_producer answered {other:?}"),
+        }
+    }
+}
+
+/// The payload of a delivery as text (panics on a tombstone).
+pub fn text(delivery: &Delivery) -> String {
+    match &delivery.record.body {
+        cellog_core::Body::Payload(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        cellog_core::Body::Tombstone { .. } => panic!("a tombstone has no text"),
+    }
+}
