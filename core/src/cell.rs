@@ -605,7 +605,28 @@ impl Cell {
         for (p, seq, reason) in plan {
             stream.remove(p, seq, reason, &mut self.effects);
         }
-        let needs_sweep = stream.config.max_age_ms.is_some() || request.msg_id.is_some() || request.ttl_ms.is_some();
+        let seq = self.append_message(&name, partition, request, at);
+        Ok(Outcome::Published(PublishAck { stream: name, partition, seq, duplicate: false, original: None }))
+    }
+
+    /// Appends a message that has been checked and made room for, and keeps the stream's sweep timer right: after an
+    /// append the next sweep can only move earlier through the new message itself (its TTL, its dedup window, or its
+    /// age when it is the first of its partition).
+    fn append_message(&mut self, name: &str, partition: u32, request: PublishRequest, at: Millis) -> u64 {
+        let stream = self.streams.get_mut(name).expect("appending to an existing stream");
+        let was_empty = stream.partitions[partition as usize].n_messages == 0;
+        let candidate = [
+            request.ttl_ms.map(|ttl| at.plus(ttl)),
+            request
+                .msg_id
+                .as_ref()
+                .filter(|_| stream.config.duplicate_window_ms > 0)
+                .map(|_| at.plus(stream.config.duplicate_window_ms)),
+            stream.config.max_age_ms.filter(|_| was_empty).map(|age| at.plus(age)),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         let seq = stream.append(
             partition,
             &request.subject,
@@ -618,25 +639,18 @@ impl Cell {
             at,
             &mut self.effects,
         );
-        if needs_sweep {
-            self.schedule_sweep_after_append(&name, at);
-        }
-        Ok(Outcome::Published(PublishAck { stream: name, partition, seq, duplicate: false, original: None }))
-    }
-
-    /// After an append the stream's next sweep can only move earlier through the new message (its TTL, or being the
-    /// first to age or to be remembered); a full recomputation is needed only when no sweep is set.
-    fn schedule_sweep_after_append(&mut self, name: &str, at: Millis) {
-        let stream = self.streams.get(name).expect("just appended");
-        match stream.sweep_at {
-            None => self.reschedule_sweep(name, at),
-            Some(current) => {
-                let earliest_ttl = stream.ttl_index.first().map(|(expires_at, ..)| *expires_at);
-                if earliest_ttl.is_some_and(|ttl| ttl < current) {
-                    self.reschedule_sweep(name, at);
+        if let Some(candidate) = candidate {
+            match stream.sweep_at {
+                None => self.reschedule_sweep(name, at),
+                Some(current) if candidate < current => {
+                    stream.sweep_at = Some(candidate);
+                    let stream_id = stream.id;
+                    self.set_timer(candidate, Timer::Sweep { stream_id });
                 }
+                Some(_) => {}
             }
         }
+        seq
     }
 
     fn recall(&mut self, _at: Millis, stream: &str, partition: u32, seq: u64) -> Result<Outcome, Rejection> {
@@ -855,7 +869,6 @@ impl Cell {
             return Err(Rejection::TransactionAborted { reason: detail });
         }
         let mut acks = Vec::with_capacity(staged.len());
-        let mut touched: Vec<Arc<str>> = Vec::new();
         for message in staged {
             let stream = self.streams.get_mut(&message.stream).expect("checked by check_staged");
             let request = message.request;
@@ -868,18 +881,7 @@ impl Cell {
             for (p, seq, reason) in plan {
                 stream.remove(p, seq, reason, &mut self.effects);
             }
-            let seq = stream.append(
-                message.partition,
-                &request.subject,
-                request.payload,
-                request.key,
-                request.msg_id.as_deref(),
-                request.headers,
-                request.ttl_ms,
-                request.deliver_after_ms,
-                at,
-                &mut self.effects,
-            );
+            let seq = self.append_message(&message.stream, message.partition, request, at);
             acks.push(PublishAck {
                 stream: message.stream.clone(),
                 partition: message.partition,
@@ -887,12 +889,6 @@ impl Cell {
                 duplicate: false,
                 original: None,
             });
-            if !touched.contains(&message.stream) {
-                touched.push(message.stream);
-            }
-        }
-        for name in &touched {
-            self.reschedule_sweep(name, at);
         }
         let producer = self.producers.get_mut(&r.producer_id).expect("checked above");
         producer.transaction = None;
@@ -1080,6 +1076,9 @@ impl Cell {
                 if kind == AckKind::Applied { AckState::Applied } else { AckState::Replicated }
             }
             AckKind::Received | AckKind::InProgress => {
+                if !matches!(entry.phase, Phase::Pending { .. }) {
+                    return Err(Rejection::DeliveryExpired { partition, seq });
+                }
                 let deadline = at.plus(c.config.ack_wait_ms);
                 c.set_phase(partition, seq, Phase::Pending { deadline });
                 c.outstanding.get_mut(&(partition, seq)).expect("outstanding").state = AckState::Received;
@@ -1152,19 +1151,16 @@ impl Cell {
                 for (p, seq, reason) in plan {
                     dead_letters.remove(p, seq, reason, &mut self.effects);
                 }
-                let seq = dead_letters.append(
-                    partition,
-                    &message.subject,
-                    message.payload.clone(),
-                    message.key.clone(),
-                    None,
+                let target_name = dead_letters.name.clone();
+                let request = PublishRequest {
+                    subject: message.subject.to_string(),
+                    payload: message.payload.clone(),
+                    key: message.key.clone(),
                     headers,
-                    None,
-                    None,
-                    at,
-                    &mut self.effects,
-                );
-                copy = Some((dead_letters.name.clone(), partition, seq));
+                    ..PublishRequest::default()
+                };
+                let seq = self.append_message(&target_name, partition, request, at);
+                copy = Some((target_name, partition, seq));
             }
             self.effects.push(Effect::DeadLettered {
                 stream: stream.clone(),

@@ -196,6 +196,15 @@ pub enum Rejection {
         /// The sequence.
         seq: u64,
     },
+    /// An in-progress for a delivery whose ack deadline already passed: the message awaits redelivery, and
+    /// extending it would let the consumer hold more than its `max_in_flight`.
+    #[error("the delivery of partition {partition} sequence {seq} expired; it awaits redelivery")]
+    DeliveryExpired {
+        /// The partition.
+        partition: u32,
+        /// The sequence.
+        seq: u64,
+    },
     /// A cursor commit below the consumer's committed position.
     #[error("cursor may only move forward; it is at {current}")]
     CursorRegression {

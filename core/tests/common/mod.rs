@@ -3,8 +3,8 @@
 
 use bytes::Bytes;
 use cellog_core::{
-    AckKind, Cell, Command, ConsumerConfig, Delivery, Effect, Millis, Outcome, ProducerRef, PublishAck,
-    PublishRequest, Rejection, StreamConfig,
+    AckKind, Cell, Command, ConsumerConfig, Delivery, Effect, Millis, Outcome, ProducerRef, PublishAck, PublishRequest,
+    Rejection, StreamConfig,
 };
 
 /// A cell, the time the next command is stamped with, and the effects drained so far.

@@ -1,0 +1,730 @@
+//! Model-based test: a small, obviously-correct reference model of one cell and the real `Cell` are driven by the
+//! same random sequence of commands with time moving forward, and must agree on every outcome and on the visible
+//! state after every step. Invariants of the real cell are asserted after every step as well.
+//!
+//! The model keeps everything in plain vectors and evaluates every timer lazily ("is it due at the time of this
+//! command?"), while the cell keeps indexes and a timer queue; agreement between the two is the point.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use cellog_core::subject::partition_for_key;
+use cellog_core::{
+    AckKind, AckState, Cell, Command, ConsumerConfig, Millis, Outcome, ProducerRef, PublishRequest, Rejection,
+    StreamConfig,
+};
+use proptest::prelude::*;
+
+const STREAM: &str = "s";
+const SUBJECTS: [&str; 3] = ["s.a", "s.b", "s.c"];
+const N_PARTITIONS: u32 = 2;
+const MAX_MESSAGES: usize = 6;
+const MAX_AGE_MS: u64 = 5_000;
+const DUPLICATE_WINDOW_MS: u64 = 2_000;
+const ACK_WAIT_MS: u64 = 1_000;
+const MAX_DELIVER: u32 = 3;
+const MAX_IN_FLIGHT: usize = 4;
+const TRANSACTION_TIMEOUT_MS: u64 = 3_000;
+/// Consumer names and their filters.
+const CONSUMERS: [(&str, Option<&str>); 2] = [("all", None), ("only-a", Some("s.a"))];
+const PRODUCERS: [&str; 2] = ["tx-0", "tx-1"];
+/// The unit of time moves; every duration above is a multiple of it.
+const STEP_MS: u64 = 250;
+
+/// One step of a run.
+#[derive(Clone, Debug)]
+enum Op {
+    Advance(u64),
+    Publish {
+        subject: usize,
+        key: Option<u8>,
+        id: Option<u8>,
+    },
+    Fetch {
+        consumer: usize,
+        max: u32,
+    },
+    /// Acknowledge the `pick`-th outstanding delivery of a consumer (or a random position when there is none).
+    Ack {
+        consumer: usize,
+        pick: usize,
+        kind: AckKind,
+    },
+    Init {
+        producer: usize,
+    },
+    Begin {
+        producer: usize,
+        stale: bool,
+    },
+    Stage {
+        producer: usize,
+        stale: bool,
+        subject: usize,
+        id: Option<u8>,
+    },
+    Commit {
+        producer: usize,
+        stale: bool,
+    },
+    Abort {
+        producer: usize,
+        stale: bool,
+    },
+    Tick,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let kind = prop_oneof![
+        4 => Just(AckKind::Applied),
+        1 => Just(AckKind::InProgress),
+        2 => Just(AckKind::Nack { delay_ms: 0 }),
+        1 => (1u64..6).prop_map(|n| AckKind::Nack { delay_ms: n * STEP_MS }),
+        1 => Just(AckKind::Term),
+    ];
+    prop_oneof![
+        // Time moves in steps that line up with every timer, so deadlines are hit exactly as often as passed.
+        3 => (0u64..6).prop_map(|n| Op::Advance(n * STEP_MS)),
+        6 => (0..SUBJECTS.len(), proptest::option::of(0u8..4), proptest::option::weighted(0.5, 0u8..6))
+            .prop_map(|(subject, key, id)| Op::Publish { subject, key, id }),
+        3 => (0..CONSUMERS.len(), 1u32..4).prop_map(|(consumer, max)| Op::Fetch { consumer, max }),
+        4 => (0..CONSUMERS.len(), 0usize..8, kind).prop_map(|(consumer, pick, kind)| Op::Ack { consumer, pick, kind }),
+        1 => (0..PRODUCERS.len()).prop_map(|producer| Op::Init { producer }),
+        1 => (0..PRODUCERS.len(), proptest::bool::weighted(0.15)).prop_map(|(producer, stale)| Op::Begin { producer, stale }),
+        2 => (0..PRODUCERS.len(), proptest::bool::weighted(0.1), 0..SUBJECTS.len(), proptest::option::weighted(0.3, 0u8..6))
+            .prop_map(|(producer, stale, subject, id)| Op::Stage { producer, stale, subject, id }),
+        1 => (0..PRODUCERS.len(), proptest::bool::weighted(0.2)).prop_map(|(producer, stale)| Op::Commit { producer, stale }),
+        1 => (0..PRODUCERS.len(), proptest::bool::weighted(0.2)).prop_map(|(producer, stale)| Op::Abort { producer, stale }),
+        1 => Just(Op::Tick),
+    ]
+}
+
+/// What both sides answer, reduced to what a client can observe and compare.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Answer {
+    Published { partition: u32, seq: u64, duplicate: bool },
+    Staged { index: u32, duplicate: bool },
+    Fetched(Vec<(u32, u64, u32, u64)>),
+    Acked { state: AckState, already_done: bool },
+    Initialized { producer_id: u64, epoch: u32 },
+    Begun,
+    Committed { messages: Vec<(u32, u64, bool)>, next_epoch: u32 },
+    Aborted { next_epoch: u32 },
+    Ticked,
+    Fenced { current_epoch: u32 },
+    ProducerNotFound,
+    TransactionState,
+    TransactionAborted,
+    NotDelivered,
+    DeliveryExpired,
+    Other(String),
+}
+
+fn answer_of(result: Result<Outcome, Rejection>) -> Answer {
+    match result {
+        Ok(Outcome::Published(ack)) => {
+            Answer::Published { partition: ack.partition, seq: ack.seq, duplicate: ack.duplicate }
+        }
+        Ok(Outcome::Staged { index, duplicate }) => Answer::Staged { index, duplicate },
+        Ok(Outcome::Fetched(deliveries)) => Answer::Fetched(
+            deliveries.iter().map(|d| (d.record.partition, d.record.seq, d.delivery_count, d.ack_deadline.0)).collect(),
+        ),
+        Ok(Outcome::Acked { state, already_done }) => Answer::Acked { state, already_done },
+        Ok(Outcome::ProducerInitialized(r)) => Answer::Initialized { producer_id: r.producer_id, epoch: r.epoch },
+        Ok(Outcome::TransactionBegun) => Answer::Begun,
+        Ok(Outcome::TransactionCommitted { messages, next }) => Answer::Committed {
+            messages: messages.iter().map(|a| (a.partition, a.seq, a.duplicate)).collect(),
+            next_epoch: next.epoch,
+        },
+        Ok(Outcome::TransactionAborted { next }) => Answer::Aborted { next_epoch: next.epoch },
+        Ok(Outcome::Ticked) => Answer::Ticked,
+        Err(Rejection::Fenced { current_epoch }) => Answer::Fenced { current_epoch },
+        Err(Rejection::ProducerNotFound { .. }) => Answer::ProducerNotFound,
+        Err(Rejection::TransactionState { .. }) => Answer::TransactionState,
+        Err(Rejection::TransactionAborted { .. }) => Answer::TransactionAborted,
+        Err(Rejection::NotDelivered { .. }) => Answer::NotDelivered,
+        Err(Rejection::DeliveryExpired { .. }) => Answer::DeliveryExpired,
+        other => Answer::Other(format!("{other:?}")),
+    }
+}
+
+// ----- the model -----
+
+#[derive(Clone, Debug)]
+struct Msg {
+    partition: u32,
+    seq: u64,
+    arrival: u64,
+    subject: &'static str,
+    payload: Vec<u8>,
+    stored_at: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Status {
+    Pending { deadline: u64, count: u32 },
+    Ready { count: u32 },
+    Waiting { until: u64, count: u32 },
+}
+
+#[derive(Clone, Debug, Default)]
+struct ModelConsumer {
+    /// Next sequence to look at, per partition.
+    cursor: [u64; N_PARTITIONS as usize],
+    /// Messages delivered and not done; anything below the cursor and absent here is done.
+    outstanding: BTreeMap<(u32, u64), Status>,
+    next_partition: u32,
+}
+
+#[derive(Clone, Debug)]
+enum End {
+    Committed { epoch: u32, answer: Answer },
+    Aborted { epoch: u32, fenced: bool },
+}
+
+#[derive(Clone, Debug)]
+struct StagedMsg {
+    subject: &'static str,
+    key: Option<u8>,
+    id: Option<String>,
+    payload: Vec<u8>,
+}
+
+#[derive(Clone, Debug)]
+struct ModelTxn {
+    deadline: u64,
+    staged: Vec<StagedMsg>,
+}
+
+#[derive(Clone, Debug)]
+struct ModelProducer {
+    id: u64,
+    epoch: u32,
+    txn: Option<ModelTxn>,
+    last_end: Option<End>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Model {
+    now: u64,
+    messages: Vec<Msg>,
+    next_seq: [u64; N_PARTITIONS as usize],
+    arrivals: u64,
+    /// Every id ever appended: (id, partition, seq, stored_at), newest last.
+    ids: Vec<(String, u32, u64, u64)>,
+    consumers: Vec<ModelConsumer>,
+    producers: BTreeMap<usize, ModelProducer>,
+    next_producer_id: u64,
+}
+
+fn partition_of(subject: &str, key: Option<u8>) -> u32 {
+    match key {
+        Some(key) => partition_for_key(&[key], N_PARTITIONS),
+        None => partition_for_key(subject.as_bytes(), N_PARTITIONS),
+    }
+}
+
+fn matches(filter: Option<&str>, subject: &str) -> bool {
+    filter.is_none_or(|filter| filter == subject)
+}
+
+impl Model {
+    fn new() -> Self {
+        Model {
+            next_seq: [1; N_PARTITIONS as usize],
+            consumers: vec![
+                ModelConsumer { cursor: [1; N_PARTITIONS as usize], ..ModelConsumer::default() };
+                CONSUMERS.len()
+            ],
+            next_producer_id: 1,
+            ..Model::default()
+        }
+    }
+
+    fn retained(&self, partition: u32, seq: u64) -> bool {
+        self.messages.iter().any(|m| m.partition == partition && m.seq == seq)
+    }
+
+    /// Everything due by `now`, in any order: none of these interact.
+    fn expire(&mut self) {
+        let now = self.now;
+        self.messages.retain(|m| m.stored_at + MAX_AGE_MS > now);
+        for consumer in &mut self.consumers {
+            for status in consumer.outstanding.values_mut() {
+                match *status {
+                    Status::Pending { deadline, count } if deadline <= now => *status = Status::Ready { count },
+                    Status::Waiting { until, count } if until <= now => *status = Status::Ready { count },
+                    _ => {}
+                }
+            }
+            // An expired delivery that used up its deliveries is dead-lettered (no dead-letter stream here).
+            consumer
+                .outstanding
+                .retain(|_, status| !matches!(status, Status::Ready { count } if *count >= MAX_DELIVER));
+        }
+        for producer in self.producers.values_mut() {
+            if producer.txn.as_ref().is_some_and(|t| t.deadline <= now) {
+                producer.txn = None;
+                producer.last_end = Some(End::Aborted { epoch: producer.epoch, fenced: false });
+                producer.epoch += 1;
+            }
+        }
+    }
+
+    /// The earlier publish of `id`, if it is still remembered.
+    fn duplicate(&self, id: &str) -> Option<(u32, u64)> {
+        let &(_, partition, seq, stored_at) = self.ids.iter().rev().find(|(i, ..)| i == id)?;
+        (self.retained(partition, seq) || self.now < stored_at + DUPLICATE_WINDOW_MS).then_some((partition, seq))
+    }
+
+    fn append(&mut self, subject: &'static str, key: Option<u8>, id: Option<String>, payload: Vec<u8>) -> Answer {
+        if let Some((partition, seq)) = id.as_deref().and_then(|id| self.duplicate(id)) {
+            return Answer::Published { partition, seq, duplicate: true };
+        }
+        let partition = partition_of(subject, key);
+        if self.messages.len() + 1 > MAX_MESSAGES {
+            let oldest = self.messages.iter().enumerate().min_by_key(|(_, m)| m.arrival).map(|(i, _)| i).unwrap();
+            self.messages.remove(oldest);
+        }
+        let seq = self.next_seq[partition as usize];
+        self.next_seq[partition as usize] += 1;
+        self.arrivals += 1;
+        self.messages.push(Msg { partition, seq, arrival: self.arrivals, subject, payload, stored_at: self.now });
+        if let Some(id) = id {
+            self.ids.push((id, partition, seq, self.now));
+        }
+        Answer::Published { partition, seq, duplicate: false }
+    }
+
+    fn fetch(&mut self, index: usize, max: u32) -> Answer {
+        let (_, filter) = CONSUMERS[index];
+        let now = self.now;
+        let pending =
+            self.consumers[index].outstanding.values().filter(|s| matches!(s, Status::Pending { .. })).count();
+        let mut budget = (max as usize).min(MAX_IN_FLIGHT.saturating_sub(pending));
+        let mut delivered = Vec::new();
+        let ready: Vec<((u32, u64), u32)> = self.consumers[index]
+            .outstanding
+            .iter()
+            .filter_map(|(&key, status)| match status {
+                Status::Ready { count } => Some((key, *count)),
+                _ => None,
+            })
+            .collect();
+        for ((partition, seq), count) in ready {
+            if budget == 0 {
+                break;
+            }
+            if !self.retained(partition, seq) {
+                self.consumers[index].outstanding.remove(&(partition, seq));
+                continue;
+            }
+            let deadline = now + ACK_WAIT_MS;
+            self.consumers[index].outstanding.insert((partition, seq), Status::Pending { deadline, count: count + 1 });
+            delivered.push((partition, seq, count + 1, deadline));
+            budget -= 1;
+        }
+        let start = self.consumers[index].next_partition;
+        for offset in 0..N_PARTITIONS {
+            let partition = (start + offset) % N_PARTITIONS;
+            // Messages removed before they were looked at are skipped: the cursor starts at the low watermark.
+            let low = self
+                .messages
+                .iter()
+                .filter(|m| m.partition == partition)
+                .map(|m| m.seq)
+                .min()
+                .unwrap_or(self.next_seq[partition as usize]);
+            let cursor = &mut self.consumers[index].cursor[partition as usize];
+            *cursor = (*cursor).max(low);
+            while budget > 0 && self.consumers[index].cursor[partition as usize] < self.next_seq[partition as usize] {
+                let seq = self.consumers[index].cursor[partition as usize];
+                self.consumers[index].cursor[partition as usize] += 1;
+                let Some(message) = self.messages.iter().find(|m| m.partition == partition && m.seq == seq) else {
+                    continue;
+                };
+                if !matches(filter, message.subject) {
+                    continue;
+                }
+                let deadline = now + ACK_WAIT_MS;
+                self.consumers[index].outstanding.insert((partition, seq), Status::Pending { deadline, count: 1 });
+                delivered.push((partition, seq, 1, deadline));
+                budget -= 1;
+            }
+        }
+        self.consumers[index].next_partition = (start + 1) % N_PARTITIONS;
+        Answer::Fetched(delivered)
+    }
+
+    /// The (partition, seq) an `Ack` op targets: an outstanding delivery when there is one, else a guess.
+    fn ack_target(&self, index: usize, pick: usize) -> (u32, u64) {
+        let outstanding: Vec<(u32, u64)> = self.consumers[index].outstanding.keys().copied().collect();
+        if outstanding.is_empty() {
+            ((pick % 2) as u32, pick as u64 / 2 + 1)
+        } else {
+            outstanding[pick % outstanding.len()]
+        }
+    }
+
+    fn ack(&mut self, index: usize, partition: u32, seq: u64, kind: AckKind) -> Answer {
+        let now = self.now;
+        let consumer = &mut self.consumers[index];
+        if seq >= consumer.cursor[partition as usize] {
+            return Answer::NotDelivered;
+        }
+        let Some(&status) = consumer.outstanding.get(&(partition, seq)) else {
+            return Answer::Acked { state: AckState::Applied, already_done: true };
+        };
+        let count = match status {
+            Status::Pending { count, .. } | Status::Ready { count } | Status::Waiting { count, .. } => count,
+        };
+        let state = match kind {
+            AckKind::Applied => {
+                consumer.outstanding.remove(&(partition, seq));
+                AckState::Applied
+            }
+            AckKind::InProgress => {
+                if !matches!(status, Status::Pending { .. }) {
+                    return Answer::DeliveryExpired;
+                }
+                consumer.outstanding.insert((partition, seq), Status::Pending { deadline: now + ACK_WAIT_MS, count });
+                AckState::Received
+            }
+            AckKind::Nack { delay_ms } => {
+                if count >= MAX_DELIVER {
+                    consumer.outstanding.remove(&(partition, seq));
+                } else if delay_ms > 0 {
+                    consumer.outstanding.insert((partition, seq), Status::Waiting { until: now + delay_ms, count });
+                } else {
+                    consumer.outstanding.insert((partition, seq), Status::Ready { count });
+                }
+                AckState::Nack
+            }
+            AckKind::Term => {
+                consumer.outstanding.remove(&(partition, seq));
+                AckState::Failed
+            }
+            other => unreachable!("not generated: {other:?}"),
+        };
+        Answer::Acked { state, already_done: false }
+    }
+
+    fn producer_ref(&self, index: usize, stale: bool) -> ProducerRef {
+        match self.producers.get(&index) {
+            Some(p) => {
+                ProducerRef { producer_id: p.id, epoch: if stale { p.epoch.saturating_sub(1) } else { p.epoch } }
+            }
+            None => ProducerRef { producer_id: 1_000 + index as u64, epoch: 0 },
+        }
+    }
+
+    /// The producer if `r` names its current epoch, else the rejection.
+    fn current(&mut self, index: usize, r: ProducerRef) -> Result<&mut ModelProducer, Answer> {
+        let producer = self.producers.get_mut(&index).ok_or(Answer::ProducerNotFound)?;
+        if producer.epoch != r.epoch {
+            return Err(Answer::Fenced { current_epoch: producer.epoch });
+        }
+        Ok(producer)
+    }
+
+    fn init(&mut self, index: usize) -> Answer {
+        match self.producers.get_mut(&index) {
+            Some(p) => {
+                if p.txn.take().is_some() {
+                    p.last_end = Some(End::Aborted { epoch: p.epoch, fenced: true });
+                    p.epoch += 1;
+                }
+                p.epoch += 1;
+                Answer::Initialized { producer_id: p.id, epoch: p.epoch }
+            }
+            None => {
+                let id = self.next_producer_id;
+                self.next_producer_id += 1;
+                self.producers.insert(index, ModelProducer { id, epoch: 0, txn: None, last_end: None });
+                Answer::Initialized { producer_id: id, epoch: 0 }
+            }
+        }
+    }
+
+    fn begin(&mut self, index: usize, r: ProducerRef) -> Answer {
+        let deadline = self.now + TRANSACTION_TIMEOUT_MS;
+        match self.current(index, r) {
+            Err(answer) => answer,
+            Ok(p) if p.txn.is_some() => Answer::TransactionState,
+            Ok(p) => {
+                p.txn = Some(ModelTxn { deadline, staged: Vec::new() });
+                Answer::Begun
+            }
+        }
+    }
+
+    fn stage(&mut self, index: usize, r: ProducerRef, message: StagedMsg) -> Answer {
+        let duplicate = message.id.as_deref().and_then(|id| self.duplicate(id));
+        let p = match self.current(index, r) {
+            Err(answer) => return answer,
+            Ok(p) => p,
+        };
+        let Some(txn) = p.txn.as_mut() else { return Answer::TransactionState };
+        if let Some((partition, seq)) = duplicate {
+            return Answer::Published { partition, seq, duplicate: true };
+        }
+        if let Some(position) = txn.staged.iter().position(|s| s.id.is_some() && s.id == message.id) {
+            return Answer::Staged { index: position as u32, duplicate: true };
+        }
+        txn.staged.push(message);
+        Answer::Staged { index: txn.staged.len() as u32 - 1, duplicate: false }
+    }
+
+    fn replay(&self, index: usize, r: ProducerRef, commit: bool) -> Answer {
+        let p = &self.producers[&index];
+        let fenced = Answer::Fenced { current_epoch: p.epoch };
+        if r.epoch + 1 != p.epoch {
+            return fenced;
+        }
+        match (&p.last_end, commit) {
+            (Some(End::Committed { epoch, answer }), true) if *epoch == r.epoch => answer.clone(),
+            (Some(End::Committed { epoch, .. }), false) if *epoch == r.epoch => Answer::TransactionState,
+            (Some(End::Aborted { epoch, fenced: false }), false) if *epoch == r.epoch => {
+                Answer::Aborted { next_epoch: p.epoch }
+            }
+            (Some(End::Aborted { epoch, fenced: false }), true) if *epoch == r.epoch => Answer::TransactionAborted,
+            _ => fenced,
+        }
+    }
+
+    fn commit(&mut self, index: usize, r: ProducerRef) -> Answer {
+        let Some(p) = self.producers.get(&index) else { return Answer::ProducerNotFound };
+        if p.epoch != r.epoch {
+            return self.replay(index, r, true);
+        }
+        let Some(txn) = self.producers.get_mut(&index).unwrap().txn.take() else { return Answer::TransactionState };
+        let mut messages = Vec::new();
+        for s in txn.staged {
+            match self.append(s.subject, s.key, s.id, s.payload) {
+                Answer::Published { partition, seq, duplicate } => messages.push((partition, seq, duplicate)),
+                other => unreachable!("{other:?}"),
+            }
+        }
+        let p = self.producers.get_mut(&index).unwrap();
+        p.epoch += 1;
+        let answer = Answer::Committed { messages, next_epoch: p.epoch };
+        p.last_end = Some(End::Committed { epoch: r.epoch, answer: answer.clone() });
+        answer
+    }
+
+    fn abort(&mut self, index: usize, r: ProducerRef) -> Answer {
+        let Some(p) = self.producers.get(&index) else { return Answer::ProducerNotFound };
+        if p.epoch != r.epoch {
+            return self.replay(index, r, false);
+        }
+        let p = self.producers.get_mut(&index).unwrap();
+        if p.txn.take().is_none() {
+            return Answer::TransactionState;
+        }
+        p.last_end = Some(End::Aborted { epoch: p.epoch, fenced: false });
+        p.epoch += 1;
+        Answer::Aborted { next_epoch: p.epoch }
+    }
+}
+
+// ----- driving both -----
+
+fn setup(cell: &mut Cell) {
+    let config = StreamConfig {
+        partitions: N_PARTITIONS,
+        max_messages: Some(MAX_MESSAGES as u64),
+        max_age_ms: Some(MAX_AGE_MS),
+        duplicate_window_ms: DUPLICATE_WINDOW_MS,
+        ..StreamConfig::with_subjects(["s.>"])
+    };
+    cell.apply(Millis(0), Command::CreateStream { name: STREAM.to_string(), config }).unwrap();
+    for (name, filter) in CONSUMERS {
+        let config = ConsumerConfig {
+            filter_subject: filter.map(str::to_string),
+            ack_wait_ms: ACK_WAIT_MS,
+            max_deliver: Some(MAX_DELIVER),
+            max_in_flight: MAX_IN_FLIGHT as u32,
+            ..ConsumerConfig::default()
+        };
+        cell.apply(Millis(0), Command::CreateConsumer { stream: STREAM.to_string(), name: name.to_string(), config })
+            .unwrap();
+    }
+}
+
+fn publish_request(subject: &str, key: Option<u8>, id: Option<String>, payload: &[u8]) -> PublishRequest {
+    PublishRequest {
+        key: key.map(|k| Bytes::copy_from_slice(&[k])),
+        msg_id: id,
+        ..PublishRequest::new(subject, Bytes::copy_from_slice(payload))
+    }
+}
+
+/// Runs one step on both sides and returns (cell's answer, model's answer).
+fn step(cell: &mut Cell, model: &mut Model, op: &Op, counter: &mut u64) -> (Answer, Answer) {
+    if let Op::Advance(ms) = op {
+        model.now += ms;
+        return (Answer::Ticked, Answer::Ticked);
+    }
+    model.expire();
+    let at = Millis(model.now);
+    *counter += 1;
+    let payload = counter.to_le_bytes().to_vec();
+    match *op {
+        Op::Advance(_) => unreachable!(),
+        Op::Tick => (answer_of(cell.apply(at, Command::Tick)), Answer::Ticked),
+        Op::Publish { subject, key, id } => {
+            let id = id.map(|i| format!("id-{i}"));
+            let request = publish_request(SUBJECTS[subject], key, id.clone(), &payload);
+            (answer_of(cell.apply(at, Command::Publish(request))), model.append(SUBJECTS[subject], key, id, payload))
+        }
+        Op::Fetch { consumer, max } => {
+            let command = Command::Fetch {
+                stream: STREAM.to_string(),
+                consumer: CONSUMERS[consumer].0.to_string(),
+                member: "m".to_string(),
+                max,
+            };
+            (answer_of(cell.apply(at, command)), model.fetch(consumer, max))
+        }
+        Op::Ack { consumer, pick, kind } => {
+            let (partition, seq) = model.ack_target(consumer, pick);
+            let command = Command::Ack {
+                stream: STREAM.to_string(),
+                consumer: CONSUMERS[consumer].0.to_string(),
+                partition,
+                seq,
+                kind,
+            };
+            (answer_of(cell.apply(at, command)), model.ack(consumer, partition, seq, kind))
+        }
+        Op::Init { producer } => {
+            let command = Command::InitProducer {
+                transactional_id: PRODUCERS[producer].to_string(),
+                transaction_timeout_ms: TRANSACTION_TIMEOUT_MS,
+            };
+            (answer_of(cell.apply(at, command)), model.init(producer))
+        }
+        Op::Begin { producer, stale } => {
+            let r = model.producer_ref(producer, stale);
+            (answer_of(cell.apply(at, Command::BeginTransaction(r))), model.begin(producer, r))
+        }
+        Op::Stage { producer, stale, subject, id } => {
+            let r = model.producer_ref(producer, stale);
+            let id = id.map(|i| format!("id-{i}"));
+            let request = PublishRequest {
+                transaction: Some(r),
+                ..publish_request(SUBJECTS[subject], None, id.clone(), &payload)
+            };
+            let staged = StagedMsg { subject: SUBJECTS[subject], key: None, id, payload };
+            (answer_of(cell.apply(at, Command::Publish(request))), model.stage(producer, r, staged))
+        }
+        Op::Commit { producer, stale } => {
+            let r = model.producer_ref(producer, stale);
+            (answer_of(cell.apply(at, Command::CommitTransaction(r))), model.commit(producer, r))
+        }
+        Op::Abort { producer, stale } => {
+            let r = model.producer_ref(producer, stale);
+            (answer_of(cell.apply(at, Command::AbortTransaction(r))), model.abort(producer, r))
+        }
+    }
+}
+
+/// The visible state of both sides must agree.
+fn compare_state(cell: &Cell, model: &Model) -> Result<(), TestCaseError> {
+    for partition in 0..N_PARTITIONS {
+        let stored: Vec<(u64, Vec<u8>)> = cell
+            .read_from(STREAM, partition, 0, 1_000)
+            .unwrap()
+            .into_iter()
+            .map(|r| match r.body {
+                cellog_core::Body::Payload(bytes) => (r.seq, bytes.to_vec()),
+                cellog_core::Body::Tombstone { .. } => (r.seq, Vec::new()),
+            })
+            .collect();
+        let mut expected: Vec<(u64, Vec<u8>)> =
+            model.messages.iter().filter(|m| m.partition == partition).map(|m| (m.seq, m.payload.clone())).collect();
+        expected.sort();
+        prop_assert_eq!(stored, expected, "partition {} contents", partition);
+        let info = cell.stream_info(STREAM).unwrap();
+        prop_assert_eq!(info.partitions[partition as usize].high_watermark, model.next_seq[partition as usize] - 1);
+    }
+    for (index, (name, _)) in CONSUMERS.iter().enumerate() {
+        let info = cell.consumer_info(STREAM, name, Millis(model.now)).unwrap();
+        let consumer = &model.consumers[index];
+        let pending = consumer.outstanding.values().filter(|s| matches!(s, Status::Pending { .. })).count();
+        prop_assert_eq!(info.n_pending as usize, pending, "consumer {} pending", name);
+        for partition in 0..N_PARTITIONS {
+            let floor = consumer
+                .outstanding
+                .keys()
+                .find(|(p, _)| *p == partition)
+                .map_or(consumer.cursor[partition as usize], |(_, seq)| *seq);
+            let lag = &info.partitions[partition as usize];
+            prop_assert_eq!(lag.ack_floor, floor, "consumer {} partition {} ack floor", name, partition);
+            prop_assert_eq!(lag.cursor, consumer.cursor[partition as usize], "consumer {} cursor", name);
+            prop_assert_eq!(
+                lag.n_outstanding as usize,
+                consumer.outstanding.keys().filter(|(p, _)| *p == partition).count()
+            );
+        }
+    }
+    for (index, producer) in &model.producers {
+        let info = cell.producer_info(producer.id).unwrap();
+        prop_assert_eq!(info.epoch, producer.epoch, "producer {} epoch", index);
+        prop_assert_eq!(info.open_transaction, producer.txn.as_ref().map(|t| t.staged.len() as u64));
+    }
+    Ok(())
+}
+
+/// Invariants of the cell on its own.
+fn check_invariants(cell: &Cell, now: u64) -> Result<(), TestCaseError> {
+    let info = cell.stream_info(STREAM).unwrap();
+    prop_assert!(info.n_messages <= MAX_MESSAGES as u64, "max_messages exceeded: {}", info.n_messages);
+    prop_assert_eq!(info.n_messages, info.partitions.iter().map(|p| p.n_messages).sum::<u64>());
+    prop_assert_eq!(info.n_bytes, info.partitions.iter().map(|p| p.n_bytes).sum::<u64>());
+    let mut seen_ids = std::collections::BTreeSet::new();
+    for p in &info.partitions {
+        prop_assert!(p.low_watermark <= p.high_watermark + 1);
+        for record in cell.read_from(STREAM, p.partition, 0, 1_000).unwrap() {
+            prop_assert!(record.stored_at.0 + MAX_AGE_MS > now, "a message outlived max_age");
+            if let Some(id) = &record.msg_id {
+                prop_assert!(seen_ids.insert(id.clone()), "message id {} stored twice", id);
+            }
+        }
+    }
+    for (name, _) in CONSUMERS {
+        let consumer = cell.consumer_info(STREAM, name, Millis(now)).unwrap();
+        prop_assert!(consumer.n_pending as usize <= MAX_IN_FLIGHT, "max_in_flight exceeded");
+    }
+    let mut restored = Cell::restore(&cell.snapshot()).expect("a snapshot restores");
+    prop_assert!(restored == *cell, "restore(snapshot(cell)) differs from cell");
+    prop_assert_eq!(restored.drain_effects().count(), 0);
+    Ok(())
+}
+
+fn run(ops: &[Op]) -> Result<Cell, TestCaseError> {
+    let mut cell = Cell::new();
+    setup(&mut cell);
+    let mut model = Model::new();
+    let mut counter = 0;
+    for (index, op) in ops.iter().enumerate() {
+        let (actual, expected) = step(&mut cell, &mut model, op, &mut counter);
+        cell.drain_effects().for_each(drop);
+        prop_assert_eq!(actual, expected, "step {} {:?} at {}ms", index, op, model.now);
+        compare_state(&cell, &model)?;
+        check_invariants(&cell, cell.last_at().0)?;
+    }
+    Ok(cell)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn cell_agrees_with_the_model(ops in proptest::collection::vec(op(), 1..80)) {
+        let first = run(&ops)?;
+        // The same commands at the same times give the same state in a second cell.
+        let second = run(&ops)?;
+        prop_assert_eq!(first.digest(), second.digest());
+    }
+}
