@@ -1,1 +1,126 @@
-fn main() {}
+//! Throughput of `Cell::apply`: publishes of 256-byte bodies (plain, with message ids, keyed over partitions) and
+//! consume-and-ack with fetches of 256. Commands are built before the clock starts, as a replica receives them
+//! decoded from the log; draining effects is counted, since every host does it.
+//!
+//! Run with `cargo bench -p cellog-core --bench apply`.
+#![allow(clippy::disallowed_methods, reason = "a benchmark measures wall-clock time")]
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use cellog_core::{AckKind, Cell, Command, ConsumerConfig, Millis, Outcome, PublishRequest, StreamConfig};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+
+const BODY_BYTES: usize = 256;
+/// Messages per fresh cell, so memory stays bounded however many iterations criterion asks for.
+const CHUNK: u64 = 200_000;
+
+fn cell_with_stream(partitions: u32) -> Cell {
+    let mut cell = Cell::new();
+    let config = StreamConfig { partitions, ..StreamConfig::with_subjects(["bench.>"]) };
+    cell.apply(Millis(0), Command::CreateStream { name: "bench".to_string(), config }).expect("stream");
+    cell
+}
+
+/// Builds `n` publish commands; `shape` fills in id and key.
+fn publishes(n: u64, shape: impl Fn(u64, PublishRequest) -> PublishRequest) -> Vec<Command> {
+    let body = Bytes::from(vec![b'x'; BODY_BYTES]);
+    (0..n).map(|i| Command::Publish(shape(i, PublishRequest::new("bench.orders", body.clone())))).collect()
+}
+
+/// Applies commands to fresh cells in chunks and returns the time spent in `apply` and draining effects.
+fn run_publishes(
+    iters: u64,
+    partitions: u32,
+    shape: &(impl Fn(u64, PublishRequest) -> PublishRequest + Copy),
+) -> Duration {
+    let mut total = Duration::ZERO;
+    let mut remaining = iters;
+    while remaining > 0 {
+        let n = remaining.min(CHUNK);
+        let mut cell = cell_with_stream(partitions);
+        let commands = publishes(n, shape);
+        let start = Instant::now();
+        for (i, command) in commands.into_iter().enumerate() {
+            // A thousand commands per millisecond of cell time.
+            black_box(cell.apply(Millis(1 + i as u64 / 1000), command)).expect("publish");
+            cell.drain_effects().for_each(drop);
+        }
+        total += start.elapsed();
+        remaining -= n;
+    }
+    total
+}
+
+fn publish(c: &mut Criterion) {
+    let mut group = c.benchmark_group("apply");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("publish_256B", |b| b.iter_custom(|iters| run_publishes(iters, 1, &|_, r| r)));
+    group.bench_function("publish_256B_with_msg_id", |b| {
+        b.iter_custom(|iters| run_publishes(iters, 1, &|i, r| r.with_id(format!("msg-{i}"))))
+    });
+    group.bench_function("publish_256B_keyed_8_partitions", |b| {
+        b.iter_custom(|iters| {
+            run_publishes(iters, 8, &|i, r| PublishRequest { key: Some(Bytes::from((i % 64).to_le_bytes().to_vec())), ..r })
+        })
+    });
+    group.finish();
+}
+
+/// Fetch 256, ack each: the time per acknowledged message (one fetch command per 256 acks).
+fn consume_and_ack(c: &mut Criterion) {
+    let mut group = c.benchmark_group("apply");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("fetch256_and_ack", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            let mut remaining = iters;
+            while remaining > 0 {
+                let n = remaining.min(CHUNK);
+                let mut cell = cell_with_stream(1);
+                for (i, command) in publishes(n, |_, r| r).into_iter().enumerate() {
+                    cell.apply(Millis(1 + i as u64 / 1000), command).expect("publish");
+                }
+                let config = ConsumerConfig { max_in_flight: 1024, ..ConsumerConfig::default() };
+                cell.apply(
+                    Millis(1_000),
+                    Command::CreateConsumer { stream: "bench".to_string(), name: "c".to_string(), config },
+                )
+                .expect("consumer");
+                cell.drain_effects().for_each(drop);
+                let at = Millis(1_000);
+                let start = Instant::now();
+                let mut acked = 0;
+                while acked < n {
+                    let fetch = Command::Fetch {
+                        stream: "bench".to_string(),
+                        consumer: "c".to_string(),
+                        member: "m".to_string(),
+                        max: 256,
+                    };
+                    let Ok(Outcome::Fetched(deliveries)) = cell.apply(at, fetch) else { panic!("fetch") };
+                    for delivery in deliveries {
+                        let ack = Command::Ack {
+                            stream: "bench".to_string(),
+                            consumer: "c".to_string(),
+                            partition: delivery.record.partition,
+                            seq: delivery.record.seq,
+                            kind: AckKind::Applied,
+                        };
+                        black_box(cell.apply(at, ack)).expect("ack");
+                        acked += 1;
+                    }
+                    cell.drain_effects().for_each(drop);
+                }
+                total += start.elapsed();
+                remaining -= n;
+            }
+            total
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, publish, consume_and_ack);
+criterion_main!(benches);

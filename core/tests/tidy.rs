@@ -1,0 +1,88 @@
+//! Tidy checks that keep the state machine sans-IO and deterministic, run with the tests so they cannot be skipped.
+
+use std::path::{Path, PathBuf};
+
+fn crate_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|error| panic!("reading {}: {error}", path.display()))
+}
+
+fn sources(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("source directory") {
+        let path = entry.expect("directory entry").path();
+        if path.is_dir() {
+            files.extend(sources(&path));
+        } else if path.extension().is_some_and(|ext| ext == "rs") {
+            files.push(path);
+        }
+    }
+    files.sort();
+    files
+}
+
+#[test]
+fn core_depends_on_no_runtime_rpc_raft_or_randomness() {
+    let manifest = read(&crate_dir().join("Cargo.toml"));
+    let dependencies = manifest
+        .split("[dependencies]")
+        .nth(1)
+        .expect("a [dependencies] table")
+        .split("\n[")
+        .next()
+        .unwrap_or_default();
+    for banned in ["tokio", "tonic", "prost", "openraft", "madsim", "rand", "rocksdb"] {
+        let named = dependencies.lines().any(|line| {
+            let name = line.split(['=', '.', ' ']).next().unwrap_or_default().trim();
+            name == banned || name.starts_with(&format!("{banned}-")) || name.starts_with(&format!("{banned}_"))
+        });
+        assert!(!named, "core/Cargo.toml must not depend on {banned}: the cell is sans-IO and deterministic");
+    }
+}
+
+#[test]
+fn core_source_reads_no_clock_and_iterates_no_hash_maps() {
+    let banned = [
+        ("Instant", "time is the `at` argument"),
+        ("SystemTime", "time is the `at` argument"),
+        ("HashMap", "iteration order must be fixed: use BTreeMap"),
+        ("HashSet", "iteration order must be fixed: use BTreeSet"),
+        ("thread_rng", "randomness comes in as a seed"),
+        ("std::thread", "the cell spawns nothing"),
+        ("std::fs", "the cell does no IO"),
+        ("std::net", "the cell does no IO"),
+        ("tokio", "the cell does no IO"),
+    ];
+    let mut offences = Vec::new();
+    for path in sources(&crate_dir().join("src")) {
+        for (number, line) in read(&path).lines().enumerate() {
+            for (word, why) in banned {
+                if line.contains(word) {
+                    offences.push(format!("{}:{}: {word} ({why})", path.display(), number + 1));
+                }
+            }
+        }
+    }
+    assert!(offences.is_empty(), "banned names in core/src:\n{}", offences.join("\n"));
+}
+
+#[test]
+fn every_crate_says_what_it_is() {
+    let root = crate_dir().join("..");
+    for name in ["core", "raft", "net", "sim", "proto", "chaos", "golden"] {
+        let lib = read(&root.join(name).join("src/lib.rs"));
+        assert!(lib.trim_start().starts_with("//!"), "{name}/src/lib.rs must start with a //! doc");
+    }
+}
+
+#[test]
+fn ci_runs_the_readme_test_command() {
+    let root = crate_dir().join("..");
+    let readme = read(&root.join("README.md"));
+    let ci = read(&root.join(".ci/run"));
+    assert!(readme.contains("\nci/test\n"), "README.md must give `ci/test` as the test command");
+    assert!(ci.contains("ci/test"), ".ci/run must call ci/test");
+}
