@@ -62,7 +62,10 @@ fn publish(c: &mut Criterion) {
     });
     group.bench_function("publish_256B_keyed_8_partitions", |b| {
         b.iter_custom(|iters| {
-            run_publishes(iters, 8, &|i, r| PublishRequest { key: Some(Bytes::from((i % 64).to_le_bytes().to_vec())), ..r })
+            run_publishes(iters, 8, &|i, r| PublishRequest {
+                key: Some(Bytes::from((i % 64).to_le_bytes().to_vec())),
+                ..r
+            })
         })
     });
     group.finish();

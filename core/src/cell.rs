@@ -264,7 +264,7 @@ impl Cell {
             let oldest_here = (from..log.next_seq())
                 .take(crate::consumer::FETCH_SCAN_LIMIT)
                 .filter_map(|seq| log.get(seq).map(|message| (seq, message)))
-                .find(|(seq, message)| !c.is_done(partition, *seq, &message.subject))
+                .find(|(seq, message)| c.matches(&message.subject) && !c.is_done(partition, *seq))
                 .map(|(_, message)| message.stored_at);
             oldest = match (oldest, oldest_here) {
                 (Some(a), Some(b)) => Some(a.min(b)),
@@ -549,6 +549,7 @@ impl Cell {
     fn enforce_retention(&mut self, at: Millis, name: &str) {
         let Some(stream) = self.streams.get_mut(name) else { return };
         stream.sweep(at, &mut self.effects);
+        stream.release_held(&mut self.effects);
         stream.shrink_to_limits(&mut self.effects);
         for partition in 0..stream.config.partitions {
             stream.sweep_interest(partition, 0, u64::MAX, &mut self.effects);
@@ -775,6 +776,7 @@ impl Cell {
         let index = transaction.staged.len() as u32;
         transaction.staged_bytes += size;
         transaction.staged.push(Staged {
+            stream_id: stream.id,
             stream: name,
             partition,
             size,
@@ -789,6 +791,10 @@ impl Cell {
         let mut tallies: BTreeMap<&str, Tally> = BTreeMap::new();
         for message in staged {
             let stream = self.stream(&message.stream)?;
+            if stream.id != message.stream_id {
+                // Deleted and created again since staging: not the stream the message was staged for.
+                return Err(Rejection::StreamNotFound { stream: message.stream.to_string() });
+            }
             if message.request.msg_id.as_deref().is_some_and(|id| stream.dedup.contains_key(id)) {
                 continue;
             }
@@ -899,7 +905,9 @@ impl Cell {
         };
         producer.last_end = Some(TransactionEnd::Committed { epoch: r.epoch, outcome: outcome.clone() });
         let n_messages = match &outcome {
-            Outcome::TransactionCommitted { messages, .. } => messages.len() as u32,
+            Outcome::TransactionCommitted { messages, .. } => {
+                messages.iter().filter(|ack| !ack.duplicate).count() as u32
+            }
             _ => unreachable!("built above"),
         };
         self.effects.push(Effect::TransactionCommitted { producer_id: r.producer_id, epoch: r.epoch, n_messages });
@@ -993,6 +1001,11 @@ impl Cell {
         s.next_consumer_id += 1;
         let name: Arc<str> = Arc::from(name);
         s.consumers.insert(name.clone(), Consumer::new(id, name, config, cursors, at));
+        // A consumer that starts past some messages is done with them; under interest retention they may go now
+        // rather than at whatever command next sweeps.
+        for partition in 0..s.config.partitions {
+            s.sweep_interest(partition, 0, u64::MAX, &mut self.effects);
+        }
         Ok(Outcome::ConsumerCreated { created: true })
     }
 
@@ -1026,10 +1039,7 @@ impl Cell {
         let c = consumers.get_mut(consumer).expect("checked above");
         let consumer_id = c.id;
         let member: Arc<str> = Arc::from(member);
-        let (deliveries, timers, skipped) = c.fetch(partitions, &member, max, at);
-        for (partition, seq) in skipped {
-            s.remove_if_uninteresting(partition, seq, &mut self.effects);
-        }
+        let (deliveries, timers) = c.fetch(partitions, &member, max, at);
         for (due, partition, seq) in timers {
             self.set_timer(due, Timer::Delivery { stream_id, consumer_id, partition, seq });
         }
@@ -1132,7 +1142,7 @@ impl Cell {
             if let (Some(message), Some(target)) = (original, target)
                 && let Some(dead_letters) = self.streams.get_mut(target.as_str())
             {
-                let mut headers = message.headers.as_deref().cloned().unwrap_or_default();
+                let mut headers = message.headers().cloned().unwrap_or_default();
                 for (name, value) in [
                     ("cellog-dead-letter-stream", stream.to_string()),
                     ("cellog-dead-letter-consumer", letter.consumer.to_string()),
@@ -1143,8 +1153,8 @@ impl Cell {
                 ] {
                     headers.insert(name.to_string(), value);
                 }
-                let partition = dead_letters.partition_of(&message.subject, message.key.as_ref());
-                let size = Message::accounted_size(&message.subject, message.key.as_ref(), &headers, &message.payload);
+                let partition = dead_letters.partition_of(&message.subject, message.key());
+                let size = Message::accounted_size(&message.subject, message.key(), &headers, &message.payload);
                 let incoming = Incoming { subject: &message.subject, size };
                 let plan =
                     dead_letters.plan_room(&incoming, RoomMode::Lenient).expect("lenient planning never refuses");
@@ -1155,7 +1165,7 @@ impl Cell {
                 let request = PublishRequest {
                     subject: message.subject.to_string(),
                     payload: message.payload.clone(),
-                    key: message.key.clone(),
+                    key: message.key().cloned(),
                     headers,
                     ..PublishRequest::default()
                 };

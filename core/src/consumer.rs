@@ -95,10 +95,9 @@ impl Consumer {
         self.config.filter_subject.as_deref().is_none_or(|filter| filter_matches(filter, subject))
     }
 
-    /// Whether the consumer is finished with a message.
-    pub fn is_done(&self, partition: u32, seq: u64, subject: &str) -> bool {
-        !self.matches(subject)
-            || (seq < self.cursors[partition as usize] && !self.outstanding.contains_key(&(partition, seq)))
+    /// Whether the consumer is finished with a message it matches: looked at and no longer outstanding.
+    pub fn is_done(&self, partition: u32, seq: u64) -> bool {
+        seq < self.cursors[partition as usize] && !self.outstanding.contains_key(&(partition, seq))
     }
 
     /// The committed position of a partition: everything below it is done.
@@ -155,18 +154,16 @@ impl Consumer {
     }
 
     /// Delivers up to `max` messages to `member`: redelivery candidates first (oldest first), then new messages from
-    /// the cursors, starting at a rotating partition. Returns the deliveries, the timers to set, and the sequences
-    /// skipped by the filter (which interest retention may now remove).
+    /// the cursors, starting at a rotating partition. Returns the deliveries and the timers to set.
     pub fn fetch(
         &mut self,
         partitions: &[Partition],
         member: &Arc<str>,
         max: u32,
         at: Millis,
-    ) -> (Vec<Delivery>, Vec<DeliveryTimer>, Vec<(u32, u64)>) {
+    ) -> (Vec<Delivery>, Vec<DeliveryTimer>) {
         let mut deliveries = Vec::new();
         let mut timers = Vec::new();
-        let mut skipped = Vec::new();
         let mut budget = max.min(self.config.max_in_flight.saturating_sub(self.n_pending));
         let deadline = at.plus(self.config.ack_wait_ms);
 
@@ -210,10 +207,9 @@ impl Consumer {
                 let matches =
                     self.config.filter_subject.as_deref().is_none_or(|filter| filter_matches(filter, &message.subject));
                 if !matches {
-                    skipped.push((partition, seq));
                     continue;
                 }
-                if let Some(deliver_at) = message.deliver_at.filter(|deliver_at| *deliver_at > at) {
+                if let Some(deliver_at) = message.deliver_at().filter(|deliver_at| *deliver_at > at) {
                     self.outstanding.insert(
                         (partition, seq),
                         Outstanding {
@@ -249,6 +245,6 @@ impl Consumer {
         if n_partitions > 0 {
             self.next_partition = (self.next_partition + 1) % n_partitions;
         }
-        (deliveries, timers, skipped)
+        (deliveries, timers)
     }
 }

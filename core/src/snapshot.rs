@@ -56,7 +56,14 @@ impl Cell {
         if stored != computed {
             return Err(SnapshotError::ChecksumMismatch { stored, computed });
         }
-        postcard::from_bytes(body).map_err(|error| SnapshotError::Malformed { reason: error.to_string() })
+        let (cell, rest) = postcard::take_from_bytes::<Cell>(body)
+            .map_err(|error| SnapshotError::Malformed { reason: error.to_string() })?;
+        if !rest.is_empty() {
+            return Err(SnapshotError::Malformed {
+                reason: format!("{} bytes after the end of the state", rest.len()),
+            });
+        }
+        Ok(cell)
     }
 
     /// SHA-256 of the state's encoding: equal digests mean equal states.

@@ -13,19 +13,26 @@ use crate::consumer::Consumer;
 use crate::error::{Quota, Rejection};
 use crate::time::Millis;
 
-/// A stored message.
+/// A stored message. Kept small (the common fields inline, the rare ones boxed) because partitions hold millions of
+/// them and move them when they grow.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Message {
     /// Arrival order across the stream's partitions; eviction takes the smallest first.
     pub stream_seq: u64,
     pub subject: Arc<str>,
-    pub key: Option<Bytes>,
     pub msg_id: Option<Arc<str>>,
-    pub headers: Option<Box<Headers>>,
     pub payload: Bytes,
     /// Bytes counted against limits: subject, key, headers and payload.
     pub size: u64,
     pub stored_at: Millis,
+    pub extras: Option<Box<Extras>>,
+}
+
+/// What few messages carry.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Extras {
+    pub key: Option<Bytes>,
+    pub headers: Headers,
     pub expires_at: Option<Millis>,
     pub deliver_at: Option<Millis>,
     pub recalled_at: Option<Millis>,
@@ -37,15 +44,35 @@ impl Message {
         (subject.len() + key.map_or(0, Bytes::len) + header_bytes + payload.len()) as u64
     }
 
+    pub fn key(&self) -> Option<&Bytes> {
+        self.extras.as_ref().and_then(|extras| extras.key.as_ref())
+    }
+
+    pub fn headers(&self) -> Option<&Headers> {
+        self.extras.as_ref().map(|extras| &extras.headers)
+    }
+
+    pub fn expires_at(&self) -> Option<Millis> {
+        self.extras.as_ref().and_then(|extras| extras.expires_at)
+    }
+
+    pub fn deliver_at(&self) -> Option<Millis> {
+        self.extras.as_ref().and_then(|extras| extras.deliver_at)
+    }
+
+    pub fn recalled_at(&self) -> Option<Millis> {
+        self.extras.as_ref().and_then(|extras| extras.recalled_at)
+    }
+
     pub fn record(&self, partition: u32, seq: u64) -> Record {
         Record {
             partition,
             seq,
             subject: self.subject.clone(),
-            key: self.key.clone(),
+            key: self.key().cloned(),
             msg_id: self.msg_id.clone(),
-            headers: self.headers.as_deref().cloned().unwrap_or_default(),
-            body: match self.recalled_at {
+            headers: self.headers().cloned().unwrap_or_default(),
+            body: match self.recalled_at() {
                 Some(recalled_at) => Body::Tombstone { recalled_at },
                 None => Body::Payload(self.payload.clone()),
             },
@@ -127,8 +154,10 @@ impl Partition {
 
 /// Per-subject accounting. `order` lists the subject's messages oldest first; entries whose message is gone are
 /// dropped lazily, but both ends are always live.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct SubjectState {
+    /// The subject, shared by every message on it.
+    pub name: Arc<str>,
     pub n_messages: u64,
     pub n_bytes: u64,
     pub order: VecDeque<(u32, u64)>,
@@ -210,8 +239,10 @@ pub(crate) struct Stream {
     pub dedup: BTreeMap<Arc<str>, DedupEntry>,
     /// (window end, id, partition, seq) in publish order, hence in time order.
     pub dedup_expiry: VecDeque<(Millis, Arc<str>, u32, u64)>,
-    /// (expiry, partition, seq) of messages with a TTL.
+    /// (expiry, partition, seq) of messages with a TTL, not yet expired.
     pub ttl_index: BTreeSet<(Millis, u32, u64)>,
+    /// Messages whose TTL passed while a registered peer had not received them: removed once it has.
+    pub ttl_held: BTreeSet<(u32, u64)>,
     pub bucket: Option<TokenBucket>,
     pub consumers: BTreeMap<Arc<str>, Consumer>,
     pub next_consumer_id: u64,
@@ -238,6 +269,7 @@ impl Stream {
             dedup: BTreeMap::new(),
             dedup_expiry: VecDeque::new(),
             ttl_index: BTreeSet::new(),
+            ttl_held: BTreeSet::new(),
             bucket,
             consumers: BTreeMap::new(),
             next_consumer_id: 1,
@@ -247,20 +279,32 @@ impl Stream {
     }
 
     /// Replaces the limits of the config, keeping the token bucket's level when the rate limit stays.
+    /// Replaces the config. Tokens earned before the change are earned at the old rate (and capped by the new
+    /// burst); message ids already remembered get the new duplicate window, counted from when they were stored.
     pub fn set_config(&mut self, config: StreamConfig, at: Millis) {
-        self.bucket = match (config.rate_limit, self.bucket.take()) {
-            (Some(rate), Some(mut bucket)) => {
-                bucket.refill(rate, at);
-                bucket.millitokens = bucket.millitokens.min(u64::from(rate.burst) * 1000);
+        self.bucket = match (self.config.rate_limit, config.rate_limit, self.bucket.take()) {
+            (Some(old_rate), Some(new_rate), Some(mut bucket)) => {
+                bucket.refill(old_rate, at);
+                bucket.millitokens = bucket.millitokens.min(u64::from(new_rate.burst) * 1000);
                 Some(bucket)
             }
-            (Some(rate), None) => Some(TokenBucket::full(rate, at)),
-            (None, _) => None,
+            (_, Some(new_rate), _) => Some(TokenBucket::full(new_rate, at)),
+            (_, None, _) => None,
         };
+        let (old_window, new_window) = (self.config.duplicate_window_ms, config.duplicate_window_ms);
+        if old_window != new_window {
+            // Every window end moves by the same amount, so the queue stays in time order.
+            for (due, ..) in &mut self.dedup_expiry {
+                *due = Millis(due.0.saturating_sub(old_window).saturating_add(new_window));
+            }
+        }
         self.config = config;
     }
 
     pub fn partition_of(&self, subject: &str, key: Option<&Bytes>) -> u32 {
+        if self.config.partitions == 1 {
+            return 0;
+        }
         let key = key.map_or(subject.as_bytes(), |key| key.as_ref());
         crate::subject::partition_for_key(key, self.config.partitions)
     }
@@ -438,33 +482,42 @@ impl Stream {
         effects: &mut Vec<Effect>,
     ) -> u64 {
         let size = Message::accounted_size(subject, key.as_ref(), &headers, &payload);
-        let subject: Arc<str> = match self.subjects.get_key_value(subject) {
-            Some((interned, _)) => interned.clone(),
-            None => Arc::from(subject),
+        let seq = self.partitions[partition as usize].next_seq();
+        // One lookup both interns the subject and counts the message against it.
+        let subject: Arc<str> = match self.subjects.get_mut(subject) {
+            Some(state) => {
+                state.n_messages += 1;
+                state.n_bytes += size;
+                state.order.push_back((partition, seq));
+                state.name.clone()
+            }
+            None => {
+                let name: Arc<str> = Arc::from(subject);
+                let order = VecDeque::from([(partition, seq)]);
+                let state = SubjectState { name: name.clone(), n_messages: 1, n_bytes: size, order };
+                self.subjects.insert(name.clone(), state);
+                name
+            }
         };
         let msg_id: Option<Arc<str>> = msg_id.map(Arc::from);
+        let expires_at = ttl_ms.map(|ttl| at.plus(ttl));
+        let deliver_at = deliver_after_ms.filter(|delay| *delay > 0).map(|delay| at.plus(delay));
+        let extras = (key.is_some() || !headers.is_empty() || expires_at.is_some() || deliver_at.is_some())
+            .then(|| Box::new(Extras { key, headers, expires_at, deliver_at, recalled_at: None }));
         let message = Message {
             stream_seq: self.next_stream_seq,
             subject: subject.clone(),
-            key,
             msg_id: msg_id.clone(),
-            headers: (!headers.is_empty()).then(|| Box::new(headers)),
             payload,
             size,
             stored_at: at,
-            expires_at: ttl_ms.map(|ttl| at.plus(ttl)),
-            deliver_at: deliver_after_ms.filter(|delay| *delay > 0).map(|delay| at.plus(delay)),
-            recalled_at: None,
+            extras,
         };
-        let expires_at = message.expires_at;
         self.next_stream_seq += 1;
         self.n_messages += 1;
         self.n_bytes += size;
-        let seq = self.partitions[partition as usize].push(message);
-        let state = self.subjects.entry(subject).or_default();
-        state.n_messages += 1;
-        state.n_bytes += size;
-        state.order.push_back((partition, seq));
+        let pushed = self.partitions[partition as usize].push(message);
+        debug_assert_eq!(pushed, seq);
         if let Some(msg_id) = msg_id {
             let window_open = self.config.duplicate_window_ms > 0;
             if window_open {
@@ -506,8 +559,9 @@ impl Stream {
         {
             self.dedup.remove(&**msg_id);
         }
-        if let Some(expires_at) = message.expires_at {
+        if let Some(expires_at) = message.expires_at() {
             self.ttl_index.remove(&(expires_at, partition, seq));
+            self.ttl_held.remove(&(partition, seq));
         }
         effects.push(Effect::Removed { stream: self.name.clone(), partition, seq, reason });
         true
@@ -518,13 +572,13 @@ impl Stream {
         let not_found = || Rejection::MessageNotFound { stream: self.name.to_string(), partition, seq };
         let partition_state = self.partitions.get_mut(partition as usize).ok_or_else(not_found)?;
         let message = partition_state.get_mut(seq).ok_or_else(not_found)?;
-        if message.recalled_at.is_some() {
+        if message.recalled_at().is_some() {
             return Ok(false);
         }
         let freed = message.payload.len() as u64;
         message.payload = Bytes::new();
         message.size -= freed;
-        message.recalled_at = Some(at);
+        message.extras.get_or_insert_default().recalled_at = Some(at);
         let subject = message.subject.clone();
         partition_state.n_bytes -= freed;
         self.n_bytes -= freed;
@@ -534,10 +588,11 @@ impl Stream {
         Ok(true)
     }
 
-    /// Whether every consumer is done with a message (interest and work-queue retention). With no consumer at all,
-    /// the message waits.
+    /// Whether a message has served its purpose under interest and work-queue retention: at least one consumer's
+    /// filter matches it, and every consumer it matches is done with it. A message no consumer wants (yet) waits.
     pub fn all_consumers_done(&self, partition: u32, seq: u64, subject: &str) -> bool {
-        !self.consumers.is_empty() && self.consumers.values().all(|c| c.is_done(partition, seq, subject))
+        let mut interested = self.consumers.values().filter(|c| c.matches(subject)).peekable();
+        interested.peek().is_some() && interested.all(|c| c.is_done(partition, seq))
     }
 
     /// Removes a message under interest retention if every consumer is done with it and no peer still needs it.
@@ -622,15 +677,16 @@ impl Stream {
                 }
             }
         }
-        let expired: Vec<(u32, u64)> = self
-            .ttl_index
-            .iter()
-            .take_while(|(expires_at, _, _)| *expires_at <= at)
-            .map(|&(_, partition, seq)| (partition, seq))
-            .filter(|&(partition, seq)| self.lagging_peer(partition, seq).is_none())
-            .collect();
-        for (partition, seq) in expired {
-            self.remove(partition, seq, RemovalReason::Ttl, effects);
+        while let Some(&(expires_at, partition, seq)) = self.ttl_index.first() {
+            if expires_at > at {
+                break;
+            }
+            self.ttl_index.pop_first();
+            if self.lagging_peer(partition, seq).is_some() {
+                self.ttl_held.insert((partition, seq));
+            } else {
+                self.remove(partition, seq, RemovalReason::Ttl, effects);
+            }
         }
         if let Some(max_age_ms) = self.config.max_age_ms {
             for partition in 0..self.config.partitions {
@@ -644,19 +700,27 @@ impl Stream {
         }
     }
 
-    /// Most TTL entries looked at when searching for the next one a peer does not hold back.
-    const TTL_SCAN_LIMIT: usize = 1024;
+    /// Removes expired messages that a lagging peer held back and has now received (after a peer's progress or
+    /// removal).
+    pub fn release_held(&mut self, effects: &mut Vec<Effect>) {
+        let released: Vec<(u32, u64)> = self
+            .ttl_held
+            .iter()
+            .copied()
+            .filter(|&(partition, seq)| self.lagging_peer(partition, seq).is_none())
+            .collect();
+        for (partition, seq) in released {
+            self.ttl_held.remove(&(partition, seq));
+            self.remove(partition, seq, RemovalReason::Ttl, effects);
+        }
+    }
 
-    /// When the stream next has something to sweep. Removals held back by a lagging peer are not deadlines: the
+    /// When the stream next has something to sweep. Age removals held back by a lagging peer are not deadlines: the
     /// peer's progress triggers a sweep.
     pub fn next_sweep(&self) -> Option<Millis> {
         let dedup = self.dedup_expiry.front().map(|(due, ..)| *due);
-        let ttl = self
-            .ttl_index
-            .iter()
-            .take(Self::TTL_SCAN_LIMIT)
-            .find(|(_, partition, seq)| self.lagging_peer(*partition, *seq).is_none())
-            .map(|(expires_at, ..)| *expires_at);
+        // A TTL that a peer holds back when it comes due moves to `ttl_held`, so the first entry is always a deadline.
+        let ttl = self.ttl_index.first().map(|(expires_at, ..)| *expires_at);
         let age = self.config.max_age_ms.and_then(|max_age_ms| {
             (0..self.config.partitions)
                 .filter_map(|partition| {

@@ -53,26 +53,52 @@ pub enum SubjectError {
     },
 }
 
-fn check_common(subject: &str) -> Result<(), SubjectError> {
+/// Checks length, characters and tokens in one pass over the bytes; returns whether a `*` or `>` was seen.
+fn check_common(subject: &str) -> Result<bool, SubjectError> {
     if subject.is_empty() {
         return Err(SubjectError::Empty);
     }
     if subject.len() > MAX_SUBJECT_BYTES {
         return Err(SubjectError::TooLong { len: subject.len(), max: MAX_SUBJECT_BYTES });
     }
-    if let Some((position, ch)) = subject.char_indices().find(|(_, c)| c.is_whitespace() || c.is_control()) {
+    let mut has_wildcard = false;
+    let mut token = 0usize;
+    let mut token_empty = true;
+    for (position, byte) in subject.bytes().enumerate() {
+        match byte {
+            b'.' => {
+                if token_empty {
+                    return Err(SubjectError::EmptyToken { position: token });
+                }
+                token += 1;
+                token_empty = true;
+            }
+            b'*' | b'>' => {
+                has_wildcard = true;
+                token_empty = false;
+            }
+            0x21..=0x7e => token_empty = false,
+            _ if byte.is_ascii() => {
+                return Err(SubjectError::InvalidChar { ch: char::from(byte), position });
+            }
+            // Non-ASCII: checked per character below, which is rare enough not to matter.
+            _ => token_empty = false,
+        }
+    }
+    if token_empty {
+        return Err(SubjectError::EmptyToken { position: token });
+    }
+    if !subject.is_ascii()
+        && let Some((position, ch)) = subject.char_indices().find(|(_, c)| c.is_whitespace() || c.is_control())
+    {
         return Err(SubjectError::InvalidChar { ch, position });
     }
-    if let Some(position) = subject.split('.').position(str::is_empty) {
-        return Err(SubjectError::EmptyToken { position });
-    }
-    Ok(())
+    Ok(has_wildcard)
 }
 
 /// Checks a subject that a message is published to: no wildcards.
 pub fn validate_subject(subject: &str) -> Result<(), SubjectError> {
-    check_common(subject)?;
-    if subject.contains(['*', '>']) {
+    if check_common(subject)? {
         return Err(SubjectError::WildcardInPublish);
     }
     Ok(())
@@ -96,12 +122,12 @@ pub fn validate_filter(filter: &str) -> Result<(), SubjectError> {
 
 /// Whether `subject` (no wildcards) matches `filter`. Both are assumed valid.
 pub fn filter_matches(filter: &str, subject: &str) -> bool {
-    let mut subject_tokens = subject.split('.');
-    for filter_token in filter.split('.') {
+    let mut subject_tokens = subject.as_bytes().split(|byte| *byte == b'.');
+    for filter_token in filter.as_bytes().split(|byte| *byte == b'.') {
         match (filter_token, subject_tokens.next()) {
-            (">", Some(_)) => return true,
+            (b">", Some(_)) => return true,
             (_, None) => return false,
-            ("*", Some(_)) => {}
+            (b"*", Some(_)) => {}
             (expected, Some(actual)) if expected == actual => {}
             _ => return false,
         }

@@ -17,6 +17,8 @@ pub const MAX_TRANSACTION_BYTES: u64 = 64 * 1024 * 1024;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Staged {
     pub stream: Arc<str>,
+    /// Which incarnation of the stream: a stream deleted and created again under the same name is another stream.
+    pub stream_id: u64,
     pub partition: u32,
     pub size: u64,
     pub request: PublishRequest,
