@@ -68,6 +68,28 @@ fn publish(c: &mut Criterion) {
             })
         })
     });
+    // A long-lived stream at its message limit: every publish also evicts the oldest message, and memory is reused
+    // rather than freshly faulted in.
+    group.bench_function("publish_256B_at_limit_evicting", |b| {
+        let mut cell = Cell::new();
+        let config = StreamConfig { max_messages: Some(100_000), ..StreamConfig::with_subjects(["bench.>"]) };
+        cell.apply(Millis(0), Command::CreateStream { name: "bench".to_string(), config }).expect("stream");
+        let mut at = 1u64;
+        for command in publishes(100_000, |_, r| r) {
+            cell.apply(Millis(at), command).expect("publish");
+        }
+        cell.drain_effects().for_each(drop);
+        b.iter_custom(|iters| {
+            let commands = publishes(iters, |_, r| r);
+            let start = Instant::now();
+            for command in commands {
+                at += 1;
+                black_box(cell.apply(Millis(at / 1000), command)).expect("publish");
+                cell.drain_effects().for_each(drop);
+            }
+            start.elapsed()
+        })
+    });
     group.finish();
 }
 

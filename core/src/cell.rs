@@ -46,6 +46,77 @@ enum Timer {
     Transaction { producer_id: u64, number: u64 },
 }
 
+/// The timer queue: ordered by due time, ties by the order they were set in.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Timers {
+    queue: BTreeMap<(Millis, u64), Timer>,
+    next_number: u64,
+}
+
+impl Timers {
+    fn set(&mut self, due: Millis, timer: Timer) {
+        self.queue.insert((due, self.next_number), timer);
+        self.next_number += 1;
+    }
+}
+
+/// Sets a stream's sweep timer to its next deadline, if that changed. Every sweep at `at` handles everything due by
+/// then, so the next deadline is later; the clamp only guards that.
+fn reschedule_sweep(stream: &mut Stream, timers: &mut Timers, at: Millis) {
+    let next = stream.next_sweep().map(|due| due.max(at.plus(1)));
+    if next != stream.sweep_at {
+        stream.sweep_at = next;
+        if let Some(due) = next {
+            timers.set(due, Timer::Sweep { stream_id: stream.id });
+        }
+    }
+}
+
+/// Appends a message that has been checked and made room for, and keeps the stream's sweep timer right: after an
+/// append the next sweep can only move earlier through the new message itself (its TTL, its dedup window, or its
+/// age when it is the first of its partition).
+fn append_message(
+    stream: &mut Stream,
+    timers: &mut Timers,
+    effects: &mut Vec<Effect>,
+    partition: u32,
+    request: PublishRequest,
+    at: Millis,
+) -> u64 {
+    let was_empty = stream.partitions[partition as usize].n_messages == 0;
+    let window = stream.config.duplicate_window_ms;
+    let mut candidate = request.ttl_ms.map(|ttl| at.plus(ttl));
+    if request.msg_id.is_some() && window > 0 {
+        candidate = Some(candidate.map_or(at.plus(window), |c| c.min(at.plus(window))));
+    }
+    if let Some(age) = stream.config.max_age_ms.filter(|_| was_empty) {
+        candidate = Some(candidate.map_or(at.plus(age), |c| c.min(at.plus(age))));
+    }
+    let seq = stream.append(
+        partition,
+        &request.subject,
+        request.payload,
+        request.key,
+        request.msg_id.as_deref(),
+        request.headers,
+        request.ttl_ms,
+        request.deliver_after_ms,
+        at,
+        effects,
+    );
+    if let Some(candidate) = candidate {
+        match stream.sweep_at {
+            None => reschedule_sweep(stream, timers, at),
+            Some(current) if candidate < current => {
+                stream.sweep_at = Some(candidate);
+                timers.set(candidate, Timer::Sweep { stream_id: stream.id });
+            }
+            Some(_) => {}
+        }
+    }
+    seq
+}
+
 /// The replicated state machine of one cell.
 ///
 /// # Driving it
@@ -69,8 +140,7 @@ pub struct Cell {
     producers: BTreeMap<u64, Producer>,
     transactional_ids: BTreeMap<Arc<str>, u64>,
     next_producer_id: u64,
-    timers: BTreeMap<(Millis, u64), Timer>,
-    next_timer_number: u64,
+    timers: Timers,
     /// Transient: not part of the state, not in snapshots, not compared.
     #[serde(skip)]
     effects: Vec<Effect>,
@@ -181,8 +251,7 @@ impl Cell {
             producers: BTreeMap::new(),
             transactional_ids: BTreeMap::new(),
             next_producer_id: 1,
-            timers: BTreeMap::new(),
-            next_timer_number: 0,
+            timers: Timers::default(),
             effects: Vec::new(),
         }
     }
@@ -201,7 +270,7 @@ impl Cell {
 
     /// When the next timer is due; the leader proposes a `Tick` once its clock passes it.
     pub fn next_deadline(&self) -> Option<Millis> {
-        self.timers.keys().next().map(|(due, _)| *due)
+        self.timers.queue.keys().next().map(|(due, _)| *due)
     }
 
     /// Names of all streams, in order.
@@ -380,14 +449,9 @@ impl Cell {
 
     // ----- timers -----
 
-    fn set_timer(&mut self, due: Millis, timer: Timer) {
-        self.timers.insert((due, self.next_timer_number), timer);
-        self.next_timer_number += 1;
-    }
-
     fn fire_timers(&mut self, at: Millis) {
         // Every handler only sets timers later than `at`, so this loop ends; the bound is the queue's length.
-        while let Some(entry) = self.timers.first_entry() {
+        while let Some(entry) = self.timers.queue.first_entry() {
             if entry.key().0 > at {
                 break;
             }
@@ -410,20 +474,7 @@ impl Cell {
         }
         stream.sweep_at = None;
         stream.sweep(at, &mut self.effects);
-        self.reschedule_sweep(&name, at);
-    }
-
-    /// Sets the stream's sweep timer to its next deadline, if that changed.
-    fn reschedule_sweep(&mut self, name: &str, at: Millis) {
-        let Some(stream) = self.streams.get_mut(name) else { return };
-        let next = stream.next_sweep().map(|due| due.max(at.plus(1)));
-        if next != stream.sweep_at {
-            stream.sweep_at = next;
-            let stream_id = stream.id;
-            if let Some(due) = next {
-                self.set_timer(due, Timer::Sweep { stream_id });
-            }
-        }
+        reschedule_sweep(stream, &mut self.timers, at);
     }
 
     fn fire_delivery(&mut self, at: Millis, due: Millis, stream_id: u64, consumer_id: u64, partition: u32, seq: u64) {
@@ -554,14 +605,14 @@ impl Cell {
         for partition in 0..stream.config.partitions {
             stream.sweep_interest(partition, 0, u64::MAX, &mut self.effects);
         }
-        self.reschedule_sweep(name, at);
+        reschedule_sweep(stream, &mut self.timers, at);
     }
 
-    fn route(&self, subject: &str) -> Result<Arc<str>, Rejection> {
-        self.streams
-            .iter()
-            .find(|(_, stream)| stream.config.subjects.iter().any(|f| crate::subject::filter_matches(f, subject)))
-            .map(|(name, _)| name.clone())
+    /// The stream claiming a subject.
+    fn route<'a>(streams: &'a mut BTreeMap<Arc<str>, Stream>, subject: &str) -> Result<&'a mut Stream, Rejection> {
+        streams
+            .values_mut()
+            .find(|stream| stream.config.subjects.iter().any(|f| crate::subject::filter_matches(f, subject)))
             .ok_or_else(|| Rejection::NoStreamForSubject { subject: subject.to_string() })
     }
 
@@ -569,11 +620,11 @@ impl Cell {
 
     fn publish(&mut self, at: Millis, request: PublishRequest) -> Result<Outcome, Rejection> {
         check_request(&request)?;
-        let name = self.route(&request.subject)?;
+        let stream = Self::route(&mut self.streams, &request.subject)?;
         if let Some(r) = request.transaction {
+            let name = stream.name.clone();
             return self.stage(name, r, request, at);
         }
-        let stream = self.streams.get_mut(&name).expect("routed to an existing stream");
         let payload_len = request.payload.len() as u64;
         if payload_len > u64::from(stream.config.max_payload_bytes) {
             return Err(Rejection::PayloadTooLarge { size: payload_len, max: stream.config.max_payload_bytes.into() });
@@ -606,52 +657,20 @@ impl Cell {
         for (p, seq, reason) in plan {
             stream.remove(p, seq, reason, &mut self.effects);
         }
-        let seq = self.append_message(&name, partition, request, at);
-        Ok(Outcome::Published(PublishAck { stream: name, partition, seq, duplicate: false, original: None }))
+        let seq = append_message(stream, &mut self.timers, &mut self.effects, partition, request, at);
+        Ok(Outcome::Published(PublishAck {
+            stream: stream.name.clone(),
+            partition,
+            seq,
+            duplicate: false,
+            original: None,
+        }))
     }
 
-    /// Appends a message that has been checked and made room for, and keeps the stream's sweep timer right: after an
-    /// append the next sweep can only move earlier through the new message itself (its TTL, its dedup window, or its
-    /// age when it is the first of its partition).
+    /// Appends to a stream named by a message already checked against it.
     fn append_message(&mut self, name: &str, partition: u32, request: PublishRequest, at: Millis) -> u64 {
         let stream = self.streams.get_mut(name).expect("appending to an existing stream");
-        let was_empty = stream.partitions[partition as usize].n_messages == 0;
-        let candidate = [
-            request.ttl_ms.map(|ttl| at.plus(ttl)),
-            request
-                .msg_id
-                .as_ref()
-                .filter(|_| stream.config.duplicate_window_ms > 0)
-                .map(|_| at.plus(stream.config.duplicate_window_ms)),
-            stream.config.max_age_ms.filter(|_| was_empty).map(|age| at.plus(age)),
-        ]
-        .into_iter()
-        .flatten()
-        .min();
-        let seq = stream.append(
-            partition,
-            &request.subject,
-            request.payload,
-            request.key,
-            request.msg_id.as_deref(),
-            request.headers,
-            request.ttl_ms,
-            request.deliver_after_ms,
-            at,
-            &mut self.effects,
-        );
-        if let Some(candidate) = candidate {
-            match stream.sweep_at {
-                None => self.reschedule_sweep(name, at),
-                Some(current) if candidate < current => {
-                    stream.sweep_at = Some(candidate);
-                    let stream_id = stream.id;
-                    self.set_timer(candidate, Timer::Sweep { stream_id });
-                }
-                Some(_) => {}
-            }
-        }
-        seq
+        append_message(stream, &mut self.timers, &mut self.effects, partition, request, at)
     }
 
     fn recall(&mut self, _at: Millis, stream: &str, partition: u32, seq: u64) -> Result<Outcome, Rejection> {
@@ -720,7 +739,7 @@ impl Cell {
             staged: Vec::new(),
             staged_bytes: 0,
         });
-        self.set_timer(deadline, Timer::Transaction { producer_id: r.producer_id, number });
+        self.timers.set(deadline, Timer::Transaction { producer_id: r.producer_id, number });
         Ok(Outcome::TransactionBegun)
     }
 
@@ -1041,7 +1060,7 @@ impl Cell {
         let member: Arc<str> = Arc::from(member);
         let (deliveries, timers) = c.fetch(partitions, &member, max, at);
         for (due, partition, seq) in timers {
-            self.set_timer(due, Timer::Delivery { stream_id, consumer_id, partition, seq });
+            self.timers.set(due, Timer::Delivery { stream_id, consumer_id, partition, seq });
         }
         Ok(Outcome::Fetched(deliveries))
     }
@@ -1120,7 +1139,7 @@ impl Cell {
             }
         };
         if let Some(due) = timer {
-            self.set_timer(due, Timer::Delivery { stream_id, consumer_id, partition, seq });
+            self.timers.set(due, Timer::Delivery { stream_id, consumer_id, partition, seq });
         }
         let buried = !letters.is_empty();
         self.bury(at, &stream_name, letters);

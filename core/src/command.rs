@@ -268,8 +268,8 @@ pub struct PublishAck {
     pub seq: u64,
     /// A repeat of an earlier message id: nothing was appended; `seq` is the original's.
     pub duplicate: bool,
-    /// For a duplicate, the stored original, when it is still retained.
-    pub original: Option<Record>,
+    /// For a duplicate, the stored original, when it is still retained (boxed: most acks carry none).
+    pub original: Option<Box<Record>>,
 }
 
 /// One message handed to a consumer.

@@ -325,7 +325,7 @@ impl Stream {
             partition: entry.partition,
             seq: entry.seq,
             duplicate: true,
-            original: self.record(entry.partition, entry.seq),
+            original: self.record(entry.partition, entry.seq).map(Box::new),
         })
     }
 

@@ -62,6 +62,7 @@ fn check_common(subject: &str) -> Result<bool, SubjectError> {
         return Err(SubjectError::TooLong { len: subject.len(), max: MAX_SUBJECT_BYTES });
     }
     let mut has_wildcard = false;
+    let mut non_ascii = false;
     let mut token = 0usize;
     let mut token_empty = true;
     for (position, byte) in subject.bytes().enumerate() {
@@ -82,14 +83,16 @@ fn check_common(subject: &str) -> Result<bool, SubjectError> {
                 return Err(SubjectError::InvalidChar { ch: char::from(byte), position });
             }
             // Non-ASCII: checked per character below, which is rare enough not to matter.
-            _ => token_empty = false,
+            _ => {
+                token_empty = false;
+                non_ascii = true;
+            }
         }
     }
     if token_empty {
         return Err(SubjectError::EmptyToken { position: token });
     }
-    if !subject.is_ascii()
-        && let Some((position, ch)) = subject.char_indices().find(|(_, c)| c.is_whitespace() || c.is_control())
+    if non_ascii && let Some((position, ch)) = subject.char_indices().find(|(_, c)| c.is_whitespace() || c.is_control())
     {
         return Err(SubjectError::InvalidChar { ch, position });
     }
