@@ -11,7 +11,9 @@ use crate::command::{
 use crate::config::{ConsumerConfig, DeliverPolicy, MAX_DURATION_MS, NameKind, RetentionPolicy, StreamConfig};
 use crate::consumer::{Consumer, DeadLetter, Phase};
 use crate::error::{Quota, Rejection};
-use crate::info::{ConsumerInfo, PartitionInfo, PartitionLag, PeerInfo, ProducerInfo, StreamInfo};
+use crate::info::{
+    ConsumerInfo, DeliveryInfo, DeliveryPhase, PartitionInfo, PartitionLag, PeerInfo, ProducerInfo, StreamInfo,
+};
 use crate::stream::{Incoming, Message, RoomMode, Stream, Tally};
 use crate::subject::{filters_overlap, validate_filter, validate_name, validate_subject};
 use crate::time::Millis;
@@ -356,6 +358,31 @@ impl Cell {
             n_acked: c.n_acked,
             n_dead_lettered: c.n_dead_lettered,
         })
+    }
+
+    /// A consumer's outstanding deliveries, in (partition, sequence) order, at most `max`.
+    pub fn deliveries(&self, stream: &str, consumer: &str, max: usize) -> Result<Vec<DeliveryInfo>, Rejection> {
+        let s = self.stream(stream)?;
+        let c = s.consumers.get(consumer).ok_or_else(|| Rejection::ConsumerNotFound {
+            stream: stream.to_string(),
+            consumer: consumer.to_string(),
+        })?;
+        Ok(c.outstanding
+            .iter()
+            .take(max.min(MAX_READ))
+            .map(|(&(partition, seq), entry)| DeliveryInfo {
+                partition,
+                seq,
+                delivery_count: entry.delivery_count,
+                state: entry.state,
+                member: entry.member.clone(),
+                phase: match entry.phase {
+                    Phase::Pending { deadline } => DeliveryPhase::Pending { ack_deadline: deadline },
+                    Phase::Ready => DeliveryPhase::Ready,
+                    Phase::Waiting { until } => DeliveryPhase::Waiting { until },
+                },
+            })
+            .collect())
     }
 
     /// One retained message (a recalled one reads as its tombstone).

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::command::AckState;
 use crate::config::{ConsumerConfig, StreamConfig};
 use crate::time::Millis;
 
@@ -116,4 +117,38 @@ pub struct ProducerInfo {
     pub open_transaction: Option<u64>,
     /// Whether the open transaction is prepared.
     pub prepared: bool,
+}
+
+/// Where an outstanding delivery is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DeliveryPhase {
+    /// Delivered; a redelivery candidate from `ack_deadline` on.
+    Pending {
+        /// When it expires unless acknowledged or extended.
+        ack_deadline: Millis,
+    },
+    /// Waiting to be delivered again on the next fetch.
+    Ready,
+    /// Held back until `until` (a nack delay, or a delayed first delivery).
+    Waiting {
+        /// When it becomes ready.
+        until: Millis,
+    },
+}
+
+/// One message a consumer has looked at and is not done with.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryInfo {
+    /// The partition.
+    pub partition: u32,
+    /// The sequence.
+    pub seq: u64,
+    /// Deliveries so far (0 for a delayed message not delivered yet).
+    pub delivery_count: u32,
+    /// The state the last answer recorded.
+    pub state: AckState,
+    /// The member holding the current delivery.
+    pub member: Option<Arc<str>>,
+    /// Where it is.
+    pub phase: DeliveryPhase,
 }

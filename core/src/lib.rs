@@ -47,7 +47,9 @@ pub use config::{
     RateLimit, RetentionPolicy, StreamConfig,
 };
 pub use error::{Quota, Rejection, SnapshotError};
-pub use info::{ConsumerInfo, PartitionInfo, PartitionLag, PeerInfo, ProducerInfo, StreamInfo};
+pub use info::{
+    ConsumerInfo, DeliveryInfo, DeliveryPhase, PartitionInfo, PartitionLag, PeerInfo, ProducerInfo, StreamInfo,
+};
 pub use snapshot::{SNAPSHOT_VERSION, StateDigest};
 pub use subject::SubjectError;
 pub use time::Millis;

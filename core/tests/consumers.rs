@@ -6,8 +6,8 @@ use common::*;
 
 use bytes::Bytes;
 use cellog_core::{
-    AckKind, AckState, Body, Command, ConsumerConfig, DeliverPolicy, Delivery, Effect, Millis, Outcome, PublishRequest,
-    Rejection, RemovalReason, RetentionPolicy, StreamConfig, subject::partition_for_key,
+    AckKind, AckState, Body, Command, ConsumerConfig, DeliverPolicy, Delivery, DeliveryPhase, Effect, Millis, Outcome,
+    PublishRequest, Rejection, RemovalReason, RetentionPolicy, StreamConfig, subject::partition_for_key,
 };
 
 // ----- shorthands -----
@@ -1245,4 +1245,39 @@ fn identical_re_create_on_a_work_queue_is_not_an_overlap() {
         config: ConsumerConfig::default(),
     });
     assert_eq!(outcome, Outcome::ConsumerCreated { created: false });
+}
+
+#[test]
+fn every_outstanding_delivery_records_its_state_member_and_phase() {
+    let mut h = Harness::new();
+    h.simple_stream("s");
+    h.create_consumer("s", "c", ConsumerConfig { ack_wait_ms: 1_000, ..ConsumerConfig::default() });
+    for i in 0..3 {
+        h.publish("s.a", &format!("{i}")).unwrap();
+    }
+    h.fetch_as("s", "c", "alice", 2);
+    h.fetch_as("s", "c", "bob", 1);
+    h.ack("s", "c", 0, 1, AckKind::Received).unwrap();
+    h.ack("s", "c", 0, 2, AckKind::Nack { delay_ms: 500 }).unwrap();
+    let deliveries = h.cell.deliveries("s", "c", 10).unwrap();
+    let summary: Vec<_> = deliveries
+        .iter()
+        .map(|d| (d.seq, d.delivery_count, d.state, d.member.as_deref().map(str::to_string), d.phase))
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            (
+                1,
+                1,
+                AckState::Received,
+                Some("alice".to_string()),
+                DeliveryPhase::Pending { ack_deadline: Millis(2_000) }
+            ),
+            (2, 1, AckState::Nack, Some("alice".to_string()), DeliveryPhase::Waiting { until: Millis(1_500) }),
+            (3, 1, AckState::Received, Some("bob".to_string()), DeliveryPhase::Pending { ack_deadline: Millis(2_000) }),
+        ]
+    );
+    h.ack("s", "c", 0, 1, AckKind::Applied).unwrap();
+    assert_eq!(h.cell.deliveries("s", "c", 10).unwrap().len(), 2);
 }
