@@ -11,24 +11,8 @@ use cellog_core::{
     PublishAck, PublishRequest, Quota, RateLimit, Rejection, RemovalReason, StreamConfig, SubjectError,
 };
 
-fn config(subjects: &[&str]) -> StreamConfig {
-    StreamConfig::with_subjects(subjects.iter().copied())
-}
-
 fn request(subject: &str, payload: &str) -> PublishRequest {
     PublishRequest::new(subject, Bytes::copy_from_slice(payload.as_bytes()))
-}
-
-fn keyed(subject: &str, key: &str, payload: &str) -> PublishRequest {
-    PublishRequest { key: Some(Bytes::copy_from_slice(key.as_bytes())), ..request(subject, payload) }
-}
-
-/// The first key of the form `k<n>` that hashes onto `partition` of `n_partitions`.
-fn key_for(partition: u32, n_partitions: u32) -> String {
-    (0..)
-        .map(|n| format!("k{n}"))
-        .find(|key| partition_for_key(key.as_bytes(), n_partitions) == partition)
-        .expect("some key lands on every partition")
 }
 
 fn payload(body: &Body) -> &[u8] {
@@ -38,23 +22,8 @@ fn payload(body: &Body) -> &[u8] {
     }
 }
 
-/// The removals among the drained effects, as (partition, seq, reason).
-fn removals(h: &mut Harness) -> Vec<(u32, u64, RemovalReason)> {
-    h.take_effects()
-        .into_iter()
-        .filter_map(|effect| match effect {
-            Effect::Removed { partition, seq, reason, .. } => Some((partition, seq, reason)),
-            _ => None,
-        })
-        .collect()
-}
-
 fn seqs(h: &Harness, stream: &str) -> Vec<u64> {
     h.cell.read_from(stream, 0, 0, 1_000).unwrap().iter().map(|r| r.seq).collect()
-}
-
-fn n_messages(h: &Harness, stream: &str) -> u64 {
-    h.cell.stream_info(stream).unwrap().n_messages
 }
 
 fn recall(h: &mut Harness, stream: &str, partition: u32, seq: u64) -> Result<Outcome, Rejection> {

@@ -5,49 +5,14 @@ mod common;
 use common::*;
 
 use bytes::Bytes;
-use cellog_core::subject::partition_for_key;
 use cellog_core::{
     AckKind, Command, ConsumerConfig, DeliverPolicy, DiscardPolicy, Effect, Millis, NameKind, Outcome, PeerInfo,
     PublishRequest, Quota, Rejection, RemovalReason, RetentionPolicy, StreamConfig,
 };
 
-fn config(subjects: &[&str]) -> StreamConfig {
-    StreamConfig::with_subjects(subjects.iter().copied())
-}
-
-fn keyed(subject: &str, key: &str, payload: &str) -> PublishRequest {
-    PublishRequest {
-        key: Some(Bytes::copy_from_slice(key.as_bytes())),
-        ..PublishRequest::new(subject, Bytes::copy_from_slice(payload.as_bytes()))
-    }
-}
-
-/// The first key of the form `k<n>` that hashes onto `partition` of `n_partitions`.
-fn key_for(partition: u32, n_partitions: u32) -> String {
-    (0..)
-        .map(|n| format!("k{n}"))
-        .find(|key| partition_for_key(key.as_bytes(), n_partitions) == partition)
-        .expect("some key lands on every partition")
-}
-
-/// The removals among the drained effects, as (partition, seq, reason).
-fn removals(h: &mut Harness) -> Vec<(u32, u64, RemovalReason)> {
-    h.take_effects()
-        .into_iter()
-        .filter_map(|effect| match effect {
-            Effect::Removed { partition, seq, reason, .. } => Some((partition, seq, reason)),
-            _ => None,
-        })
-        .collect()
-}
-
 /// The retained sequences of a partition.
 fn retained(h: &Harness, stream: &str, partition: u32) -> Vec<u64> {
     h.cell.read_from(stream, partition, 0, 1_000).unwrap().iter().map(|r| r.seq).collect()
-}
-
-fn n_messages(h: &Harness, stream: &str) -> u64 {
-    h.cell.stream_info(stream).unwrap().n_messages
 }
 
 fn register(h: &mut Harness, stream: &str, peer: &str) -> Result<Outcome, Rejection> {

@@ -9,10 +9,6 @@ use cellog_core::{
     Rejection, RemovalReason, RetentionPolicy, StreamConfig, SubjectError,
 };
 
-fn config(subjects: &[&str]) -> StreamConfig {
-    StreamConfig::with_subjects(subjects.iter().copied())
-}
-
 fn create(h: &mut Harness, name: &str, config: StreamConfig) -> Result<Outcome, Rejection> {
     h.apply(Command::CreateStream { name: name.to_string(), config })
 }

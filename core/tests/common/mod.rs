@@ -2,9 +2,10 @@
 #![allow(dead_code)]
 
 use bytes::Bytes;
+use cellog_core::subject::partition_for_key;
 use cellog_core::{
     AckKind, Cell, Command, ConsumerConfig, Delivery, Effect, Millis, Outcome, ProducerRef, PublishAck, PublishRequest,
-    Rejection, StreamConfig,
+    Rejection, RemovalReason, StreamConfig,
 };
 
 /// A cell, the time the next command is stamped with, and the effects drained so far.
@@ -124,4 +125,41 @@ pub fn text(delivery: &Delivery) -> String {
         cellog_core::Body::Payload(bytes) => String::from_utf8_lossy(bytes).into_owned(),
         cellog_core::Body::Tombstone { .. } => panic!("a tombstone has no text"),
     }
+}
+
+/// A stream config claiming `subjects`, everything else default.
+pub fn config(subjects: &[&str]) -> StreamConfig {
+    StreamConfig::with_subjects(subjects.iter().copied())
+}
+
+/// A publish with a partitioning key.
+pub fn keyed(subject: &str, key: &str, payload: &str) -> PublishRequest {
+    PublishRequest {
+        key: Some(Bytes::copy_from_slice(key.as_bytes())),
+        ..PublishRequest::new(subject, Bytes::copy_from_slice(payload.as_bytes()))
+    }
+}
+
+/// The first key of the form `k<n>` that hashes onto `partition` of `n_partitions`.
+pub fn key_for(partition: u32, n_partitions: u32) -> String {
+    (0..)
+        .map(|n| format!("k{n}"))
+        .find(|key| partition_for_key(key.as_bytes(), n_partitions) == partition)
+        .expect("some key lands on every partition")
+}
+
+/// The removals among the drained effects, as (partition, seq, reason).
+pub fn removals(h: &mut Harness) -> Vec<(u32, u64, RemovalReason)> {
+    h.take_effects()
+        .into_iter()
+        .filter_map(|effect| match effect {
+            Effect::Removed { partition, seq, reason, .. } => Some((partition, seq, reason)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// How many messages a stream retains.
+pub fn n_messages(h: &Harness, stream: &str) -> u64 {
+    h.cell.stream_info(stream).unwrap().n_messages
 }
