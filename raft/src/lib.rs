@@ -1,5 +1,30 @@
-//! Replication of a cellog cell with openraft: the type config, the log store, the state-machine adapter that feeds
-//! committed entries to `cellog-core`, snapshots, and the `Storage` trait with its RocksDB and simulated-disk
-//! implementations.
+//! Replication of a cellog cell with openraft.
 //!
-//! This crate is not built yet: it holds no code, and nothing depends on it.
+//! - [`types`]: the type configuration: entries carry a core `Command` and the leader-stamped time.
+//! - [`runtime`]: the async runtime openraft runs on, tokio in production and madsim under `--cfg madsim`.
+//! - [`storage`]: the one `Storage` trait, its checksummed record format, and its implementations: RocksDB (behind the
+//!   `rocksdb` feature, which the simulation build leaves off) and the simulated disk.
+//! - [`log_store`] and [`state_machine`]: openraft's storage traits over `Storage`, the latter applying committed
+//!   entries to `cellog-core`.
+//! - [`node`]: a running node: Raft over its storage, and the gate that keeps a repairing node from voting.
+//! - [`recovery`]: opening a node's storage after a crash, verifying every record and cutting off a corrupt log
+//!   suffix so the node repairs itself from its peers.
+//!
+//! What this crate is not: it has no network transport (the `net` crate provides one) and decides nothing about
+//! messages (the core does).
+
+#![allow(clippy::result_large_err, reason = "openraft's storage and network traits fix their (large) error types")]
+
+pub mod log_store;
+pub mod node;
+pub mod recovery;
+pub mod runtime;
+pub mod state_machine;
+pub mod storage;
+pub mod types;
+
+pub use log_store::LogStore;
+pub use node::{CellNode, Clock, ProposeError, StartError, SystemClock};
+pub use recovery::{Recovery, open_stores};
+pub use state_machine::{Replica, StateMachineStore};
+pub use types::{Entry, LogId, Node, NodeId, Raft, Request, Response, TypeConfig};

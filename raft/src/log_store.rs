@@ -1,0 +1,171 @@
+//! openraft's log storage over a [`Storage`]: entries, the vote, the committed and last purged log ids.
+//!
+//! Every append is written and synced before openraft is told it is flushed, so an entry this node acknowledges to
+//! a leader is on its disk. openraft hands appends over in batches, so one sync covers many entries (group commit).
+
+use std::fmt::Debug;
+use std::ops::{Bound, RangeBounds};
+
+use openraft::storage::{LogFlushed, RaftLogStorage};
+use openraft::{LogState, OptionalSend, RaftLogReader, StorageIOError, Vote};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::storage::{Batch, MetaKey, Space, Storage, StorageError};
+use crate::types::{Entry, LogId, NodeId, RaftStorageError, TypeConfig};
+
+/// The log half of a node's storage.
+#[derive(Clone, Debug)]
+pub struct LogStore<S> {
+    storage: S,
+}
+
+fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    postcard::to_stdvec(value).expect("encoding into memory does not fail")
+}
+
+fn decode<T: DeserializeOwned>(space: Space, key: u64, bytes: &[u8]) -> Result<T, StorageError> {
+    postcard::from_bytes(bytes).map_err(|error| StorageError::Corrupt {
+        space,
+        key,
+        reason: format!("verified record does not decode: {error}"),
+    })
+}
+
+/// Reads and decodes a meta record.
+pub(crate) fn read_meta<S: Storage, T: DeserializeOwned>(storage: &S, key: MetaKey) -> Result<Option<T>, StorageError> {
+    storage.get(Space::Meta, key as u64)?.map(|bytes| decode(Space::Meta, key as u64, &bytes)).transpose()
+}
+
+/// Decodes the log entry stored at `index`.
+pub(crate) fn decode_entry(index: u64, bytes: &[u8]) -> Result<Entry, StorageError> {
+    let entry: Entry = decode(Space::Log, index, bytes)?;
+    if entry.log_id.index != index {
+        return Err(StorageError::Corrupt {
+            space: Space::Log,
+            key: index,
+            reason: format!("holds the entry of index {}", entry.log_id.index),
+        });
+    }
+    Ok(entry)
+}
+
+fn range_of(range: impl RangeBounds<u64>) -> std::ops::Range<u64> {
+    let start = match range.start_bound() {
+        Bound::Included(start) => *start,
+        Bound::Excluded(start) => start.saturating_add(1),
+        Bound::Unbounded => 0,
+    };
+    let end = match range.end_bound() {
+        Bound::Included(end) => end.saturating_add(1),
+        Bound::Excluded(end) => *end,
+        Bound::Unbounded => u64::MAX,
+    };
+    start..end
+}
+
+fn read_error(error: StorageError) -> RaftStorageError {
+    StorageIOError::read_logs(openraft::AnyError::new(&error)).into()
+}
+
+fn write_error(error: StorageError) -> RaftStorageError {
+    StorageIOError::write_logs(openraft::AnyError::new(&error)).into()
+}
+
+impl<S: Storage + Clone> LogStore<S> {
+    /// The log store over `storage`.
+    pub fn new(storage: S) -> Self {
+        LogStore { storage }
+    }
+
+    fn write_synced(&self, batch: Batch) -> Result<(), StorageError> {
+        self.storage.write(batch)?;
+        self.storage.sync()
+    }
+
+    /// The id of the last entry in the log, if any.
+    pub fn last_log_id(&self) -> Result<Option<LogId>, StorageError> {
+        match self.storage.key_bounds(Space::Log)? {
+            Some((_, last)) => {
+                let bytes = self.storage.get(Space::Log, last)?.expect("the last key exists");
+                Ok(Some(decode_entry(last, &bytes)?.log_id))
+            }
+            None => Ok(None),
+        }
+    }
+}
+
+impl<S: Storage + Clone> RaftLogReader<TypeConfig> for LogStore<S> {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, RaftStorageError> {
+        let records = self.storage.scan(Space::Log, range_of(range), usize::MAX).map_err(read_error)?;
+        records.into_iter().map(|(index, bytes)| decode_entry(index, &bytes).map_err(read_error)).collect()
+    }
+}
+
+impl<S: Storage + Clone> RaftLogStorage<TypeConfig> for LogStore<S> {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, RaftStorageError> {
+        let last_purged_log_id: Option<LogId> = read_meta(&self.storage, MetaKey::LastPurged).map_err(read_error)?;
+        let last_log_id = self.last_log_id().map_err(read_error)?.or(last_purged_log_id);
+        Ok(LogState { last_purged_log_id, last_log_id })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), RaftStorageError> {
+        let mut batch = Batch::new();
+        batch.put(Space::Meta, MetaKey::Vote as u64, &encode(vote));
+        self.write_synced(batch).map_err(|error| StorageIOError::write_vote(openraft::AnyError::new(&error)).into())
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, RaftStorageError> {
+        read_meta(&self.storage, MetaKey::Vote)
+            .map_err(|error| StorageIOError::read_vote(openraft::AnyError::new(&error)).into())
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), RaftStorageError> {
+        // A hint that lets a restarted node re-apply committed entries at once; it needs no sync of its own, since
+        // it never runs ahead of what the next synced append makes durable.
+        let mut batch = Batch::new();
+        batch.put(Space::Meta, MetaKey::Committed as u64, &encode(&committed));
+        self.storage.write(batch).map_err(write_error)
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, RaftStorageError> {
+        let committed: Option<Option<LogId>> = read_meta(&self.storage, MetaKey::Committed).map_err(read_error)?;
+        Ok(committed.flatten())
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), RaftStorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut batch = Batch::new();
+        for entry in entries {
+            batch.put(Space::Log, entry.log_id.index, &encode(&entry));
+        }
+        let result = self.write_synced(batch);
+        callback.log_io_completed(result.clone().map_err(|error| std::io::Error::other(error.to_string())));
+        result.map_err(write_error)
+    }
+
+    async fn truncate(&mut self, log_id: LogId) -> Result<(), RaftStorageError> {
+        let mut batch = Batch::new();
+        batch.delete_range(Space::Log, log_id.index..u64::MAX);
+        self.write_synced(batch).map_err(write_error)
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), RaftStorageError> {
+        let mut batch = Batch::new();
+        batch.put(Space::Meta, MetaKey::LastPurged as u64, &encode(&log_id));
+        batch.delete_range(Space::Log, 0..log_id.index.saturating_add(1));
+        self.write_synced(batch).map_err(write_error)
+    }
+}

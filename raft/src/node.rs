@@ -1,0 +1,190 @@
+//! A node of a cell: its Raft instance over its own storage, the replica it applies to, and the repair gate that
+//! keeps a node which lost log entries from voting or campaigning until it holds them again.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cellog_core::{Command, Millis, Outcome, Rejection, StateDigest};
+use openraft::Config;
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::network::RaftNetworkFactory;
+use openraft::raft::{VoteRequest, VoteResponse};
+
+use crate::recovery::{Recovery, clear_repair_target, open_stores};
+use crate::state_machine::Replica;
+use crate::storage::{Storage, StorageError};
+use crate::types::{Node, NodeId, Raft, Request, Response, TypeConfig};
+
+/// Where a leader reads the time it stamps on commands.
+pub trait Clock: Send + Sync + 'static {
+    /// Milliseconds on this node's clock.
+    fn now(&self) -> Millis;
+}
+
+/// The wall clock, in milliseconds since the Unix epoch (madsim's simulated clock under `--cfg madsim`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    #[allow(clippy::disallowed_methods, reason = "the leader's clock is where cell time comes from")]
+    fn now(&self) -> Millis {
+        let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        Millis(u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX))
+    }
+}
+
+/// Longest a node waits before looking at the cell's next deadline again.
+const TICK_POLL: Duration = Duration::from_millis(100);
+
+/// Why a node did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Its storage could not be opened or verified.
+    #[error("storage: {0}")]
+    Storage(#[from] StorageError),
+    /// openraft refused to start.
+    #[error("raft: {0}")]
+    Raft(String),
+}
+
+/// Why a proposal got no answer from the cell.
+#[derive(Debug, thiserror::Error)]
+pub enum ProposeError {
+    /// This node is not the leader (the leader's id and address, when known).
+    #[error("not the leader; the leader is {leader:?}")]
+    NotLeader {
+        /// The leader, if this node knows it.
+        leader: Option<(NodeId, Node)>,
+    },
+    /// Raft stopped or failed; the outcome of the proposal is unknown.
+    #[error("raft: {0}")]
+    Raft(String),
+}
+
+/// A running node.
+pub struct CellNode<S> {
+    /// Its id.
+    pub id: NodeId,
+    /// Its Raft instance.
+    pub raft: Raft,
+    /// What it has applied.
+    pub replica: Arc<Mutex<Replica>>,
+    /// What opening its storage found and repaired.
+    pub recovery: Recovery,
+    storage: S,
+    repairing: Arc<AtomicBool>,
+    clock: Arc<dyn Clock>,
+    stopped: Arc<AtomicBool>,
+}
+
+impl<S: Storage + Clone> CellNode<S> {
+    /// Opens the node's storage (verifying and repairing it) and starts Raft on it.
+    pub async fn start<N>(
+        id: NodeId,
+        config: Arc<Config>,
+        storage: S,
+        network: N,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, StartError>
+    where
+        N: RaftNetworkFactory<TypeConfig>,
+    {
+        let (log_store, state_machine, recovery) = open_stores(storage.clone())?;
+        let replica = state_machine.replica();
+        let raft = Raft::new(id, config, network, log_store, state_machine)
+            .await
+            .map_err(|error| StartError::Raft(error.to_string()))?;
+        let repairing = Arc::new(AtomicBool::new(false));
+        if let Some(target) = recovery.repair_target {
+            repairing.store(true, Ordering::Release);
+            raft.runtime_config().elect(false);
+            let (raft, storage, repairing) = (raft.clone(), storage.clone(), repairing.clone());
+            tokio::spawn(async move {
+                let held = raft
+                    .wait(None)
+                    .metrics(|m| m.last_log_index.is_some_and(|index| index >= target), "log repaired")
+                    .await;
+                if held.is_ok() && clear_repair_target(&storage).is_ok() {
+                    repairing.store(false, Ordering::Release);
+                    raft.runtime_config().elect(true);
+                }
+            });
+        }
+        let stopped = Arc::new(AtomicBool::new(false));
+        tokio::spawn(tick(raft.clone(), replica.clone(), clock.clone(), stopped.clone()));
+        Ok(CellNode { id, raft, replica, recovery, storage, repairing, clock, stopped })
+    }
+
+    /// Proposes a command stamped with this node's clock (never earlier than the cell's last stamp).
+    pub async fn propose_now(&self, command: Command) -> Result<Result<Outcome, Rejection>, ProposeError> {
+        let last_at = self.replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).cell.last_at();
+        self.propose(self.clock.now().max(last_at), command).await
+    }
+
+    /// Whether the node is still getting back log entries it lost, and so must not vote or campaign.
+    pub fn is_repairing(&self) -> bool {
+        self.repairing.load(Ordering::Acquire)
+    }
+
+    /// Answers a vote request: refused while repairing, else as Raft decides.
+    pub async fn vote(&self, request: VoteRequest<NodeId>) -> Result<VoteResponse<NodeId>, RaftError<NodeId>> {
+        if self.is_repairing() {
+            let metrics = self.raft.metrics().borrow().clone();
+            return Ok(VoteResponse::new(metrics.vote, metrics.last_applied, false));
+        }
+        self.raft.vote(request).await
+    }
+
+    /// Proposes a command stamped with the leader's time `at`, and waits until it is committed and applied.
+    pub async fn propose(&self, at: Millis, command: Command) -> Result<Result<Outcome, Rejection>, ProposeError> {
+        match self.raft.client_write(Request { at, command }).await {
+            Ok(response) => match response.data {
+                Response::Applied(result) => Ok(result),
+                Response::Empty => Err(ProposeError::Raft("a command was answered as a blank entry".to_string())),
+            },
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
+                Err(ProposeError::NotLeader { leader: forward.leader_id.zip(forward.leader_node) })
+            }
+            Err(error) => Err(ProposeError::Raft(error.to_string())),
+        }
+    }
+
+    /// The digest of the applied state and the index it was taken at.
+    pub fn digest(&self) -> (Option<u64>, StateDigest) {
+        let replica = self.replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        (replica.last_applied.map(|log_id| log_id.index), replica.cell.digest())
+    }
+
+    /// The node's storage.
+    pub fn storage(&self) -> &S {
+        &self.storage
+    }
+
+    /// Stops Raft. The storage stays as it is.
+    pub async fn shutdown(&self) {
+        self.stopped.store(true, Ordering::Release);
+        let _ = self.raft.shutdown().await;
+    }
+}
+
+/// While this node leads, proposes a `Tick` whenever the cell's next deadline has passed on its clock, so that
+/// redelivery, transaction timeouts and retention are replicated decisions.
+async fn tick(raft: Raft, replica: Arc<Mutex<Replica>>, clock: Arc<dyn Clock>, stopped: Arc<AtomicBool>) {
+    while !stopped.load(Ordering::Acquire) {
+        let (deadline, last_at) = {
+            let replica = replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            (replica.cell.next_deadline(), replica.cell.last_at())
+        };
+        let now = clock.now();
+        let due = deadline.is_some_and(|deadline| deadline <= now);
+        if !due || !raft.metrics().borrow().state.is_leader() {
+            let wait = deadline.map_or(TICK_POLL, |d| Duration::from_millis(d.since(now)).min(TICK_POLL));
+            tokio::time::sleep(wait.max(Duration::from_millis(1))).await;
+            continue;
+        }
+        if raft.client_write(Request { at: now.max(last_at), command: Command::Tick }).await.is_err() {
+            tokio::time::sleep(TICK_POLL).await;
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! The async runtime openraft runs on, chosen at build time: tokio in production, madsim under `--cfg madsim`.
+//!
+//! openraft's own `TokioRuntime` cannot be used in simulation: it panics without a tokio reactor, and it draws
+//! election jitter from `rand::thread_rng()`, which the simulator cannot intercept. This runtime routes spawning,
+//! sleeping and timeouts through `tokio` (which is `madsim-tokio`, i.e. madsim's executor and clock, under
+//! `--cfg madsim`) and draws randomness from a seeded generator: madsim's global one in simulation, a ChaCha stream
+//! seeded once per thread from the OS in production.
+
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use openraft::{AsyncRuntime, OptionalSend, TokioInstant};
+
+/// openraft's runtime for cellog.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct CellRuntime;
+
+/// A timeout that expired.
+#[derive(Debug)]
+pub struct Elapsed;
+
+impl fmt::Display for Elapsed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("deadline elapsed")
+    }
+}
+
+/// A sleep on the runtime's clock.
+pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send + Sync>>;
+
+/// A future bounded by a deadline: the future is polled first, so one that is ready at the deadline wins.
+pub struct Timeout<R, T> {
+    future: Pin<Box<T>>,
+    sleep: Sleep,
+    output: PhantomData<fn() -> R>,
+}
+
+impl<R, T: Future<Output = R>> Future for Timeout<R, T> {
+    type Output = Result<R, Elapsed>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if let Poll::Ready(output) = self.future.as_mut().poll(cx) {
+            return Poll::Ready(Ok(output));
+        }
+        match self.sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(Elapsed)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// The sender half of a one-shot channel.
+pub struct OneshotSender<T>(tokio::sync::oneshot::Sender<T>);
+
+impl<T> fmt::Debug for OneshotSender<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("OneshotSender")
+    }
+}
+
+impl<T: OptionalSend> openraft::async_runtime::AsyncOneshotSendExt<T> for OneshotSender<T> {
+    fn send(self, value: T) -> Result<(), T> {
+        self.0.send(value)
+    }
+}
+
+fn until(deadline: TokioInstant) -> Duration {
+    deadline.saturating_duration_since(<TokioInstant as openraft::Instant>::now())
+}
+
+impl AsyncRuntime for CellRuntime {
+    type JoinError = tokio::task::JoinError;
+    type JoinHandle<T: OptionalSend + 'static> = tokio::task::JoinHandle<T>;
+    type Sleep = Sleep;
+    type Instant = TokioInstant;
+    type TimeoutError = Elapsed;
+    type Timeout<R, T: Future<Output = R> + OptionalSend> = Timeout<R, T>;
+    type ThreadLocalRng = rng::LocalRng;
+    type OneshotSender<T: OptionalSend> = OneshotSender<T>;
+    type OneshotReceiverError = tokio::sync::oneshot::error::RecvError;
+    type OneshotReceiver<T: OptionalSend> = tokio::sync::oneshot::Receiver<T>;
+
+    fn spawn<T>(future: T) -> Self::JoinHandle<T::Output>
+    where
+        T: Future + OptionalSend + 'static,
+        T::Output: OptionalSend + 'static,
+    {
+        tokio::task::spawn(future)
+    }
+
+    fn sleep(duration: Duration) -> Self::Sleep {
+        Box::pin(tokio::time::sleep(duration))
+    }
+
+    fn sleep_until(deadline: Self::Instant) -> Self::Sleep {
+        Box::pin(tokio::time::sleep(until(deadline)))
+    }
+
+    fn timeout<R, F: Future<Output = R> + OptionalSend>(duration: Duration, future: F) -> Self::Timeout<R, F> {
+        Timeout { future: Box::pin(future), sleep: Box::pin(tokio::time::sleep(duration)), output: PhantomData }
+    }
+
+    fn timeout_at<R, F: Future<Output = R> + OptionalSend>(deadline: Self::Instant, future: F) -> Self::Timeout<R, F> {
+        Self::timeout(until(deadline), future)
+    }
+
+    fn is_panic(join_error: &Self::JoinError) -> bool {
+        join_error.is_panic()
+    }
+
+    fn thread_rng() -> Self::ThreadLocalRng {
+        rng::LocalRng
+    }
+
+    fn oneshot<T>() -> (Self::OneshotSender<T>, Self::OneshotReceiver<T>)
+    where
+        T: OptionalSend,
+    {
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        (OneshotSender(sender), receiver)
+    }
+}
+
+mod rng {
+    //! The randomness openraft asks for (election timeouts).
+
+    use rand::RngCore;
+
+    /// A handle on this thread's seeded generator.
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct LocalRng;
+
+    #[cfg(madsim)]
+    fn with<R>(f: impl FnOnce(&mut dyn RngCore) -> R) -> R {
+        // madsim's generator is seeded from the simulation seed, so a run replays bit for bit.
+        f(&mut madsim::rand::thread_rng())
+    }
+
+    #[cfg(not(madsim))]
+    fn with<R>(f: impl FnOnce(&mut dyn RngCore) -> R) -> R {
+        use std::cell::RefCell;
+
+        use rand::SeedableRng;
+        use rand_chacha::ChaCha8Rng;
+
+        thread_local! {
+            // Production only needs jitter that differs between nodes; a stream seeded once from the OS gives that
+            // without touching the OS on every draw.
+            static GENERATOR: RefCell<ChaCha8Rng> = RefCell::new(ChaCha8Rng::from_entropy());
+        }
+        GENERATOR.with(|generator| f(&mut *generator.borrow_mut()))
+    }
+
+    impl RngCore for LocalRng {
+        fn next_u32(&mut self) -> u32 {
+            with(|rng| rng.next_u32())
+        }
+
+        fn next_u64(&mut self) -> u64 {
+            with(|rng| rng.next_u64())
+        }
+
+        fn fill_bytes(&mut self, dest: &mut [u8]) {
+            with(|rng| rng.fill_bytes(dest))
+        }
+
+        fn try_fill_bytes(&mut self, dest: &mut [u8]) -> Result<(), rand::Error> {
+            with(|rng| rng.try_fill_bytes(dest))
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! openraft's state machine over `cellog-core`: committed entries are applied to the [`Cell`], and the cell's answer
+//! goes back to the proposer. Snapshots are the cell's own encoding plus the last applied log id and membership,
+//! written and synced to storage before openraft may purge the log they cover.
+
+use std::io::Cursor;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use cellog_core::{Cell, Effect};
+use openraft::storage::RaftStateMachine;
+use openraft::{
+    EntryPayload, OptionalSend, RaftSnapshotBuilder, Snapshot, SnapshotMeta, StorageIOError, StoredMembership,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::storage::{Batch, Space, Storage, StorageError};
+use crate::types::{Entry, LogId, Node, NodeId, RaftStorageError, Response, TypeConfig};
+
+/// The key of the one snapshot record in [`Space::State`].
+const SNAPSHOT_KEY: u64 = 0;
+
+/// Most effects kept for the host between drains; older ones are dropped and counted.
+pub const MAX_PENDING_EFFECTS: usize = 65_536;
+
+/// The replicated state as this node has applied it.
+#[derive(Debug, Default)]
+pub struct Replica {
+    /// The cell.
+    pub cell: Cell,
+    /// The last entry applied.
+    pub last_applied: Option<LogId>,
+    /// The last membership applied.
+    pub membership: StoredMembership<NodeId, Node>,
+    /// Effects of applied commands, with the index that produced them, until the host drains them.
+    pub effects: Vec<(u64, Effect)>,
+    /// Effects dropped because the host did not drain them in time.
+    pub n_effects_dropped: u64,
+}
+
+/// What a snapshot holds.
+#[derive(Debug, Serialize, Deserialize)]
+struct SnapshotFile {
+    last_applied: Option<LogId>,
+    membership: StoredMembership<NodeId, Node>,
+    /// `Cell::snapshot()`: versioned and checksummed on its own.
+    cell: Vec<u8>,
+}
+
+fn snapshot_id(last_applied: Option<LogId>) -> String {
+    // Deterministic: the same state gives the same id on every replica and in every run.
+    match last_applied {
+        Some(log_id) => format!("{}-{}-{}", log_id.leader_id.term, log_id.leader_id.node_id, log_id.index),
+        None => "empty".to_string(),
+    }
+}
+
+/// The state machine half of a node's storage.
+#[derive(Clone, Debug)]
+pub struct StateMachineStore<S> {
+    storage: S,
+    replica: Arc<Mutex<Replica>>,
+}
+
+fn state_error(error: impl std::fmt::Display) -> RaftStorageError {
+    StorageIOError::write_state_machine(openraft::AnyError::error(error.to_string())).into()
+}
+
+impl<S: Storage + Clone> StateMachineStore<S> {
+    /// The state machine over `storage`, starting from the stored snapshot if there is one.
+    pub fn open(storage: S) -> Result<Self, StorageError> {
+        let replica = match storage.get(Space::State, SNAPSHOT_KEY)? {
+            Some(bytes) => Self::decode(&bytes)?,
+            None => Replica::default(),
+        };
+        Ok(StateMachineStore { storage, replica: Arc::new(Mutex::new(replica)) })
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Replica, StorageError> {
+        let corrupt = |reason: String| StorageError::Corrupt { space: Space::State, key: SNAPSHOT_KEY, reason };
+        let file: SnapshotFile =
+            postcard::from_bytes(bytes).map_err(|error| corrupt(format!("snapshot does not decode: {error}")))?;
+        let cell = Cell::restore(&file.cell).map_err(|error| corrupt(format!("cell snapshot: {error}")))?;
+        Ok(Replica { cell, last_applied: file.last_applied, membership: file.membership, ..Replica::default() })
+    }
+
+    /// The applied state, shared with the host for reads.
+    pub fn replica(&self) -> Arc<Mutex<Replica>> {
+        self.replica.clone()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Replica> {
+        self.replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Encodes the current state, writes it to storage and syncs it.
+    fn persist_snapshot(&self) -> Result<Snapshot<TypeConfig>, RaftStorageError> {
+        let (bytes, meta) = {
+            let replica = self.lock();
+            let file = SnapshotFile {
+                last_applied: replica.last_applied,
+                membership: replica.membership.clone(),
+                cell: replica.cell.snapshot(),
+            };
+            let meta = SnapshotMeta {
+                last_log_id: replica.last_applied,
+                last_membership: replica.membership.clone(),
+                snapshot_id: snapshot_id(replica.last_applied),
+            };
+            (postcard::to_stdvec(&file).expect("encoding into memory does not fail"), meta)
+        };
+        let mut batch = Batch::new();
+        batch.put(Space::State, SNAPSHOT_KEY, &bytes);
+        self.storage.write(batch).map_err(state_error)?;
+        self.storage.sync().map_err(state_error)?;
+        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(bytes)) })
+    }
+}
+
+impl<S: Storage + Clone> RaftSnapshotBuilder<TypeConfig> for StateMachineStore<S> {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, RaftStorageError> {
+        self.persist_snapshot()
+    }
+}
+
+impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
+    type SnapshotBuilder = Self;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership<NodeId, Node>), RaftStorageError> {
+        let replica = self.lock();
+        Ok((replica.last_applied, replica.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Response>, RaftStorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut replica = self.lock();
+        let replica = &mut *replica;
+        let mut responses = Vec::new();
+        for entry in entries {
+            replica.last_applied = Some(entry.log_id);
+            let response = match entry.payload {
+                EntryPayload::Blank => Response::Empty,
+                EntryPayload::Normal(request) => Response::Applied(replica.cell.apply(request.at, request.command)),
+                EntryPayload::Membership(membership) => {
+                    replica.membership = StoredMembership::new(Some(entry.log_id), membership);
+                    Response::Empty
+                }
+            };
+            for effect in replica.cell.drain_effects() {
+                if replica.effects.len() >= MAX_PENDING_EFFECTS {
+                    replica.n_effects_dropped += 1;
+                } else {
+                    replica.effects.push((entry.log_id.index, effect));
+                }
+            }
+            responses.push(response);
+        }
+        Ok(responses)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, RaftStorageError> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<NodeId, Node>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), RaftStorageError> {
+        let bytes = snapshot.into_inner();
+        let replica = Self::decode(&bytes)
+            .map_err(|error| StorageIOError::read_snapshot(Some(meta.signature()), openraft::AnyError::new(&error)))?;
+        if replica.last_applied != meta.last_log_id {
+            return Err(state_error(format!(
+                "snapshot {} holds state up to {:?}, its meta says {:?}",
+                meta.snapshot_id, replica.last_applied, meta.last_log_id
+            )));
+        }
+        // Durable before openraft purges the log this snapshot replaces.
+        let mut batch = Batch::new();
+        batch.put(Space::State, SNAPSHOT_KEY, &bytes);
+        self.storage.write(batch).map_err(state_error)?;
+        self.storage.sync().map_err(state_error)?;
+        let mut current = self.lock();
+        current.cell = replica.cell;
+        current.last_applied = replica.last_applied;
+        current.membership = replica.membership;
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, RaftStorageError> {
+        let Some(bytes) = self.storage.get(Space::State, SNAPSHOT_KEY).map_err(state_error)? else {
+            return Ok(None);
+        };
+        let replica = Self::decode(&bytes).map_err(state_error)?;
+        let meta = SnapshotMeta {
+            last_log_id: replica.last_applied,
+            last_membership: replica.membership,
+            snapshot_id: snapshot_id(replica.last_applied),
+        };
+        Ok(Some(Snapshot { meta, snapshot: Box::new(Cursor::new(bytes)) }))
+    }
+}

@@ -1,0 +1,247 @@
+//! The one durable-storage trait a node writes through, the checksummed record format on top of it, and its two
+//! implementations: RocksDB for production and [`SimDisk`] for tests and simulation.
+//!
+//! Records live in four key spaces ([`Space`]) keyed by `u64`. An implementation stores and returns bytes; it
+//! promises nothing about durability until [`Storage::sync`] returns. Every record is sealed with a crc32c over its
+//! space, its key and its payload ([`seal`]), so a flipped bit, a torn write or a record written under the wrong key
+//! is a typed [`StorageError::Corrupt`] on read, never wrong data.
+
+use std::ops::Range;
+
+use serde::{Deserialize, Serialize};
+
+#[cfg(feature = "rocksdb")]
+mod rocks;
+mod sim_disk;
+
+#[cfg(feature = "rocksdb")]
+pub use rocks::RocksStorage;
+pub use sim_disk::{DiskFaults, SimDisk};
+
+/// A key space.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Space {
+    /// Raft log entries, by index.
+    Log,
+    /// Small records: the vote, the committed log id, the last purged log id, repair marks ([`MetaKey`]).
+    Meta,
+    /// The state machine's snapshot.
+    State,
+    /// Message bodies.
+    Bodies,
+}
+
+impl Space {
+    /// Every space, in a fixed order.
+    pub const ALL: [Space; 4] = [Space::Log, Space::Meta, Space::State, Space::Bodies];
+
+    /// A stable one-byte tag, part of every record's checksum.
+    pub fn tag(self) -> u8 {
+        match self {
+            Space::Log => 1,
+            Space::Meta => 2,
+            Space::State => 3,
+            Space::Bodies => 4,
+        }
+    }
+
+    /// The column family or table name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Space::Log => "log",
+            Space::Meta => "meta",
+            Space::State => "state",
+            Space::Bodies => "bodies",
+        }
+    }
+}
+
+/// Keys of the [`Space::Meta`] space.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u64)]
+pub enum MetaKey {
+    /// The last vote.
+    Vote = 1,
+    /// The last committed log id this node has seen.
+    Committed = 2,
+    /// The last purged log id.
+    LastPurged = 3,
+    /// After a corrupt log suffix was cut off: the last index this node once held, which it must hold again before
+    /// it votes or campaigns.
+    RepairTarget = 4,
+}
+
+/// What can go wrong in storage.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StorageError {
+    /// The device or the database failed.
+    #[error("storage I/O failed: {reason}")]
+    Io {
+        /// The underlying error.
+        reason: String,
+    },
+    /// A stored record does not verify: its checksum, length or key is wrong.
+    #[error("corrupt record in {space:?} at key {key}: {reason}")]
+    Corrupt {
+        /// The space.
+        space: Space,
+        /// The key.
+        key: u64,
+        /// What does not verify.
+        reason: String,
+    },
+    /// An earlier write or sync failed, so what is on disk is unknown: the store refuses every further write.
+    #[error("storage is poisoned by an earlier failure and refuses writes")]
+    Poisoned,
+}
+
+/// One write of a batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Write {
+    /// Store a sealed record.
+    Put {
+        /// The space.
+        space: Space,
+        /// The key.
+        key: u64,
+        /// The sealed bytes.
+        sealed: Vec<u8>,
+    },
+    /// Delete every key in a range.
+    DeleteRange {
+        /// The space.
+        space: Space,
+        /// The keys.
+        keys: Range<u64>,
+    },
+}
+
+/// Writes applied together, in order. Records are sealed as they are added.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Batch {
+    /// The writes.
+    pub writes: Vec<Write>,
+}
+
+impl Batch {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Batch::default()
+    }
+
+    /// Adds a record, sealed for its space and key.
+    pub fn put(&mut self, space: Space, key: u64, payload: &[u8]) -> &mut Self {
+        self.writes.push(Write::Put { space, key, sealed: seal(space, key, payload) });
+        self
+    }
+
+    /// Deletes the keys in a range.
+    pub fn delete_range(&mut self, space: Space, keys: Range<u64>) -> &mut Self {
+        self.writes.push(Write::DeleteRange { space, keys });
+        self
+    }
+
+    /// Whether the batch writes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.writes.is_empty()
+    }
+}
+
+/// Durable storage of sealed records.
+///
+/// ### To ensure correctness
+/// - A batch is applied in order and is visible to reads as soon as [`Storage::write`] returns.
+/// - Nothing is durable until [`Storage::sync`] returns `Ok`; after that, everything written before the call survives
+///   a crash or power failure.
+/// - After a failed write or sync, the store is poisoned: every later write and sync fails with
+///   [`StorageError::Poisoned`], since what reached the disk is unknown.
+/// - Records are returned as stored; verifying them is [`open`]'s job (the provided methods do it).
+pub trait Storage: Send + Sync + 'static {
+    /// Applies a batch (not yet durable).
+    fn write(&self, batch: Batch) -> Result<(), StorageError>;
+
+    /// The stored bytes under a key.
+    fn read_sealed(&self, space: Space, key: u64) -> Result<Option<Vec<u8>>, StorageError>;
+
+    /// Up to `limit` stored records with keys in `keys`, in key order.
+    fn scan_sealed(&self, space: Space, keys: Range<u64>, limit: usize) -> Result<Vec<(u64, Vec<u8>)>, StorageError>;
+
+    /// The smallest and largest key in a space, if any.
+    fn key_bounds(&self, space: Space) -> Result<Option<(u64, u64)>, StorageError>;
+
+    /// Makes everything written so far durable.
+    fn sync(&self) -> Result<(), StorageError>;
+
+    /// A verified record.
+    fn get(&self, space: Space, key: u64) -> Result<Option<Vec<u8>>, StorageError> {
+        match self.read_sealed(space, key)? {
+            Some(sealed) => open(space, key, &sealed).map(|payload| Some(payload.to_vec())),
+            None => Ok(None),
+        }
+    }
+
+    /// Verified records in key order; the first one that does not verify is an error.
+    fn scan(&self, space: Space, keys: Range<u64>, limit: usize) -> Result<Vec<(u64, Vec<u8>)>, StorageError> {
+        self.scan_sealed(space, keys, limit)?
+            .into_iter()
+            .map(|(key, sealed)| open(space, key, &sealed).map(|payload| (key, payload.to_vec())))
+            .collect()
+    }
+}
+
+impl<S: Storage + ?Sized> Storage for std::sync::Arc<S> {
+    fn write(&self, batch: Batch) -> Result<(), StorageError> {
+        (**self).write(batch)
+    }
+    fn read_sealed(&self, space: Space, key: u64) -> Result<Option<Vec<u8>>, StorageError> {
+        (**self).read_sealed(space, key)
+    }
+    fn scan_sealed(&self, space: Space, keys: Range<u64>, limit: usize) -> Result<Vec<(u64, Vec<u8>)>, StorageError> {
+        (**self).scan_sealed(space, keys, limit)
+    }
+    fn key_bounds(&self, space: Space) -> Result<Option<(u64, u64)>, StorageError> {
+        (**self).key_bounds(space)
+    }
+    fn sync(&self) -> Result<(), StorageError> {
+        (**self).sync()
+    }
+}
+
+/// Bytes a sealed record adds to its payload: a crc32c and the payload length.
+pub const SEAL_BYTES: usize = 8;
+
+fn checksum(space: Space, key: u64, payload: &[u8]) -> u32 {
+    let mut header = [0u8; 9];
+    header[0] = space.tag();
+    header[1..].copy_from_slice(&key.to_be_bytes());
+    crc32c::crc32c_append(crc32c::crc32c(&header), payload)
+}
+
+/// Seals a payload for its place: `crc32c(space, key, payload)` and the payload's length, then the payload. The
+/// place is part of the checksum, so a record written under the wrong key does not verify.
+pub fn seal(space: Space, key: u64, payload: &[u8]) -> Vec<u8> {
+    let mut sealed = Vec::with_capacity(SEAL_BYTES + payload.len());
+    sealed.extend_from_slice(&checksum(space, key, payload).to_le_bytes());
+    sealed.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    sealed.extend_from_slice(payload);
+    sealed
+}
+
+/// Verifies a sealed record read from `space` at `key` and returns its payload.
+pub fn open(space: Space, key: u64, sealed: &[u8]) -> Result<&[u8], StorageError> {
+    let corrupt = |reason: String| StorageError::Corrupt { space, key, reason };
+    if sealed.len() < SEAL_BYTES {
+        return Err(corrupt(format!("{} bytes is shorter than a record header", sealed.len())));
+    }
+    let stored = u32::from_le_bytes(sealed[0..4].try_into().expect("4 bytes"));
+    let length = u32::from_le_bytes(sealed[4..8].try_into().expect("4 bytes")) as usize;
+    let payload = &sealed[SEAL_BYTES..];
+    if payload.len() != length {
+        return Err(corrupt(format!("length says {length} bytes, {} are stored", payload.len())));
+    }
+    let computed = checksum(space, key, payload);
+    if stored != computed {
+        return Err(corrupt(format!("checksum {stored:08x} stored, {computed:08x} computed")));
+    }
+    Ok(payload)
+}

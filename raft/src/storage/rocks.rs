@@ -1,0 +1,127 @@
+//! The production store: RocksDB, one column family per space, keys as big-endian `u64` so that key order is
+//! numeric order. Writes go to the WAL without waiting; `sync` fsyncs the WAL, which is what makes a batch durable.
+
+use std::ops::Range;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use rocksdb::{ColumnFamilyDescriptor, DB, Direction, IteratorMode, Options, WriteBatch, WriteOptions};
+
+use super::{Batch, Space, Storage, StorageError, Write};
+
+/// A RocksDB database under a directory.
+pub struct RocksStorage {
+    db: DB,
+    poisoned: AtomicBool,
+}
+
+impl std::fmt::Debug for RocksStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RocksStorage").field("path", &self.db.path()).finish()
+    }
+}
+
+fn io(error: rocksdb::Error) -> StorageError {
+    StorageError::Io { reason: error.into_string() }
+}
+
+fn key_bytes(key: u64) -> [u8; 8] {
+    key.to_be_bytes()
+}
+
+fn key_of(bytes: &[u8], space: Space) -> Result<u64, StorageError> {
+    let bytes: [u8; 8] = bytes.try_into().map_err(|_| StorageError::Corrupt {
+        space,
+        key: 0,
+        reason: format!("a key of {} bytes; keys are 8", bytes.len()),
+    })?;
+    Ok(u64::from_be_bytes(bytes))
+}
+
+impl RocksStorage {
+    /// Opens (creating if needed) the database under `path`.
+    pub fn open(path: &Path) -> Result<Self, StorageError> {
+        let mut options = Options::default();
+        options.create_if_missing(true);
+        options.create_missing_column_families(true);
+        let families = Space::ALL.iter().map(|space| ColumnFamilyDescriptor::new(space.name(), Options::default()));
+        let db = DB::open_cf_descriptors(&options, path, families).map_err(io)?;
+        Ok(RocksStorage { db, poisoned: AtomicBool::new(false) })
+    }
+
+    fn family(&self, space: Space) -> &rocksdb::ColumnFamily {
+        self.db.cf_handle(space.name()).expect("every column family is created at open")
+    }
+
+    fn check_writable(&self) -> Result<(), StorageError> {
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(StorageError::Poisoned);
+        }
+        Ok(())
+    }
+
+    fn poison(&self, error: rocksdb::Error) -> StorageError {
+        self.poisoned.store(true, Ordering::Release);
+        io(error)
+    }
+}
+
+impl Storage for RocksStorage {
+    fn write(&self, batch: Batch) -> Result<(), StorageError> {
+        self.check_writable()?;
+        let mut rocks_batch = WriteBatch::default();
+        for write in &batch.writes {
+            match write {
+                Write::Put { space, key, sealed } => rocks_batch.put_cf(self.family(*space), key_bytes(*key), sealed),
+                Write::DeleteRange { space, keys } => {
+                    if keys.start < keys.end {
+                        rocks_batch.delete_range_cf(self.family(*space), key_bytes(keys.start), key_bytes(keys.end));
+                    }
+                }
+            }
+        }
+        let mut options = WriteOptions::default();
+        // Durability comes from `sync`, which fsyncs the WAL once for many batches (group commit).
+        options.set_sync(false);
+        self.db.write_opt(rocks_batch, &options).map_err(|error| self.poison(error))
+    }
+
+    fn read_sealed(&self, space: Space, key: u64) -> Result<Option<Vec<u8>>, StorageError> {
+        self.db.get_cf(self.family(space), key_bytes(key)).map_err(io)
+    }
+
+    fn scan_sealed(&self, space: Space, keys: Range<u64>, limit: usize) -> Result<Vec<(u64, Vec<u8>)>, StorageError> {
+        let mut records = Vec::new();
+        if keys.start >= keys.end {
+            return Ok(records);
+        }
+        let start = key_bytes(keys.start);
+        for item in self.db.iterator_cf(self.family(space), IteratorMode::From(&start, Direction::Forward)) {
+            let (key, value) = item.map_err(io)?;
+            let key = key_of(&key, space)?;
+            if key >= keys.end || records.len() >= limit {
+                break;
+            }
+            records.push((key, value.into_vec()));
+        }
+        Ok(records)
+    }
+
+    fn key_bounds(&self, space: Space) -> Result<Option<(u64, u64)>, StorageError> {
+        let first = self.db.iterator_cf(self.family(space), IteratorMode::Start).next();
+        let last = self.db.iterator_cf(self.family(space), IteratorMode::End).next();
+        match (first, last) {
+            (Some(first), Some(last)) => {
+                let (first, _) = first.map_err(io)?;
+                let (last, _) = last.map_err(io)?;
+                Ok(Some((key_of(&first, space)?, key_of(&last, space)?)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    fn sync(&self) -> Result<(), StorageError> {
+        self.check_writable()?;
+        self.db.flush_wal(true).map_err(|error| self.poison(error))
+    }
+}

@@ -1,0 +1,251 @@
+//! An in-memory disk with crash semantics and seeded faults, for tests and simulation.
+//!
+//! The harness owns a `SimDisk` and hands clones to a node; the clones share one disk, so it survives the node's
+//! crash and restart. Writes are visible at once but durable only after `sync`; a crash drops what was not synced.
+//! Faults are drawn from a seeded generator, one stream per disk, so a run replays exactly.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::{Batch, Space, Storage, StorageError, Write};
+
+/// Fault rates, in parts per million per operation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DiskFaults {
+    /// A read fails with an I/O error.
+    pub read_error_ppm: u32,
+    /// At a crash, the last unsynced record reaches the disk torn: only a prefix of it.
+    pub torn_write_ppm: u32,
+    /// At a sync, a record lands under a neighbouring key instead of its own.
+    pub misdirected_write_ppm: u32,
+    /// At a sync, one bit of a record flips.
+    pub bit_flip_ppm: u32,
+}
+
+type Records = BTreeMap<(Space, u64), Vec<u8>>;
+
+#[derive(Debug)]
+struct DiskState {
+    /// What survives a crash.
+    durable: Records,
+    /// What reads see: `durable` plus the unsynced writes.
+    view: Records,
+    /// Writes since the last sync, in order.
+    unsynced: Vec<Write>,
+    faults: DiskFaults,
+    rng: ChaCha8Rng,
+    poisoned: bool,
+    /// The next write or sync fails (an injected I/O error).
+    fail_next: bool,
+    n_syncs: u64,
+}
+
+/// A simulated disk. Clones share the same disk.
+#[derive(Clone, Debug)]
+pub struct SimDisk {
+    state: Arc<Mutex<DiskState>>,
+}
+
+fn apply(records: &mut Records, write: &Write) {
+    match write {
+        Write::Put { space, key, sealed } => {
+            records.insert((*space, *key), sealed.clone());
+        }
+        Write::DeleteRange { space, keys } => {
+            if keys.start < keys.end {
+                let doomed: Vec<(Space, u64)> =
+                    records.range((*space, keys.start)..(*space, keys.end)).map(|(k, _)| *k).collect();
+                for key in doomed {
+                    records.remove(&key);
+                }
+            }
+        }
+    }
+}
+
+fn chance(rng: &mut ChaCha8Rng, ppm: u32) -> bool {
+    ppm > 0 && rng.gen_range(0..1_000_000) < ppm
+}
+
+impl SimDisk {
+    /// An empty disk whose faults (none until [`SimDisk::set_faults`]) draw from `seed`.
+    pub fn new(seed: u64) -> Self {
+        SimDisk {
+            state: Arc::new(Mutex::new(DiskState {
+                durable: Records::new(),
+                view: Records::new(),
+                unsynced: Vec::new(),
+                faults: DiskFaults::default(),
+                rng: ChaCha8Rng::seed_from_u64(seed),
+                poisoned: false,
+                fail_next: false,
+                n_syncs: 0,
+            })),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, DiskState> {
+        // A panic while holding the lock leaves the disk as consistent as a crash would; keep going.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Sets the random fault rates.
+    pub fn set_faults(&self, faults: DiskFaults) {
+        self.lock().faults = faults;
+    }
+
+    /// The machine loses power: everything not synced is gone (the last unsynced record may survive torn), and the
+    /// store is usable again, as after a reboot.
+    pub fn crash(&self) {
+        let mut state = self.lock();
+        let state = &mut *state;
+        let torn = chance(&mut state.rng, state.faults.torn_write_ppm);
+        if torn
+            && let Some(Write::Put { space, key, sealed }) =
+                state.unsynced.iter().rev().find(|w| matches!(w, Write::Put { .. })).cloned()
+        {
+            let keep = state.rng.gen_range(0..sealed.len().max(1));
+            state.durable.insert((space, key), sealed[..keep].to_vec());
+        }
+        state.unsynced.clear();
+        state.view = state.durable.clone();
+        state.poisoned = false;
+        state.fail_next = false;
+    }
+
+    /// The process restarts on a disk that kept power: unsynced writes stay (they are in the page cache), and the
+    /// store is usable again.
+    pub fn reopen(&self) {
+        let mut state = self.lock();
+        state.poisoned = false;
+        state.fail_next = false;
+    }
+
+    /// Flips one bit of a stored record, durably. Returns whether the record exists.
+    pub fn flip_bit(&self, space: Space, key: u64, bit: usize) -> bool {
+        let mut state = self.lock();
+        let state = &mut *state;
+        let mut flipped = false;
+        for records in [&mut state.durable, &mut state.view] {
+            if let Some(bytes) = records.get_mut(&(space, key))
+                && !bytes.is_empty()
+            {
+                let bit = bit % (bytes.len() * 8);
+                bytes[bit / 8] ^= 1 << (bit % 8);
+                flipped = true;
+            }
+        }
+        flipped
+    }
+
+    /// Makes the next write or sync fail, as a failing device would.
+    pub fn fail_next_io(&self) {
+        self.lock().fail_next = true;
+    }
+
+    /// How many syncs have completed.
+    pub fn n_syncs(&self) -> u64 {
+        self.lock().n_syncs
+    }
+
+    /// Keys present in a space, as reads see them.
+    pub fn keys(&self, space: Space) -> Vec<u64> {
+        self.lock().view.range((space, 0)..=(space, u64::MAX)).map(|((_, key), _)| *key).collect()
+    }
+}
+
+impl DiskState {
+    fn check_writable(&mut self) -> Result<(), StorageError> {
+        if self.poisoned {
+            return Err(StorageError::Poisoned);
+        }
+        if self.fail_next {
+            self.fail_next = false;
+            self.poisoned = true;
+            return Err(StorageError::Io { reason: "injected device failure".to_string() });
+        }
+        Ok(())
+    }
+
+    fn check_readable(&mut self, space: Space, key: u64) -> Result<(), StorageError> {
+        if chance(&mut self.rng, self.faults.read_error_ppm) {
+            return Err(StorageError::Io { reason: format!("injected read error in {space:?} at key {key}") });
+        }
+        Ok(())
+    }
+}
+
+impl Storage for SimDisk {
+    fn write(&self, batch: Batch) -> Result<(), StorageError> {
+        let mut state = self.lock();
+        state.check_writable()?;
+        for write in batch.writes {
+            apply(&mut state.view, &write);
+            state.unsynced.push(write);
+        }
+        Ok(())
+    }
+
+    fn read_sealed(&self, space: Space, key: u64) -> Result<Option<Vec<u8>>, StorageError> {
+        let mut state = self.lock();
+        state.check_readable(space, key)?;
+        Ok(state.view.get(&(space, key)).cloned())
+    }
+
+    fn scan_sealed(&self, space: Space, keys: Range<u64>, limit: usize) -> Result<Vec<(u64, Vec<u8>)>, StorageError> {
+        let mut state = self.lock();
+        state.check_readable(space, keys.start)?;
+        if keys.start >= keys.end {
+            return Ok(Vec::new());
+        }
+        Ok(state
+            .view
+            .range((space, keys.start)..(space, keys.end))
+            .take(limit)
+            .map(|((_, key), bytes)| (*key, bytes.clone()))
+            .collect())
+    }
+
+    fn key_bounds(&self, space: Space) -> Result<Option<(u64, u64)>, StorageError> {
+        let state = self.lock();
+        let mut keys = state.view.range((space, 0)..=(space, u64::MAX)).map(|((_, key), _)| *key);
+        let first = keys.next();
+        let last = keys.next_back().or(first);
+        Ok(first.zip(last))
+    }
+
+    fn sync(&self) -> Result<(), StorageError> {
+        let mut state = self.lock();
+        let state = &mut *state;
+        state.check_writable()?;
+        let mut faulted = false;
+        for write in std::mem::take(&mut state.unsynced) {
+            let write = match write {
+                Write::Put { space, key, mut sealed } => {
+                    let mut key = key;
+                    if chance(&mut state.rng, state.faults.misdirected_write_ppm) {
+                        key ^= 1;
+                        faulted = true;
+                    }
+                    if !sealed.is_empty() && chance(&mut state.rng, state.faults.bit_flip_ppm) {
+                        let bit = state.rng.gen_range(0..sealed.len() * 8);
+                        sealed[bit / 8] ^= 1 << (bit % 8);
+                        faulted = true;
+                    }
+                    Write::Put { space, key, sealed }
+                }
+                other => other,
+            };
+            apply(&mut state.durable, &write);
+        }
+        if faulted {
+            state.view = state.durable.clone();
+        }
+        state.n_syncs += 1;
+        Ok(())
+    }
+}

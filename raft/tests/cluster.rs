@@ -1,0 +1,128 @@
+//! A cell of in-process nodes on simulated disks: failover, restarts, snapshot catch-up, membership changes and
+//! corruption repair. Every scenario ends with every replica at the same index with the same state digest, and every
+//! acknowledged publish readable at its place on every node.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use cellog_raft::storage::Space;
+use common::{TIMEOUT, TestCell};
+use openraft::BasicNode;
+use openraft::raft::VoteRequest;
+
+const NO_SNAPSHOTS: u64 = 1_000_000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_failover_keeps_every_acknowledged_publish() {
+    let mut cell = TestCell::new(NO_SNAPSHOTS);
+    cell.bootstrap(&[1, 2, 3]).await;
+    cell.create_stream().await;
+    cell.publish("before", 40).await;
+    let old_leader = cell.wait_leader(&[1, 2, 3]).await;
+    cell.isolate(old_leader);
+    let others: Vec<u64> = [1, 2, 3].into_iter().filter(|id| *id != old_leader).collect();
+    let new_leader = cell.wait_leader(&others).await;
+    assert_ne!(new_leader, old_leader);
+    cell.publish("during", 40).await;
+    cell.heal();
+    cell.publish("after", 20).await;
+    cell.converge().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_and_then_the_leader_restart_on_their_data() {
+    let mut cell = TestCell::new(NO_SNAPSHOTS);
+    cell.bootstrap(&[1, 2, 3]).await;
+    cell.create_stream().await;
+    cell.publish("first", 30).await;
+    let leader = cell.wait_leader(&[1, 2, 3]).await;
+    let follower = [1, 2, 3].into_iter().find(|id| *id != leader).unwrap();
+    cell.stop(follower, true).await;
+    cell.publish("follower-down", 30).await;
+    let restarted = cell.start(follower).await;
+    assert_eq!(restarted.recovery.log_cut_from, None, "a crash loses nothing that was synced");
+    cell.converge().await;
+
+    cell.stop(leader, true).await;
+    let survivors: Vec<u64> = [1, 2, 3].into_iter().filter(|id| *id != leader).collect();
+    cell.wait_leader(&survivors).await;
+    cell.publish("leader-down", 30).await;
+    cell.start(leader).await;
+    cell.publish("all-back", 10).await;
+    cell.converge().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_node_catches_up_by_snapshot_and_membership_changes_online() {
+    let mut cell = TestCell::new(20);
+    cell.bootstrap(&[1, 2, 3]).await;
+    cell.create_stream().await;
+    cell.publish("history", 100).await;
+    let leader = cell.wait_leader(&[1, 2, 3]).await;
+    // Wait for the leader to snapshot and purge, so a newcomer cannot be served from the log alone.
+    cell.node(leader)
+        .raft
+        .wait(Some(TIMEOUT))
+        .metrics(|m| m.purged.is_some_and(|purged| purged.index >= 40), "leader purged its log")
+        .await
+        .expect("the leader snapshots and purges");
+
+    cell.start(4).await;
+    cell.node(leader).raft.add_learner(4, BasicNode::new("node-4"), true).await.expect("learner added");
+    let newcomer = cell.node(4);
+    newcomer
+        .raft
+        .wait(Some(TIMEOUT))
+        .metrics(|m| m.snapshot.is_some(), "snapshot installed")
+        .await
+        .expect("the learner gets a snapshot");
+
+    // Promote the learner and remove node 3, while publishing.
+    let leader = cell.wait_leader(&[1, 2, 3]).await;
+    let members: BTreeSet<u64> = [1, 2, 4].into_iter().collect();
+    cell.node(leader).raft.change_membership(members, false).await.expect("membership changed");
+    cell.publish("after-change", 20).await;
+    let leader = cell.wait_leader(&[1, 2, 4]).await;
+    let membership = cell.node(leader).raft.metrics().borrow().membership_config.clone();
+    let voters: BTreeSet<u64> = membership.membership().voter_ids().collect();
+    assert_eq!(voters, [1, 2, 4].into_iter().collect());
+    cell.stop(3, false).await;
+    cell.publish("without-3", 10).await;
+    cell.converge().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_record_is_detected_and_repaired_from_the_leader() {
+    let mut cell = TestCell::new(NO_SNAPSHOTS);
+    cell.bootstrap(&[1, 2, 3]).await;
+    cell.create_stream().await;
+    cell.publish("before", 40).await;
+    let leader = cell.wait_leader(&[1, 2, 3]).await;
+    let victim = [1, 2, 3].into_iter().find(|id| *id != leader).unwrap();
+    cell.stop(victim, false).await;
+    let keys = cell.disks[&victim].keys(Space::Log);
+    let damaged = keys[keys.len() / 2];
+    assert!(cell.disks[&victim].flip_bit(Space::Log, damaged, 77));
+
+    let node = cell.start(victim).await;
+    assert_eq!(node.recovery.log_cut_from, Some(damaged), "the damaged entry and everything after it are cut");
+    assert_eq!(node.recovery.repair_target, Some(*keys.last().unwrap()));
+    assert!(node.is_repairing());
+    // While repairing it grants no vote, whatever the candidate offers.
+    let metrics = node.raft.metrics().borrow().clone();
+    let mut vote = metrics.vote;
+    vote.leader_id.term += 10;
+    vote.leader_id.node_id = leader;
+    let response = node.vote(VoteRequest::new(vote, Some(openraft::LogId::new(vote.leader_id, u64::MAX / 2)))).await;
+    assert!(!response.expect("answered").vote_granted);
+
+    cell.publish("during-repair", 20).await;
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while node.is_repairing() {
+        assert!(tokio::time::Instant::now() < deadline, "the node repairs");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cell.converge().await;
+}

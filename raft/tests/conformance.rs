@@ -1,0 +1,252 @@
+//! The storage conformance suite, run against every `Storage` implementation, plus openraft's own storage suite
+//! over the log and state-machine stores built on each.
+
+use cellog_raft::storage::{Batch, DiskFaults, SimDisk, Space, Storage, StorageError, Write, seal};
+use cellog_raft::types::{NodeId, TypeConfig};
+use cellog_raft::{LogStore, StateMachineStore, open_stores};
+use openraft::testing::{StoreBuilder, Suite};
+
+/// Checks the behaviour every implementation must have; `reopen` closes the store and opens it again on the same
+/// data after everything was synced.
+fn conformance<S: Storage>(store: S, reopen: impl FnOnce(S) -> S) {
+    // Writes are visible at once, in key order, per space.
+    let mut batch = Batch::new();
+    for key in [5u64, 1, 3, 2, 4] {
+        batch.put(Space::Log, key, format!("log-{key}").as_bytes());
+    }
+    batch.put(Space::Meta, 1, b"vote");
+    store.write(batch).unwrap();
+    assert_eq!(store.get(Space::Log, 3).unwrap(), Some(b"log-3".to_vec()));
+    assert_eq!(store.get(Space::Log, 9).unwrap(), None);
+    assert_eq!(store.get(Space::State, 1).unwrap(), None, "spaces are separate");
+    let keys: Vec<u64> = store.scan(Space::Log, 2..5, 100).unwrap().into_iter().map(|(k, _)| k).collect();
+    assert_eq!(keys, vec![2, 3, 4]);
+    assert_eq!(store.scan(Space::Log, 0..u64::MAX, 2).unwrap().len(), 2, "scan honours its limit");
+    assert_eq!(store.scan(Space::Log, 4..4, 10).unwrap(), vec![]);
+    assert_eq!(store.key_bounds(Space::Log).unwrap(), Some((1, 5)));
+    assert_eq!(store.key_bounds(Space::Bodies).unwrap(), None);
+
+    // Overwrite and range delete.
+    let mut batch = Batch::new();
+    batch.put(Space::Log, 5, b"log-5-again");
+    batch.delete_range(Space::Log, 1..3);
+    store.write(batch).unwrap();
+    assert_eq!(store.get(Space::Log, 5).unwrap(), Some(b"log-5-again".to_vec()));
+    assert_eq!(store.key_bounds(Space::Log).unwrap(), Some((3, 5)));
+    let mut batch = Batch::new();
+    batch.delete_range(Space::Log, 4..u64::MAX);
+    store.write(batch).unwrap();
+    assert_eq!(store.key_bounds(Space::Log).unwrap(), Some((3, 3)));
+
+    // A damaged record or one under the wrong key is a typed corruption, never wrong data.
+    let mut flipped = seal(Space::State, 7, b"state");
+    flipped[9] ^= 0x10;
+    let misdirected = seal(Space::State, 7, b"misdirected");
+    let torn = seal(Space::State, 7, b"torn record")[..10].to_vec();
+    store
+        .write(Batch {
+            writes: vec![
+                Write::Put { space: Space::State, key: 7, sealed: flipped },
+                Write::Put { space: Space::State, key: 8, sealed: misdirected },
+                Write::Put { space: Space::State, key: 9, sealed: torn },
+            ],
+        })
+        .unwrap();
+    for key in [7, 8, 9] {
+        assert!(
+            matches!(store.get(Space::State, key), Err(StorageError::Corrupt { space: Space::State, key: k, .. }) if k == key),
+            "record {key} must not verify"
+        );
+    }
+    assert!(matches!(store.scan(Space::State, 0..100, 10), Err(StorageError::Corrupt { .. })));
+    let mut batch = Batch::new();
+    batch.delete_range(Space::State, 0..u64::MAX);
+    store.write(batch).unwrap();
+
+    // What was synced survives closing and opening again.
+    store.sync().unwrap();
+    let store = reopen(store);
+    assert_eq!(store.get(Space::Log, 3).unwrap(), Some(b"log-3".to_vec()));
+    assert_eq!(store.get(Space::Meta, 1).unwrap(), Some(b"vote".to_vec()));
+    assert_eq!(store.key_bounds(Space::Log).unwrap(), Some((3, 3)));
+    assert_eq!(store.key_bounds(Space::State).unwrap(), None);
+}
+
+#[test]
+fn sim_disk_conforms() {
+    conformance(SimDisk::new(1), |disk| {
+        disk.crash();
+        disk
+    });
+}
+
+#[test]
+fn sim_disk_crash_drops_exactly_what_was_not_synced() {
+    let disk = SimDisk::new(2);
+    let mut batch = Batch::new();
+    batch.put(Space::Log, 1, b"synced");
+    disk.write(batch).unwrap();
+    disk.sync().unwrap();
+    let mut batch = Batch::new();
+    batch.put(Space::Log, 2, b"not synced");
+    batch.delete_range(Space::Log, 1..2);
+    disk.write(batch).unwrap();
+    assert_eq!(disk.keys(Space::Log), vec![2]);
+    disk.crash();
+    assert_eq!(disk.get(Space::Log, 1).unwrap(), Some(b"synced".to_vec()));
+    assert_eq!(disk.get(Space::Log, 2).unwrap(), None);
+    // A restart without power loss keeps what the page cache held.
+    let mut batch = Batch::new();
+    batch.put(Space::Log, 3, b"cached");
+    disk.write(batch).unwrap();
+    disk.reopen();
+    assert_eq!(disk.get(Space::Log, 3).unwrap(), Some(b"cached".to_vec()));
+}
+
+#[test]
+fn sim_disk_faults_are_detected_and_replay_from_the_seed() {
+    let run = |seed: u64| {
+        let disk = SimDisk::new(seed);
+        disk.set_faults(DiskFaults {
+            misdirected_write_ppm: 100_000,
+            bit_flip_ppm: 100_000,
+            torn_write_ppm: 1_000_000,
+            read_error_ppm: 0,
+        });
+        for key in 0..200u64 {
+            let mut batch = Batch::new();
+            batch.put(Space::Log, key, format!("entry-{key}").as_bytes());
+            disk.write(batch).unwrap();
+            if key % 10 == 9 {
+                disk.sync().unwrap();
+            }
+        }
+        disk.crash();
+        let mut outcomes = Vec::new();
+        for key in 0..200u64 {
+            outcomes.push(match disk.get(Space::Log, key) {
+                Ok(Some(bytes)) => {
+                    assert_eq!(bytes, format!("entry-{key}").into_bytes(), "a verified record is the right record");
+                    'o'
+                }
+                Ok(None) => '-',
+                Err(StorageError::Corrupt { .. }) => 'x',
+                Err(other) => panic!("{other}"),
+            });
+        }
+        outcomes.into_iter().collect::<String>()
+    };
+    let first = run(7);
+    assert!(first.contains('x'), "faults at these rates damage some records: {first}");
+    assert_eq!(first, run(7), "the same seed gives the same faults");
+    assert_ne!(first, run(8), "another seed gives other faults");
+}
+
+#[test]
+fn sim_disk_read_errors_are_io_errors() {
+    let disk = SimDisk::new(3);
+    disk.set_faults(DiskFaults { read_error_ppm: 1_000_000, ..DiskFaults::default() });
+    assert!(matches!(disk.get(Space::Log, 1), Err(StorageError::Io { .. })));
+}
+
+#[test]
+fn a_failed_write_poisons_the_store_until_it_is_reopened() {
+    let disk = SimDisk::new(4);
+    disk.fail_next_io();
+    let mut batch = Batch::new();
+    batch.put(Space::Log, 1, b"x");
+    assert!(matches!(disk.write(batch.clone()), Err(StorageError::Io { .. })));
+    assert_eq!(disk.write(batch.clone()), Err(StorageError::Poisoned));
+    assert_eq!(disk.sync(), Err(StorageError::Poisoned));
+    disk.crash();
+    disk.write(batch).unwrap();
+}
+
+struct SimBuilder;
+
+impl StoreBuilder<TypeConfig, LogStore<SimDisk>, StateMachineStore<SimDisk>, ()> for SimBuilder {
+    async fn build(
+        &self,
+    ) -> Result<((), LogStore<SimDisk>, StateMachineStore<SimDisk>), openraft::StorageError<NodeId>> {
+        let (log_store, state_machine, _) = open_stores(SimDisk::new(9)).expect("an empty disk opens");
+        Ok(((), log_store, state_machine))
+    }
+}
+
+#[test]
+fn openraft_storage_suite_on_sim_disk() {
+    Suite::test_all(SimBuilder).expect("openraft's storage suite passes");
+}
+
+#[cfg(feature = "rocksdb")]
+mod rocks {
+    use std::sync::Arc;
+
+    use cellog_raft::storage::RocksStorage;
+
+    use super::*;
+
+    #[test]
+    fn rocksdb_conforms() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        conformance(RocksStorage::open(&path).unwrap(), |store| {
+            drop(store);
+            RocksStorage::open(&path).unwrap()
+        });
+    }
+
+    const CHILD: &str = "CELLOG_ROCKSDB_CHILD_DIR";
+
+    /// In a child process: writes and syncs 1000 records, writes 1000 more without syncing, and dies without
+    /// closing anything. In the parent: runs that child, then opens the database and finds every synced record.
+    #[test]
+    fn rocksdb_keeps_synced_records_across_a_killed_process() {
+        if let Ok(dir) = std::env::var(CHILD) {
+            let store = RocksStorage::open(std::path::Path::new(&dir)).unwrap();
+            for key in 0..2000u64 {
+                let mut batch = Batch::new();
+                batch.put(Space::Log, key, &key.to_le_bytes());
+                store.write(batch).unwrap();
+                if key == 999 {
+                    store.sync().unwrap();
+                }
+            }
+            std::process::abort();
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let status = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "rocks::rocksdb_keeps_synced_records_across_a_killed_process", "--nocapture"])
+            .env(CHILD, dir.path())
+            .status()
+            .unwrap();
+        assert!(!status.success(), "the child dies by abort");
+        let store = RocksStorage::open(dir.path()).unwrap();
+        for key in 0..1000u64 {
+            assert_eq!(store.get(Space::Log, key).unwrap(), Some(key.to_le_bytes().to_vec()), "synced record {key}");
+        }
+    }
+
+    struct RocksBuilder;
+
+    impl StoreBuilder<TypeConfig, LogStore<Arc<RocksStorage>>, StateMachineStore<Arc<RocksStorage>>, tempfile::TempDir>
+        for RocksBuilder
+    {
+        async fn build(
+            &self,
+        ) -> Result<
+            (tempfile::TempDir, LogStore<Arc<RocksStorage>>, StateMachineStore<Arc<RocksStorage>>),
+            openraft::StorageError<NodeId>,
+        > {
+            let dir = tempfile::tempdir().unwrap();
+            let store = Arc::new(RocksStorage::open(dir.path()).unwrap());
+            let (log_store, state_machine, _) = open_stores(store).expect("an empty database opens");
+            Ok((dir, log_store, state_machine))
+        }
+    }
+
+    #[test]
+    fn openraft_storage_suite_on_rocksdb() {
+        Suite::test_all(RocksBuilder).expect("openraft's storage suite passes");
+    }
+}
