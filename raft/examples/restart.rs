@@ -59,7 +59,7 @@ async fn measure<S: Storage + Clone>(storage: S, n_messages: u64, body_bytes: us
 fn entry(index: u64, command: Command) -> Entry {
     Entry {
         log_id: openraft::LogId::new(openraft::CommittedLeaderId::new(1, 1), index),
-        payload: EntryPayload::Normal(Request { at: Millis(index), command }),
+        payload: EntryPayload::Normal(Request { at: Millis(index), commands: vec![command] }),
     }
 }
 

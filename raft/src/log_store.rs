@@ -1,7 +1,8 @@
 //! openraft's log storage over a [`Storage`]: entries, the vote, the committed and last purged log ids.
 //!
 //! Every append is written and synced before openraft is told it is flushed, so an entry this node acknowledges to
-//! a leader is on its disk. openraft hands appends over in batches, so one sync covers many entries (group commit).
+//! a leader is on its disk. openraft 0.9 waits for each append's flush before it issues the next, so group commit
+//! happens one level up: [`crate::CellNode`] packs concurrent proposals into one entry.
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
@@ -78,8 +79,13 @@ impl<S: Storage + Clone> LogStore<S> {
         LogStore { storage }
     }
 
-    fn write_synced(&self, batch: Batch) -> Result<(), StorageError> {
+    /// Writes and syncs, waiting out a simulated device's sync time on the runtime's clock.
+    async fn write_synced(&self, batch: Batch) -> Result<(), StorageError> {
         self.storage.write(batch)?;
+        let delay = self.storage.sync_delay();
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
         self.storage.sync()
     }
 
@@ -121,7 +127,9 @@ impl<S: Storage + Clone> RaftLogStorage<TypeConfig> for LogStore<S> {
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), RaftStorageError> {
         let mut batch = Batch::new();
         batch.put(Space::Meta, MetaKey::Vote as u64, &encode(vote));
-        self.write_synced(batch).map_err(|error| StorageIOError::write_vote(openraft::AnyError::new(&error)).into())
+        self.write_synced(batch)
+            .await
+            .map_err(|error| StorageIOError::write_vote(openraft::AnyError::new(&error)).into())
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, RaftStorageError> {
@@ -151,7 +159,7 @@ impl<S: Storage + Clone> RaftLogStorage<TypeConfig> for LogStore<S> {
         for entry in entries {
             batch.put(Space::Log, entry.log_id.index, &encode(&entry));
         }
-        let result = self.write_synced(batch);
+        let result = self.write_synced(batch).await;
         callback.log_io_completed(result.clone().map_err(|error| std::io::Error::other(error.to_string())));
         result.map_err(write_error)
     }
@@ -159,13 +167,13 @@ impl<S: Storage + Clone> RaftLogStorage<TypeConfig> for LogStore<S> {
     async fn truncate(&mut self, log_id: LogId) -> Result<(), RaftStorageError> {
         let mut batch = Batch::new();
         batch.delete_range(Space::Log, log_id.index..u64::MAX);
-        self.write_synced(batch).map_err(write_error)
+        self.write_synced(batch).await.map_err(write_error)
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), RaftStorageError> {
         let mut batch = Batch::new();
         batch.put(Space::Meta, MetaKey::LastPurged as u64, &encode(&log_id));
         batch.delete_range(Space::Log, 0..log_id.index.saturating_add(1));
-        self.write_synced(batch).map_err(write_error)
+        self.write_synced(batch).await.map_err(write_error)
     }
 }

@@ -5,6 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::sync::{mpsc, oneshot};
+
 use cellog_core::{Command, Millis, Outcome, Rejection, StateDigest};
 use openraft::Config;
 use openraft::error::{ClientWriteError, RaftError};
@@ -49,7 +51,7 @@ pub enum StartError {
 }
 
 /// Why a proposal got no answer from the cell.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum ProposeError {
     /// This node is not the leader (the leader's id and address, when known).
     #[error("not the leader; the leader is {leader:?}")]
@@ -76,6 +78,21 @@ pub struct CellNode<S> {
     repairing: Arc<AtomicBool>,
     clock: Arc<dyn Clock>,
     stopped: Arc<AtomicBool>,
+    proposals: mpsc::Sender<Proposal>,
+}
+
+/// Most commands packed into one log entry.
+pub const MAX_BATCH: usize = 1024;
+/// Most proposals waiting for the next entry; proposers wait for room beyond that.
+const PROPOSAL_QUEUE: usize = 16 * MAX_BATCH;
+
+type ProposeResult = Result<Result<Outcome, Rejection>, ProposeError>;
+
+/// A command waiting to be packed into an entry.
+struct Proposal {
+    at: Millis,
+    command: Command,
+    reply: oneshot::Sender<ProposeResult>,
 }
 
 impl<S: Storage + Clone> CellNode<S> {
@@ -113,7 +130,9 @@ impl<S: Storage + Clone> CellNode<S> {
         }
         let stopped = Arc::new(AtomicBool::new(false));
         tokio::spawn(tick(raft.clone(), replica.clone(), clock.clone(), stopped.clone()));
-        Ok(CellNode { id, raft, replica, recovery, storage, repairing, clock, stopped })
+        let (proposals, queue) = mpsc::channel(PROPOSAL_QUEUE);
+        tokio::spawn(pack_proposals(raft.clone(), queue));
+        Ok(CellNode { id, raft, replica, recovery, storage, repairing, clock, stopped, proposals })
     }
 
     /// Proposes a command stamped with this node's clock (never earlier than the cell's last stamp).
@@ -137,17 +156,12 @@ impl<S: Storage + Clone> CellNode<S> {
     }
 
     /// Proposes a command stamped with the leader's time `at`, and waits until it is committed and applied.
-    pub async fn propose(&self, at: Millis, command: Command) -> Result<Result<Outcome, Rejection>, ProposeError> {
-        match self.raft.client_write(Request { at, command }).await {
-            Ok(response) => match response.data {
-                Response::Applied(result) => Ok(result),
-                Response::Empty => Err(ProposeError::Raft("a command was answered as a blank entry".to_string())),
-            },
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
-                Err(ProposeError::NotLeader { leader: forward.leader_id.zip(forward.leader_node) })
-            }
-            Err(error) => Err(ProposeError::Raft(error.to_string())),
-        }
+    /// Proposals made while an entry is being committed share the next entry.
+    pub async fn propose(&self, at: Millis, command: Command) -> ProposeResult {
+        let (reply, answer) = oneshot::channel();
+        let stopped = || ProposeError::Raft("the node is stopping".to_string());
+        self.proposals.send(Proposal { at, command, reply }).await.map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
     }
 
     /// The digest of the applied state and the index it was taken at.
@@ -183,8 +197,43 @@ async fn tick(raft: Raft, replica: Arc<Mutex<Replica>>, clock: Arc<dyn Clock>, s
             tokio::time::sleep(wait.max(Duration::from_millis(1))).await;
             continue;
         }
-        if raft.client_write(Request { at: now.max(last_at), command: Command::Tick }).await.is_err() {
+        if raft.client_write(Request { at: now.max(last_at), commands: vec![Command::Tick] }).await.is_err() {
             tokio::time::sleep(TICK_POLL).await;
+        }
+    }
+}
+
+/// Packs waiting proposals into one entry at a time: while an entry is being committed, the next proposals gather,
+/// so one fsync on each node commits many commands.
+async fn pack_proposals(raft: Raft, mut queue: mpsc::Receiver<Proposal>) {
+    while let Some(first) = queue.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(proposal) => batch.push(proposal),
+                Err(_) => break,
+            }
+        }
+        let at = batch.iter().map(|proposal| proposal.at).max().expect("a batch has a first proposal");
+        let (commands, replies): (Vec<Command>, Vec<oneshot::Sender<ProposeResult>>) =
+            batch.into_iter().map(|proposal| (proposal.command, proposal.reply)).unzip();
+        let n_commands = commands.len();
+        let answers: Vec<ProposeResult> = match raft.client_write(Request { at, commands }).await {
+            Ok(response) => match response.data {
+                Response::Applied(results) if results.len() == n_commands => results.into_iter().map(Ok).collect(),
+                other => {
+                    let error = ProposeError::Raft(format!("{n_commands} commands were answered with {other:?}"));
+                    vec![Err(error); n_commands]
+                }
+            },
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
+                vec![Err(ProposeError::NotLeader { leader: forward.leader_id.zip(forward.leader_node) }); n_commands]
+            }
+            Err(error) => vec![Err(ProposeError::Raft(error.to_string())); n_commands],
+        };
+        for (reply, answer) in replies.into_iter().zip(answers) {
+            // A proposer that stopped waiting does not need its answer.
+            let _ = reply.send(answer);
         }
     }
 }

@@ -141,7 +141,9 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
             replica.last_applied = Some(entry.log_id);
             let response = match entry.payload {
                 EntryPayload::Blank => Response::Empty,
-                EntryPayload::Normal(request) => Response::Applied(replica.cell.apply(request.at, request.command)),
+                EntryPayload::Normal(request) => Response::Applied(
+                    request.commands.into_iter().map(|command| replica.cell.apply(request.at, command)).collect(),
+                ),
                 EntryPayload::Membership(membership) => {
                     replica.membership = StoredMembership::new(Some(entry.log_id), membership);
                     Response::Empty

@@ -11,23 +11,24 @@ pub type NodeId = u64;
 /// A node's address, as the network layer knows it.
 pub type Node = openraft::BasicNode;
 
-/// What a log entry carries: a command for the cell and the time the leader stamped on it.
+/// What a log entry carries: commands for the cell and the time the leader stamped on them. Concurrent proposals
+/// share one entry, so one fsync on each node commits them all (group commit).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Request {
-    /// The leader's clock when it proposed the command, in cell milliseconds. The cell clamps it so that time never
+    /// The leader's clock when it proposed the commands, in cell milliseconds. The cell clamps it so that time never
     /// goes backwards across leaders.
     pub at: Millis,
-    /// The command.
-    pub command: Command,
+    /// The commands, applied in order.
+    pub commands: Vec<Command>,
 }
 
-/// What applying an entry answers the proposer.
+/// What applying an entry answers the proposers.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Response {
     /// A blank or membership entry: nothing for a client.
     Empty,
-    /// The cell's answer to a command.
-    Applied(Result<Outcome, Rejection>),
+    /// The cell's answer to each command, in order.
+    Applied(Vec<Result<Outcome, Rejection>>),
 }
 
 openraft::declare_raft_types!(

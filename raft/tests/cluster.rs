@@ -1,6 +1,10 @@
 //! A cell of in-process nodes on simulated disks: failover, restarts, snapshot catch-up, membership changes and
 //! corruption repair. Every scenario ends with every replica at the same index with the same state digest, and every
 //! acknowledged publish readable at its place on every node.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests wait on the runtime's clock, which is madsim's simulated one under --cfg madsim"
+)]
 
 mod common;
 
@@ -125,4 +129,75 @@ async fn a_corrupt_record_is_detected_and_repaired_from_the_leader() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     cell.converge().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_cell_power_failure_keeps_every_acknowledged_publish() {
+    let mut cell = TestCell::new(NO_SNAPSHOTS);
+    cell.bootstrap(&[1, 2, 3]).await;
+    cell.create_stream().await;
+    cell.publish("before-power-loss", 50).await;
+    for id in [1, 2, 3] {
+        cell.stop(id, true).await;
+    }
+    for id in [1, 2, 3] {
+        cell.start(id).await;
+    }
+    cell.wait_leader(&[1, 2, 3]).await;
+    cell.publish("after-power-loss", 10).await;
+    cell.converge().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_snapshot_is_dropped_and_the_node_catches_up_from_the_leader() {
+    let mut cell = TestCell::new(20);
+    cell.bootstrap(&[1, 2, 3]).await;
+    cell.create_stream().await;
+    cell.publish("history", 80).await;
+    let leader = cell.wait_leader(&[1, 2, 3]).await;
+    let victim = [1, 2, 3].into_iter().find(|id| *id != leader).unwrap();
+    cell.node(victim)
+        .raft
+        .wait(Some(TIMEOUT))
+        .metrics(|m| m.purged.is_some(), "the follower snapshotted and purged")
+        .await
+        .expect("the follower purges");
+    cell.stop(victim, false).await;
+    assert!(cell.disks[&victim].flip_bit(Space::State, 0, 1234));
+
+    let node = cell.start(victim).await;
+    assert!(node.recovery.snapshot_dropped);
+    assert!(node.is_repairing(), "without its snapshot the node must get its state back before voting");
+    cell.publish("during-repair", 20).await;
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while node.is_repairing() {
+        assert!(tokio::time::Instant::now() < deadline, "the node repairs");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cell.converge().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_publishes_share_syncs() {
+    let mut cell = TestCell::new(NO_SNAPSHOTS);
+    cell.bootstrap(&[1, 2, 3]).await;
+    cell.create_stream().await;
+    let leader = cell.wait_leader(&[1, 2, 3]).await;
+    let node = cell.node(leader);
+    // A device whose sync takes a millisecond: appends that arrive meanwhile must share the next sync.
+    cell.disks[&leader].set_sync_delay(Duration::from_millis(1));
+    let syncs_before = cell.disks[&leader].n_syncs();
+    let publishes = (0..200).map(|i| {
+        let node = node.clone();
+        async move {
+            let request = cellog_core::PublishRequest::new("orders.a", format!("{i}")).with_id(format!("c-{i}"));
+            node.propose(cellog_core::Millis(1_000 + i), cellog_core::Command::Publish(request)).await
+        }
+    });
+    for result in futures::future::join_all(publishes).await {
+        assert!(matches!(result, Ok(Ok(cellog_core::Outcome::Published(_)))), "{result:?}");
+    }
+    let syncs = cell.disks[&leader].n_syncs() - syncs_before;
+    println!("200 concurrent publishes took {syncs} syncs on the leader");
+    assert!(syncs < 50, "200 entries took {syncs} syncs on the leader: appends are not batched");
 }

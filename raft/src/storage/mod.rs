@@ -172,6 +172,12 @@ pub trait Storage: Send + Sync + 'static {
     /// Makes everything written so far durable.
     fn sync(&self) -> Result<(), StorageError>;
 
+    /// How long a sync takes on a simulated device, for the caller to wait out on the runtime's clock. A real device
+    /// returns zero: its `sync` blocks for the real time.
+    fn sync_delay(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
+
     /// A verified record.
     fn get(&self, space: Space, key: u64) -> Result<Option<Vec<u8>>, StorageError> {
         match self.read_sealed(space, key)? {
@@ -204,6 +210,9 @@ impl<S: Storage + ?Sized> Storage for std::sync::Arc<S> {
     }
     fn sync(&self) -> Result<(), StorageError> {
         (**self).sync()
+    }
+    fn sync_delay(&self) -> std::time::Duration {
+        (**self).sync_delay()
     }
 }
 

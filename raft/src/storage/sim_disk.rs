@@ -42,6 +42,7 @@ struct DiskState {
     /// The next write or sync fails (an injected I/O error).
     fail_next: bool,
     n_syncs: u64,
+    sync_delay: std::time::Duration,
 }
 
 /// A simulated disk. Clones share the same disk.
@@ -84,6 +85,7 @@ impl SimDisk {
                 poisoned: false,
                 fail_next: false,
                 n_syncs: 0,
+                sync_delay: std::time::Duration::ZERO,
             })),
         }
     }
@@ -140,6 +142,11 @@ impl SimDisk {
             }
         }
         flipped
+    }
+
+    /// Sets how long a sync takes (simulated device latency; zero by default).
+    pub fn set_sync_delay(&self, delay: std::time::Duration) {
+        self.lock().sync_delay = delay;
     }
 
     /// Makes the next write or sync fail, as a failing device would.
@@ -247,5 +254,9 @@ impl Storage for SimDisk {
         }
         state.n_syncs += 1;
         Ok(())
+    }
+
+    fn sync_delay(&self) -> std::time::Duration {
+        self.lock().sync_delay
     }
 }

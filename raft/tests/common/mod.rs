@@ -1,5 +1,9 @@
 //! An in-process cell for tests: nodes on simulated disks, connected by an in-memory router that can isolate nodes.
 #![allow(dead_code)]
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests wait on the runtime's clock, which is madsim's simulated one under --cfg madsim"
+)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
