@@ -109,13 +109,17 @@ impl<S: Storage + Clone> CellNode<S> {
     {
         let (log_store, state_machine, recovery) = open_stores(storage.clone())?;
         let replica = state_machine.replica();
+        // A repairing node must not campaign, from its very first election timeout on.
+        let config = match recovery.repair_target {
+            Some(_) => Arc::new(Config { enable_elect: false, ..(*config).clone() }),
+            None => config,
+        };
         let raft = Raft::new(id, config, network, log_store, state_machine)
             .await
             .map_err(|error| StartError::Raft(error.to_string()))?;
         let repairing = Arc::new(AtomicBool::new(false));
         if let Some(target) = recovery.repair_target {
             repairing.store(true, Ordering::Release);
-            raft.runtime_config().elect(false);
             let (raft, storage, repairing) = (raft.clone(), storage.clone(), repairing.clone());
             tokio::spawn(async move {
                 let held = raft
@@ -150,7 +154,7 @@ impl<S: Storage + Clone> CellNode<S> {
     pub async fn vote(&self, request: VoteRequest<NodeId>) -> Result<VoteResponse<NodeId>, RaftError<NodeId>> {
         if self.is_repairing() {
             let metrics = self.raft.metrics().borrow().clone();
-            return Ok(VoteResponse::new(metrics.vote, metrics.last_applied, false));
+            return Ok(VoteResponse::new(metrics.vote, None, false));
         }
         self.raft.vote(request).await
     }

@@ -1,8 +1,9 @@
 //! Opening a node's storage: every record is verified before the node serves, votes or acknowledges anything.
 //!
-//! A log suffix that does not verify (a flipped bit, a torn or misdirected write, a hole) is cut off, and the last
-//! index the node held is recorded as its *repair target*: until its log reaches that index again from the leader,
-//! the node must neither vote nor campaign, because it may have acknowledged entries it no longer has. A snapshot
+//! A log suffix that does not verify (a flipped bit, a torn or misdirected write, a hole) is cut off, and one past
+//! the last index the node held is recorded as its *repair target*: until its log reaches that index from a leader,
+//! the node must neither vote nor campaign, because it may have acknowledged entries it no longer has. (A damaged
+//! last record alone is a torn write of an unsynced entry and is cut without a target.) A snapshot
 //! that does not verify is dropped; if the log no longer reaches back to the start, the log goes too and the node
 //! gets everything from the leader. A vote that does not verify stops the node: starting without knowing what it
 //! voted could let it vote twice in one term.
@@ -34,24 +35,26 @@ pub struct Recovery {
 struct LogScan {
     /// The first index that does not verify or is missing, and why.
     first_bad: Option<(u64, String)>,
+    /// The first bad record is the last one stored and is damaged (not missing): what a torn write leaves.
+    torn_tail: bool,
     /// Entries verified before it.
     n_verified: u64,
     /// The last stored index.
     last: Option<u64>,
 }
 
-/// Finds the first log index that does not verify (or is missing), scanning from the first stored entry.
-fn scan_log<S: Storage>(storage: &S) -> Result<LogScan, StorageError> {
+/// Finds the first log index that does not verify (or is missing), from the one after the last purged entry (or
+/// the first stored entry when nothing was purged).
+fn scan_log<S: Storage>(storage: &S, last_purged: Option<LogId>) -> Result<LogScan, StorageError> {
     let Some((first, last)) = storage.key_bounds(Space::Log)? else {
-        return Ok(LogScan { first_bad: None, n_verified: 0, last: None });
+        return Ok(LogScan { first_bad: None, torn_tail: false, n_verified: 0, last: None });
     };
-    let mut scan = LogScan { first_bad: None, n_verified: 0, last: Some(last) };
-    let mut expected = first;
+    let mut scan = LogScan { first_bad: None, torn_tail: false, n_verified: 0, last: Some(last) };
+    let mut expected = last_purged.map_or(first, |purged| purged.index + 1);
     while expected <= last {
         let records = storage.scan_sealed(Space::Log, expected..last.saturating_add(1), SCAN_CHUNK)?;
         if records.is_empty() {
-            scan.first_bad = Some((expected, "missing entry".to_string()));
-            return Ok(scan);
+            break;
         }
         for (index, sealed) in records {
             if index != expected {
@@ -62,6 +65,7 @@ fn scan_log<S: Storage>(storage: &S) -> Result<LogScan, StorageError> {
                 crate::storage::open(Space::Log, index, &sealed).and_then(|payload| decode_entry(index, payload));
             if let Err(error) = verified {
                 scan.first_bad = Some((index, error.to_string()));
+                scan.torn_tail = index == last;
                 return Ok(scan);
             }
             scan.n_verified += 1;
@@ -71,63 +75,114 @@ fn scan_log<S: Storage>(storage: &S) -> Result<LogScan, StorageError> {
     Ok(scan)
 }
 
-/// Verifies a node's storage, repairs what it can, and opens the log and state-machine stores.
+fn encoded<T: serde::Serialize>(value: &T) -> Vec<u8> {
+    postcard::to_stdvec(value).expect("encoding into memory does not fail")
+}
+
+/// A meta record, or `None` with `damaged` set when it does not verify.
+fn meta_or_damaged<S: Storage, T: serde::de::DeserializeOwned>(
+    storage: &S,
+    key: MetaKey,
+    damaged: &mut bool,
+) -> Result<Option<T>, StorageError> {
+    match read_meta(storage, key) {
+        Ok(value) => Ok(value),
+        Err(StorageError::Corrupt { .. }) => {
+            *damaged = true;
+            Ok(None)
+        }
+        Err(other) => Err(other),
+    }
+}
+
+/// Verifies a node's storage, repairs what it can, and opens the log and state-machine stores. Every repair is
+/// written in one batch and synced before anything is opened, so a crash during recovery leaves either the old state
+/// (found damaged again next time) or the repaired one.
 pub fn open_stores<S: Storage + Clone>(
     storage: S,
 ) -> Result<(LogStore<S>, StateMachineStore<S>, Recovery), StorageError> {
     // The vote must verify: see the module doc.
-    let _vote: Option<openraft::Vote<NodeId>> = read_meta(&storage, MetaKey::Vote)?;
+    let vote: Option<openraft::Vote<NodeId>> = read_meta(&storage, MetaKey::Vote)?;
     let mut recovery = Recovery::default();
-    let mut repair_target: Option<u64> = match read_meta(&storage, MetaKey::RepairTarget) {
-        Ok(target) => target,
-        // A damaged repair mark is replaced by the conservative one computed below.
-        Err(StorageError::Corrupt { .. }) => None,
-        Err(other) => return Err(other),
-    };
     let mut batch = Batch::new();
+    let highest_held = storage.key_bounds(Space::Log)?.map(|(_, last)| last);
 
-    let scan = scan_log(&storage)?;
-    recovery.n_entries_verified = scan.n_verified;
-    if let (Some((index, reason)), Some(last)) = (scan.first_bad, scan.last) {
-        batch.delete_range(Space::Log, index..u64::MAX);
-        recovery.log_cut_from = Some(index);
-        recovery.log_cut_reason = Some(reason);
-        repair_target = Some(repair_target.unwrap_or(0).max(last));
+    let mut target_damaged = false;
+    let mut repair_target: Option<u64> = meta_or_damaged(&storage, MetaKey::RepairTarget, &mut target_damaged)?;
+    if target_damaged {
+        // The node was repairing and no longer knows how far it must get: at least one entry past all it holds.
+        repair_target = Some(highest_held.map_or(0, |last| last + 1));
     }
+    let mut committed_damaged = false;
+    let _: Option<Option<LogId>> = meta_or_damaged(&storage, MetaKey::Committed, &mut committed_damaged)?;
+    let mut purged_damaged = false;
+    let mut last_purged: Option<LogId> = meta_or_damaged(&storage, MetaKey::LastPurged, &mut purged_damaged)?;
 
-    let state_machine = match StateMachineStore::open(storage.clone()) {
-        Ok(state_machine) => state_machine,
+    let mut wipe = false;
+    let snapshot_last = match StateMachineStore::open(storage.clone()) {
+        Ok(state_machine) => state_machine.replica().lock().map(|r| r.last_applied).unwrap_or(None),
         Err(StorageError::Corrupt { .. }) => {
             recovery.snapshot_dropped = true;
             batch.delete_range(Space::State, 0..u64::MAX);
-            let last_purged: Option<LogId> = read_meta(&storage, MetaKey::LastPurged).unwrap_or(None);
-            if last_purged.is_some() {
-                // Without the snapshot the log cannot rebuild the state from its start: take both from the leader.
-                let last = storage.key_bounds(Space::Log)?.map(|(_, last)| last).or(last_purged.map(|id| id.index));
-                batch.delete_range(Space::Log, 0..u64::MAX);
-                batch.delete_range(Space::Meta, MetaKey::LastPurged as u64..MetaKey::LastPurged as u64 + 1);
-                repair_target = Some(repair_target.unwrap_or(0).max(last.unwrap_or(0)));
-            }
-            storage.write(std::mem::take(&mut batch))?;
-            storage.sync()?;
-            StateMachineStore::open(storage.clone())?
+            // Without the snapshot the log cannot rebuild the state if it no longer reaches back to the start.
+            wipe = last_purged.is_some() || purged_damaged;
+            None
         }
         Err(other) => return Err(other),
     };
+    if purged_damaged && !wipe {
+        // Nothing before the snapshot is needed: purge up to it again and record that.
+        match snapshot_last {
+            Some(snapshot_last) => {
+                batch.delete_range(Space::Log, 0..snapshot_last.index + 1);
+                batch.put(Space::Meta, MetaKey::LastPurged as u64, &encoded(&snapshot_last));
+                last_purged = Some(snapshot_last);
+            }
+            None => wipe = true,
+        }
+    }
 
-    if recovery.log_cut_from.is_some() || recovery.snapshot_dropped {
+    if wipe {
+        // Take everything from the leader; until then the node does not vote.
+        batch.delete_range(Space::Log, 0..u64::MAX);
+        batch.delete_range(Space::Meta, MetaKey::LastPurged as u64..MetaKey::LastPurged as u64 + 1);
+        let held = highest_held.or(last_purged.map(|id| id.index)).unwrap_or(0);
+        repair_target = Some(repair_target.unwrap_or(0).max(held + 1));
+    } else {
+        let scan = scan_log(&storage, last_purged)?;
+        recovery.n_entries_verified = scan.n_verified;
+        if let (Some((index, reason)), Some(last)) = (scan.first_bad, scan.last) {
+            batch.delete_range(Space::Log, index..u64::MAX);
+            recovery.log_cut_from = Some(index);
+            recovery.log_cut_reason = Some(reason);
+            // A damaged last record is what a torn write leaves, and a torn write only ever hits a write that was
+            // never synced, so never acknowledged: cutting it costs nothing. Damage anywhere else may have taken
+            // acknowledged entries, and a misdirected write may have moved the last one: the node must get at least
+            // one entry past everything it held before it votes again.
+            if !scan.torn_tail {
+                repair_target = Some(repair_target.unwrap_or(0).max(last + 1));
+            }
+        }
+    }
+
+    if wipe || recovery.log_cut_from.is_some() || recovery.snapshot_dropped || committed_damaged {
         // What was committed may no longer be in this node's log; the leader will say again.
-        let none: Option<LogId> = None;
-        batch.put(Space::Meta, MetaKey::Committed as u64, &postcard::to_stdvec(&none).expect("in memory"));
+        batch.put(Space::Meta, MetaKey::Committed as u64, &encoded(&None::<LogId>));
     }
     if let Some(target) = repair_target {
-        batch.put(Space::Meta, MetaKey::RepairTarget as u64, &postcard::to_stdvec(&target).expect("in memory"));
+        batch.put(Space::Meta, MetaKey::RepairTarget as u64, &encoded(&target));
+        // A node that led with the entries it lost must not come back as leader of that term: it would hand out
+        // the lost indexes again. An uncommitted vote makes it start as a follower.
+        if let Some(vote) = vote.filter(|vote| vote.committed) {
+            batch.put(Space::Meta, MetaKey::Vote as u64, &encoded(&openraft::Vote { committed: false, ..vote }));
+        }
     }
     if !batch.is_empty() {
         storage.write(batch)?;
         storage.sync()?;
     }
     recovery.repair_target = repair_target;
+    let state_machine = StateMachineStore::open(storage.clone())?;
     Ok((LogStore::new(storage), state_machine, recovery))
 }
 

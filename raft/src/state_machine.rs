@@ -58,6 +58,9 @@ fn snapshot_id(last_applied: Option<LogId>) -> String {
 pub struct StateMachineStore<S> {
     storage: S,
     replica: Arc<Mutex<Replica>>,
+    /// The last log id covered by the stored snapshot. Held while a snapshot is written, so a snapshot built in the
+    /// background never overwrites a newer one installed meanwhile.
+    stored: Arc<Mutex<Option<LogId>>>,
 }
 
 fn state_error(error: impl std::fmt::Display) -> RaftStorageError {
@@ -71,7 +74,8 @@ impl<S: Storage + Clone> StateMachineStore<S> {
             Some(bytes) => Self::decode(&bytes)?,
             None => Replica::default(),
         };
-        Ok(StateMachineStore { storage, replica: Arc::new(Mutex::new(replica)) })
+        let stored = Arc::new(Mutex::new(replica.last_applied));
+        Ok(StateMachineStore { storage, replica: Arc::new(Mutex::new(replica)), stored })
     }
 
     fn decode(bytes: &[u8]) -> Result<Replica, StorageError> {
@@ -107,11 +111,32 @@ impl<S: Storage + Clone> StateMachineStore<S> {
             };
             (postcard::to_stdvec(&file).expect("encoding into memory does not fail"), meta)
         };
+        let mut stored = self.stored.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if *stored > meta.last_log_id {
+            // A newer snapshot was installed while this one was built: it stays, and is what this build returns.
+            drop(stored);
+            return self.get_stored()?.ok_or_else(|| state_error("the stored snapshot vanished"));
+        }
         let mut batch = Batch::new();
         batch.put(Space::State, SNAPSHOT_KEY, &bytes);
         self.storage.write(batch).map_err(state_error)?;
         self.storage.sync().map_err(state_error)?;
+        *stored = meta.last_log_id;
         Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(bytes)) })
+    }
+
+    /// The stored snapshot, if any.
+    fn get_stored(&self) -> Result<Option<Snapshot<TypeConfig>>, RaftStorageError> {
+        let Some(bytes) = self.storage.get(Space::State, SNAPSHOT_KEY).map_err(state_error)? else {
+            return Ok(None);
+        };
+        let replica = Self::decode(&bytes).map_err(state_error)?;
+        let meta = SnapshotMeta {
+            last_log_id: replica.last_applied,
+            last_membership: replica.membership,
+            snapshot_id: snapshot_id(replica.last_applied),
+        };
+        Ok(Some(Snapshot { meta, snapshot: Box::new(Cursor::new(bytes)) }))
     }
 }
 
@@ -184,10 +209,14 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
             )));
         }
         // Durable before openraft purges the log this snapshot replaces.
-        let mut batch = Batch::new();
-        batch.put(Space::State, SNAPSHOT_KEY, &bytes);
-        self.storage.write(batch).map_err(state_error)?;
-        self.storage.sync().map_err(state_error)?;
+        {
+            let mut stored = self.stored.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut batch = Batch::new();
+            batch.put(Space::State, SNAPSHOT_KEY, &bytes);
+            self.storage.write(batch).map_err(state_error)?;
+            self.storage.sync().map_err(state_error)?;
+            *stored = meta.last_log_id;
+        }
         let mut current = self.lock();
         current.cell = replica.cell;
         current.last_applied = replica.last_applied;
@@ -196,15 +225,6 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, RaftStorageError> {
-        let Some(bytes) = self.storage.get(Space::State, SNAPSHOT_KEY).map_err(state_error)? else {
-            return Ok(None);
-        };
-        let replica = Self::decode(&bytes).map_err(state_error)?;
-        let meta = SnapshotMeta {
-            last_log_id: replica.last_applied,
-            last_membership: replica.membership,
-            snapshot_id: snapshot_id(replica.last_applied),
-        };
-        Ok(Some(Snapshot { meta, snapshot: Box::new(Cursor::new(bytes)) }))
+        self.get_stored()
     }
 }

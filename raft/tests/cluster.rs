@@ -112,7 +112,7 @@ async fn a_corrupt_record_is_detected_and_repaired_from_the_leader() {
 
     let node = cell.start(victim).await;
     assert_eq!(node.recovery.log_cut_from, Some(damaged), "the damaged entry and everything after it are cut");
-    assert_eq!(node.recovery.repair_target, Some(*keys.last().unwrap()));
+    assert_eq!(node.recovery.repair_target, Some(*keys.last().unwrap() + 1));
     assert!(node.is_repairing());
     // While repairing it grants no vote, whatever the candidate offers.
     let metrics = node.raft.metrics().borrow().clone();
@@ -200,4 +200,48 @@ async fn concurrent_publishes_share_syncs() {
     let syncs = cell.disks[&leader].n_syncs() - syncs_before;
     println!("200 concurrent publishes took {syncs} syncs on the leader");
     assert!(syncs < 50, "200 entries took {syncs} syncs on the leader: appends are not batched");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_restarted_with_a_cut_log_does_not_lead_again_before_it_is_repaired() {
+    let mut cell = TestCell::new(NO_SNAPSHOTS);
+    cell.bootstrap(&[1, 2, 3]).await;
+    cell.create_stream().await;
+    cell.publish("before", 40).await;
+    let leader = cell.wait_leader(&[1, 2, 3]).await;
+    cell.stop(leader, false).await;
+    let keys = cell.disks[&leader].keys(Space::Log);
+    assert!(cell.disks[&leader].flip_bit(Space::Log, keys[keys.len() / 2], 5));
+    let node = cell.start(leader).await;
+    assert!(node.is_repairing());
+    // Its saved vote no longer says it leads: it comes back as a follower and the others elect a leader.
+    assert!(!node.raft.metrics().borrow().state.is_leader());
+    let others: Vec<u64> = [1, 2, 3].into_iter().filter(|id| *id != leader).collect();
+    cell.wait_leader(&others).await;
+    cell.publish("after", 20).await;
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while node.is_repairing() {
+        assert!(tokio::time::Instant::now() < deadline, "the node repairs");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cell.converge().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_torn_last_record_is_cut_without_holding_the_node_back() {
+    let mut cell = TestCell::new(NO_SNAPSHOTS);
+    cell.bootstrap(&[1, 2, 3]).await;
+    cell.create_stream().await;
+    cell.publish("before", 20).await;
+    let leader = cell.wait_leader(&[1, 2, 3]).await;
+    let victim = [1, 2, 3].into_iter().find(|id| *id != leader).unwrap();
+    cell.stop(victim, false).await;
+    let last = *cell.disks[&victim].keys(Space::Log).last().unwrap();
+    assert!(cell.disks[&victim].flip_bit(Space::Log, last, 3));
+    let node = cell.start(victim).await;
+    assert_eq!(node.recovery.log_cut_from, Some(last));
+    assert_eq!(node.recovery.repair_target, None, "a damaged tail is a torn, never acknowledged write");
+    assert!(!node.is_repairing());
+    cell.publish("after", 10).await;
+    cell.converge().await;
 }

@@ -44,6 +44,10 @@ impl RocksStorage {
         let mut options = Options::default();
         options.create_if_missing(true);
         options.create_missing_column_families(true);
+        // A record torn by a crash at the WAL's tail was never synced and may go; damage anywhere before it must be
+        // an error, not (as with the default point-in-time mode) a silent end of replay that drops every synced
+        // write after it.
+        options.set_wal_recovery_mode(rocksdb::DBRecoveryMode::TolerateCorruptedTailRecords);
         let families = Space::ALL.iter().map(|space| ColumnFamilyDescriptor::new(space.name(), Options::default()));
         let db = DB::open_cf_descriptors(&options, path, families).map_err(io)?;
         Ok(RocksStorage { db, poisoned: AtomicBool::new(false) })
