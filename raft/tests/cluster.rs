@@ -123,11 +123,7 @@ async fn a_corrupt_record_is_detected_and_repaired_from_the_leader() {
     assert!(!response.expect("answered").vote_granted);
 
     cell.publish("during-repair", 20).await;
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    while node.is_repairing() {
-        assert!(tokio::time::Instant::now() < deadline, "the node repairs");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    common::wait_repaired(&node).await;
     cell.converge().await;
 }
 
@@ -169,11 +165,7 @@ async fn a_corrupt_snapshot_is_dropped_and_the_node_catches_up_from_the_leader()
     assert!(node.recovery.snapshot_dropped);
     assert!(node.is_repairing(), "without its snapshot the node must get its state back before voting");
     cell.publish("during-repair", 20).await;
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    while node.is_repairing() {
-        assert!(tokio::time::Instant::now() < deadline, "the node repairs");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    common::wait_repaired(&node).await;
     cell.converge().await;
 }
 
@@ -219,11 +211,7 @@ async fn a_leader_restarted_with_a_cut_log_does_not_lead_again_before_it_is_repa
     let others: Vec<u64> = [1, 2, 3].into_iter().filter(|id| *id != leader).collect();
     cell.wait_leader(&others).await;
     cell.publish("after", 20).await;
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    while node.is_repairing() {
-        assert!(tokio::time::Instant::now() < deadline, "the node repairs");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    common::wait_repaired(&node).await;
     cell.converge().await;
 }
 

@@ -282,3 +282,12 @@ impl TestCell {
         }
     }
 }
+
+/// Waits until a node holds its log up to its repair target again.
+pub async fn wait_repaired(node: &CellNode<SimDisk>) {
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while node.is_repairing() {
+        assert!(tokio::time::Instant::now() < deadline, "node {} did not repair", node.id);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
