@@ -146,8 +146,12 @@ impl<S: Storage + Clone> RaftLogStorage<TypeConfig> for LogStore<S> {
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, RaftStorageError> {
-        let committed: Option<Option<LogId>> = read_meta(&self.storage, MetaKey::Committed).map_err(read_error)?;
-        Ok(committed.flatten())
+        match read_meta::<_, Option<LogId>>(&self.storage, MetaKey::Committed) {
+            Ok(committed) => Ok(committed.flatten()),
+            // Only a hint: without it the node waits for the leader to say what is committed.
+            Err(StorageError::Corrupt { .. }) => Ok(None),
+            Err(error) => Err(read_error(error)),
+        }
     }
 
     async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), RaftStorageError>

@@ -11,7 +11,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use cellog_raft::storage::Space;
+use cellog_raft::storage::{DiskFaults, Space};
 use common::{TIMEOUT, TestCell};
 use openraft::BasicNode;
 use openraft::raft::VoteRequest;
@@ -231,5 +231,57 @@ async fn a_torn_last_record_is_cut_without_holding_the_node_back() {
     assert_eq!(node.recovery.repair_target, None, "a damaged tail is a torn, never acknowledged write");
     assert!(!node.is_repairing());
     cell.publish("after", 10).await;
+    cell.converge().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_on_a_faulty_disk_repairs_and_nothing_acknowledged_is_lost() {
+    faulty_follower().await;
+}
+
+/// Seeds that once failed `faulty_follower`, kept as regressions: the fault draws come from the seed.
+#[cfg(madsim)]
+const FAULTY_FOLLOWER_SEEDS: &[u64] = &[
+    // A bit flipped in the committed id that recovery itself had just rewritten: `read_committed` failed and the node
+    // never started, though the committed id is only a hint.
+    1_795_962_462_032_096_343,
+];
+
+#[cfg(madsim)]
+#[test]
+fn faulty_follower_regression_seeds() {
+    for &seed in FAULTY_FOLLOWER_SEEDS {
+        let runtime = madsim::runtime::Runtime::with_seed_and_config(seed, madsim::Config::default());
+        runtime.block_on(faulty_follower());
+    }
+}
+
+async fn faulty_follower() {
+    let mut cell = TestCell::new(NO_SNAPSHOTS);
+    cell.bootstrap(&[1, 2, 3]).await;
+    cell.create_stream().await;
+    let leader = cell.wait_leader(&[1, 2, 3]).await;
+    let victim = [1, 2, 3].into_iter().find(|id| *id != leader).unwrap();
+    // Bits flip as records reach the disk, and the last unsynced record tears at every power loss. Misdirected
+    // writes are left out: the repair target is a local estimate that a record moved past the end can defeat.
+    cell.disks[&victim].set_faults(DiskFaults {
+        bit_flip_ppm: 20_000,
+        torn_write_ppm: 500_000,
+        ..DiskFaults::default()
+    });
+    for round in 0..5 {
+        cell.publish(&format!("round-{round}"), 20).await;
+        cell.stop(victim, true).await;
+        let restarted = cell.start(victim).await;
+        // A node whose raft stopped on a record that no longer verifies served nothing from it; the restart
+        // repairs it.
+        let _ = restarted;
+    }
+    cell.disks[&victim].set_faults(DiskFaults::default());
+    // A last restart finds whatever flipped since the previous one.
+    cell.stop(victim, false).await;
+    let node = cell.start(victim).await;
+    cell.publish("healthy", 10).await;
+    common::wait_repaired(&node).await;
     cell.converge().await;
 }

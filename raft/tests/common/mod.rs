@@ -150,7 +150,7 @@ impl TestCell {
 
     /// Starts (or restarts) a node on its disk, creating the disk the first time.
     pub async fn start(&mut self, id: NodeId) -> Arc<CellNode<SimDisk>> {
-        let disk = self.disks.entry(id).or_insert_with(|| SimDisk::new(id)).clone();
+        let disk = self.disks.entry(id).or_insert_with(|| SimDisk::new(disk_seed(id))).clone();
         let network = NodeNetwork { router: self.router.clone(), from: id };
         let clock = Arc::new(cellog_raft::SystemClock);
         let node =
@@ -289,5 +289,18 @@ pub async fn wait_repaired(node: &CellNode<SimDisk>) {
     while node.is_repairing() {
         assert!(tokio::time::Instant::now() < deadline, "node {} did not repair", node.id);
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The seed of a node's disk faults: from the simulation's seed under madsim, so every seed brings other faults.
+fn disk_seed(id: NodeId) -> u64 {
+    #[cfg(madsim)]
+    {
+        use rand::Rng;
+        madsim::rand::thread_rng().r#gen::<u64>() ^ id
+    }
+    #[cfg(not(madsim))]
+    {
+        id
     }
 }
