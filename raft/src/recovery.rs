@@ -5,8 +5,10 @@
 //! the node must neither vote nor campaign, because it may have acknowledged entries it no longer has. (A damaged
 //! last record alone is a torn write of an unsynced entry and is cut without a target.) A snapshot
 //! that does not verify is dropped; if the log no longer reaches back to the start, the log goes too and the node
-//! gets everything from the leader. A vote that does not verify stops the node: starting without knowing what it
-//! voted could let it vote twice in one term.
+//! gets everything from the leader. A vote that does not verify is dropped and the node repairs: it may have
+//! voted in a term it no longer knows, so it votes in none until a leader has brought its log past everything it
+//! held. (A stale leader of an older term could do that too; ending repair only at a current leader's commit index
+//! would close that gap.)
 
 use crate::log_store::{LogStore, decode_entry, read_meta};
 use crate::state_machine::StateMachineStore;
@@ -23,6 +25,8 @@ pub struct Recovery {
     pub log_cut_from: Option<u64>,
     /// Why, when it was cut.
     pub log_cut_reason: Option<String>,
+    /// The stored vote did not verify and was dropped.
+    pub vote_dropped: bool,
     /// The stored snapshot did not verify and was dropped.
     pub snapshot_dropped: bool,
     /// The node must hold the log up to this index again before it votes or campaigns.
@@ -101,14 +105,19 @@ fn meta_or_damaged<S: Storage, T: serde::de::DeserializeOwned>(
 pub fn open_stores<S: Storage + Clone>(
     storage: S,
 ) -> Result<(LogStore<S>, StateMachineStore<S>, Recovery), StorageError> {
-    // The vote must verify: see the module doc.
-    let vote: Option<openraft::Vote<NodeId>> = read_meta(&storage, MetaKey::Vote)?;
     let mut recovery = Recovery::default();
     let mut batch = Batch::new();
     let highest_held = storage.key_bounds(Space::Log)?.map(|(_, last)| last);
+    let vote: Option<openraft::Vote<NodeId>> = meta_or_damaged(&storage, MetaKey::Vote, &mut recovery.vote_dropped)?;
 
     let mut target_damaged = false;
     let mut repair_target: Option<u64> = meta_or_damaged(&storage, MetaKey::RepairTarget, &mut target_damaged)?;
+    if recovery.vote_dropped {
+        // See the module doc: the node may have voted in a term it no longer knows, so it votes in none until a
+        // leader has brought it up to date (and so taught it the current term).
+        batch.delete_range(Space::Meta, MetaKey::Vote as u64..MetaKey::Vote as u64 + 1);
+        repair_target = Some(repair_target.unwrap_or(0).max(highest_held.map_or(0, |last| last + 1)));
+    }
     if target_damaged {
         // The node was repairing and no longer knows how far it must get: at least one entry past all it holds.
         repair_target = Some(highest_held.map_or(0, |last| last + 1));

@@ -239,29 +239,42 @@ async fn a_follower_on_a_faulty_disk_repairs_and_nothing_acknowledged_is_lost() 
     faulty_follower().await;
 }
 
-/// Seeds that once failed `faulty_follower`, kept as regressions: the fault draws come from the seed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_on_a_faulty_disk_steps_down_repairs_and_nothing_acknowledged_is_lost() {
+    faulty_disk(true).await;
+}
+
+/// Seeds that once failed a faulty-disk scenario, kept as regressions (the fault draws come from the seed):
+/// (whether the leader is the node on the faulty disk, seed).
 #[cfg(madsim)]
-const FAULTY_FOLLOWER_SEEDS: &[u64] = &[
+const FAULTY_DISK_SEEDS: &[(bool, u64)] = &[
     // A bit flipped in the committed id that recovery itself had just rewritten: `read_committed` failed and the node
     // never started, though the committed id is only a hint.
-    1_795_962_462_032_096_343,
+    (false, 1_795_962_462_032_096_343),
+    // A bit flipped in the vote that recovery had just rewritten: the node refused to start instead of repairing.
+    (true, 1_795_962_653_005_661_274),
 ];
 
 #[cfg(madsim)]
 #[test]
-fn faulty_follower_regression_seeds() {
-    for &seed in FAULTY_FOLLOWER_SEEDS {
+fn faulty_disk_regression_seeds() {
+    for &(leader_is_victim, seed) in FAULTY_DISK_SEEDS {
         let runtime = madsim::runtime::Runtime::with_seed_and_config(seed, madsim::Config::default());
-        runtime.block_on(faulty_follower());
+        runtime.block_on(faulty_disk(leader_is_victim));
     }
 }
 
 async fn faulty_follower() {
+    faulty_disk(false).await;
+}
+
+/// One node (the leader, or a follower) writes to a faulty disk and loses power five times under load.
+async fn faulty_disk(leader_is_victim: bool) {
     let mut cell = TestCell::new(NO_SNAPSHOTS);
     cell.bootstrap(&[1, 2, 3]).await;
     cell.create_stream().await;
     let leader = cell.wait_leader(&[1, 2, 3]).await;
-    let victim = [1, 2, 3].into_iter().find(|id| *id != leader).unwrap();
+    let victim = [1, 2, 3].into_iter().find(|id| (*id == leader) == leader_is_victim).unwrap();
     // Bits flip as records reach the disk, and the last unsynced record tears at every power loss. Misdirected
     // writes are left out: the repair target is a local estimate that a record moved past the end can defeat.
     cell.disks[&victim].set_faults(DiskFaults {
