@@ -251,8 +251,8 @@ const FAULTY_DISK_SEEDS: &[(bool, u64)] = &[
     // A bit flipped in the committed id that recovery itself had just rewritten: `read_committed` failed and the node
     // never started, though the committed id is only a hint.
     (false, 1_795_962_462_032_096_343),
-    // A bit flipped in the vote that recovery had just rewritten: the node refused to start instead of repairing.
-    (true, 1_795_962_653_005_661_274),
+    // A vote record torn at a power loss: the node refused to start instead of repairing.
+    (true, 1_795_962_974_321_813_339),
 ];
 
 #[cfg(madsim)]
@@ -296,5 +296,31 @@ async fn faulty_disk(leader_is_victim: bool) {
     let node = cell.start(victim).await;
     cell.publish("healthy", 10).await;
     common::wait_repaired(&node).await;
+    cell.converge().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_ticks_so_timers_fire_without_client_commands() {
+    let mut cell = TestCell::new(NO_SNAPSHOTS);
+    cell.bootstrap(&[1, 2, 3]).await;
+    cell.create_stream().await;
+    let request =
+        cellog_core::PublishRequest { ttl_ms: Some(300), ..cellog_core::PublishRequest::new("orders.a", "brief") };
+    cell.propose(cellog_core::Command::Publish(request)).await.expect("published");
+    // Nothing else is proposed: only the leader's Tick can remove the message once its TTL passes.
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let retained: Vec<u64> = cell
+            .running()
+            .iter()
+            // A replica that has not applied the stream yet counts as still retaining the message.
+            .map(|&id| cell.node(id).replica.lock().unwrap().cell.stream_info("orders").map_or(1, |s| s.n_messages))
+            .collect();
+        if retained.iter().all(|n| *n == 0) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the expired message is still retained: {retained:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     cell.converge().await;
 }

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cellog_core::{Command, Millis, Outcome, PublishRequest, Rejection, StreamConfig};
+use cellog_core::{Command, Outcome, PublishRequest, Rejection, StreamConfig};
 use cellog_raft::storage::SimDisk;
 use cellog_raft::types::{Node, NodeId, TypeConfig};
 use cellog_raft::{CellNode, ProposeError};
@@ -122,7 +122,6 @@ pub struct TestCell {
     pub router: Router,
     pub disks: BTreeMap<NodeId, SimDisk>,
     pub config: Arc<Config>,
-    clock: u64,
     /// Every publish the cell acknowledged: (payload, partition, seq).
     pub acked: Vec<(String, u32, u64)>,
 }
@@ -135,7 +134,6 @@ impl TestCell {
             router: Router::default(),
             disks: BTreeMap::new(),
             config: config(snapshot_every),
-            clock: 0,
             acked: Vec::new(),
         }
     }
@@ -211,16 +209,10 @@ impl TestCell {
         }
     }
 
-    fn tick_clock(&mut self) -> Millis {
-        self.clock += 1;
-        Millis(self.clock)
-    }
-
     /// Proposes through whichever node leads, retrying while leadership moves.
     pub async fn propose(&mut self, command: Command) -> Result<Outcome, Rejection> {
         let deadline = tokio::time::Instant::now() + TIMEOUT;
         loop {
-            let at = self.tick_clock();
             let candidates = self.running();
             for id in candidates {
                 if self.router.isolated.lock().unwrap().contains(&id) {
@@ -230,7 +222,7 @@ impl TestCell {
                 if !node.raft.metrics().borrow().state.is_leader() {
                     continue;
                 }
-                match node.propose(at, command.clone()).await {
+                match node.propose_now(command.clone()).await {
                     Ok(result) => return result,
                     Err(ProposeError::NotLeader { .. }) | Err(ProposeError::Raft(_)) => continue,
                 }
