@@ -603,7 +603,7 @@ impl Cell {
         self.check_stream_config(name, &config)?;
         let stream = stream_in(&mut self.streams, name)?;
         stream.set_config(config, at);
-        self.enforce_retention(at, name);
+        self.enforce_retention(at, name, None);
         Ok(Outcome::StreamUpdated)
     }
 
@@ -624,13 +624,21 @@ impl Cell {
 
     /// Removes whatever retention allows now: expired messages, limits exceeded while a peer held them back (or
     /// lowered by an update), and interest retention over the whole stream.
-    fn enforce_retention(&mut self, at: Millis, name: &str) {
+    ///
+    /// Interest retention is re-checked over `interest`: one partition's range of sequences, or (`None`) the whole
+    /// stream. A peer's progress passes only the range it just received, so frequent progress reports stay cheap.
+    fn enforce_retention(&mut self, at: Millis, name: &str, interest: Option<(u32, u64, u64)>) {
         let Some(stream) = self.streams.get_mut(name) else { return };
         stream.sweep(at, &mut self.effects);
         stream.release_held(&mut self.effects);
         stream.shrink_to_limits(&mut self.effects);
-        for partition in 0..stream.config.partitions {
-            stream.sweep_interest(partition, 0, u64::MAX, &mut self.effects);
+        match interest {
+            Some((partition, from, to)) => stream.sweep_interest(partition, from, to, &mut self.effects),
+            None => {
+                for partition in 0..stream.config.partitions {
+                    stream.sweep_interest(partition, 0, u64::MAX, &mut self.effects);
+                }
+            }
         }
         reschedule_sweep(stream, &mut self.timers, at);
     }
@@ -1307,9 +1315,10 @@ impl Cell {
             .get_mut(peer)
             .ok_or_else(|| Rejection::PeerNotFound { stream: stream.to_string(), peer: peer.to_string() })?;
         // Progress reports may arrive out of order; the watermark only moves forward.
-        if received_seq > received[partition as usize] {
+        let previous = received[partition as usize];
+        if received_seq > previous {
             received[partition as usize] = received_seq;
-            self.enforce_retention(at, stream);
+            self.enforce_retention(at, stream, Some((partition, previous + 1, received_seq)));
         }
         Ok(Outcome::PeerProgressed)
     }
@@ -1319,7 +1328,7 @@ impl Cell {
         if s.peers.remove(peer).is_none() {
             return Err(Rejection::PeerNotFound { stream: stream.to_string(), peer: peer.to_string() });
         }
-        self.enforce_retention(at, stream);
+        self.enforce_retention(at, stream, None);
         Ok(Outcome::PeerUnregistered)
     }
 }
