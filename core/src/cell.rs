@@ -623,7 +623,7 @@ impl Cell {
     }
 
     /// Removes whatever retention allows now: expired messages, limits exceeded while a peer held them back (or
-    /// lowered by an update), and interest retention over the whole stream.
+    /// lowered by an update), and messages no consumer needs any more under interest retention.
     ///
     /// Interest retention is re-checked over `interest`: one partition's range of sequences, or (`None`) the whole
     /// stream. A peer's progress passes only the range it just received, so frequent progress reports stay cheap.
