@@ -1,3 +1,21 @@
-//! The protobuf definitions of cellog's client API (`cellog.v1`) and Raft transport, and the code generated from them.
+//! The cellog wire protocols, generated from `proto/` (the same code runs over real gRPC and in simulation):
 //!
-//! This crate is not built yet: it holds no code, and nothing depends on it.
+//! - [`v1`]: the client API, `cellog.v1.Cellog`.
+//! - [`raft`]: the transport between the nodes of a cell, `cellog.raft.v1.Raft`.
+//!
+//! [`FILE_DESCRIPTOR_SET`] describes both, for gRPC reflection.
+
+#![allow(missing_docs, clippy::all, reason = "generated code")]
+
+/// The client API.
+pub mod v1 {
+    tonic::include_proto!("cellog.v1");
+}
+
+/// The transport between the nodes of a cell.
+pub mod raft {
+    tonic::include_proto!("cellog.raft.v1");
+}
+
+/// The encoded descriptors of every message and service, for gRPC reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/cellog_descriptor.bin"));

@@ -24,7 +24,7 @@ pub mod storage;
 pub mod types;
 
 pub use log_store::LogStore;
-pub use node::{CellNode, Clock, MAX_BATCH, ProposeError, StartError, SystemClock};
+pub use node::{Answer, CellNode, Clock, MAX_BATCH, MAX_BATCH_BYTES, ProposeError, StartError, SystemClock};
 pub use recovery::{Recovery, open_stores};
 pub use state_machine::{Replica, StateMachineStore};
 pub use types::{Entry, LogId, Node, NodeId, Raft, Request, Response, TypeConfig};

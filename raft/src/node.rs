@@ -9,7 +9,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use cellog_core::{Command, Millis, Outcome, Rejection, StateDigest};
 use openraft::Config;
-use openraft::error::{ClientWriteError, RaftError};
+use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 use openraft::network::RaftNetworkFactory;
 use openraft::raft::{VoteRequest, VoteResponse};
 
@@ -83,10 +83,27 @@ pub struct CellNode<S> {
 
 /// Most commands packed into one log entry.
 pub const MAX_BATCH: usize = 1024;
+/// An entry takes no more proposals once its payloads reach this many bytes (one proposal alone may exceed it).
+pub const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
 /// Most proposals waiting for the next entry; proposers wait for room beyond that.
 const PROPOSAL_QUEUE: usize = 16 * MAX_BATCH;
 
 type ProposeResult = Result<Result<Outcome, Rejection>, ProposeError>;
+
+fn stopping() -> ProposeError {
+    ProposeError::Raft("the node is stopping".to_string())
+}
+
+/// The answer to a submitted command, once its entry is committed and applied.
+#[must_use = "the answer says whether the command was applied"]
+pub struct Answer(oneshot::Receiver<ProposeResult>);
+
+impl Answer {
+    /// Waits for the answer.
+    pub async fn wait(self) -> ProposeResult {
+        self.0.await.map_err(|_| stopping())?
+    }
+}
 
 /// A command waiting to be packed into an entry.
 struct Proposal {
@@ -162,10 +179,43 @@ impl<S: Storage + Clone> CellNode<S> {
     /// Proposes a command stamped with the leader's time `at`, and waits until it is committed and applied.
     /// Proposals made while an entry is being committed share the next entry.
     pub async fn propose(&self, at: Millis, command: Command) -> ProposeResult {
+        self.submit(at, command).await?.wait().await
+    }
+
+    /// Queues a command stamped with this node's clock for the next entry, and returns its answer to wait for.
+    /// Commands submitted one after another are applied in that order, so a caller can pipeline many and still
+    /// know their order in the log.
+    pub async fn submit_now(&self, command: Command) -> Result<Answer, ProposeError> {
+        let last_at = self.replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).cell.last_at();
+        self.submit(self.clock.now().max(last_at), command).await
+    }
+
+    /// Queues a command stamped with the leader's time `at` for the next entry (waiting for room in the queue), and
+    /// returns its answer to wait for.
+    pub async fn submit(&self, at: Millis, command: Command) -> Result<Answer, ProposeError> {
         let (reply, answer) = oneshot::channel();
-        let stopped = || ProposeError::Raft("the node is stopping".to_string());
-        self.proposals.send(Proposal { at, command, reply }).await.map_err(|_| stopped())?;
-        answer.await.map_err(|_| stopped())?
+        self.proposals.send(Proposal { at, command, reply }).await.map_err(|_| stopping())?;
+        Ok(Answer(answer))
+    }
+
+    /// The leader as this node knows it, with its addresses.
+    pub fn leader(&self) -> Option<(NodeId, Node)> {
+        let metrics = self.raft.metrics().borrow().clone();
+        let leader = metrics.current_leader?;
+        let node = metrics.membership_config.membership().get_node(&leader).cloned()?;
+        Some((leader, node))
+    }
+
+    /// Waits until this node knows it leads and has applied everything committed before the call, so that a read of
+    /// its replica afterwards sees every write acknowledged before it (a linearizable read).
+    pub async fn read_barrier(&self) -> Result<(), ProposeError> {
+        match self.raft.ensure_linearizable().await {
+            Ok(_) => Ok(()),
+            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward))) => {
+                Err(ProposeError::NotLeader { leader: forward.leader_id.zip(forward.leader_node) })
+            }
+            Err(error) => Err(ProposeError::Raft(error.to_string())),
+        }
     }
 
     /// The digest of the applied state and the index it was taken at.
@@ -207,14 +257,25 @@ async fn tick(raft: Raft, replica: Arc<Mutex<Replica>>, clock: Arc<dyn Clock>, s
     }
 }
 
+fn payload_bytes(command: &Command) -> usize {
+    match command {
+        Command::Publish(request) => request.payload.len(),
+        _ => 0,
+    }
+}
+
 /// Packs waiting proposals into one entry at a time: while an entry is being committed, the next proposals gather,
 /// so one fsync on each node commits many commands.
 async fn pack_proposals(raft: Raft, mut queue: mpsc::Receiver<Proposal>) {
     while let Some(first) = queue.recv().await {
+        let mut bytes = payload_bytes(&first.command);
         let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
+        while batch.len() < MAX_BATCH && bytes < MAX_BATCH_BYTES {
             match queue.try_recv() {
-                Ok(proposal) => batch.push(proposal),
+                Ok(proposal) => {
+                    bytes += payload_bytes(&proposal.command);
+                    batch.push(proposal);
+                }
                 Err(_) => break,
             }
         }

@@ -8,8 +8,28 @@ use serde::{Deserialize, Serialize};
 /// A node's id within a cell.
 pub type NodeId = u64;
 
-/// A node's address, as the network layer knows it.
-pub type Node = openraft::BasicNode;
+/// Where a node of the cell is reached: its peer (Raft) address and its client address. Membership carries it, so
+/// every node can tell a client where the leader is.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Node {
+    /// The address other nodes send Raft messages to.
+    pub raft_addr: String,
+    /// The address clients connect to.
+    pub client_addr: String,
+}
+
+impl Node {
+    /// A node reached at `raft_addr` by its peers and at `client_addr` by clients.
+    pub fn new(raft_addr: impl Into<String>, client_addr: impl Into<String>) -> Self {
+        Node { raft_addr: raft_addr.into(), client_addr: client_addr.into() }
+    }
+}
+
+impl std::fmt::Display for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "raft {} client {}", self.raft_addr, self.client_addr)
+    }
+}
 
 /// What a log entry carries: commands for the cell and the time the leader stamped on them. Concurrent proposals
 /// share one entry, so one fsync on each node commits them all (group commit).

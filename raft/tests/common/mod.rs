@@ -19,7 +19,7 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
     VoteResponse,
 };
-use openraft::{BasicNode, Config, SnapshotPolicy};
+use openraft::{Config, SnapshotPolicy};
 
 type Nodes = Arc<Mutex<BTreeMap<NodeId, Arc<CellNode<SimDisk>>>>>;
 
@@ -182,7 +182,7 @@ impl TestCell {
             self.start(id).await;
         }
         let members: BTreeMap<NodeId, Node> =
-            ids.iter().map(|&id| (id, BasicNode::new(format!("node-{id}")))).collect();
+            ids.iter().map(|&id| (id, Node::new(format!("node-{id}"), format!("client-{id}")))).collect();
         self.node(ids[0]).raft.initialize(members).await.expect("initialize");
         self.wait_leader(ids).await;
     }

@@ -1,0 +1,247 @@
+//! `cellog node` and `cellog dev`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use cellog_net::{Client, ClientOptions, NodeConfig, Peer, RaftTiming, RunningNode};
+use cellog_raft::SystemClock;
+use cellog_raft::storage::RocksStorage;
+use serde::Deserialize;
+
+/// `cellog node`: every setting is a flag, an environment variable, or a key of the TOML file given with `--config`
+/// (in that order of precedence).
+#[derive(clap::Args, Debug)]
+pub struct NodeArgs {
+    /// A TOML file with any of the settings below (keys as the flags, with underscores: `data_dir`, `peers`, ...).
+    #[arg(long, env = "CELLOG_CONFIG")]
+    config: Option<PathBuf>,
+    /// This node's id in the cell [default: 1].
+    #[arg(long, env = "CELLOG_ID")]
+    id: Option<u64>,
+    /// The cell's name; nodes refuse Raft messages from another cell [default: cellog].
+    #[arg(long, env = "CELLOG_CELL")]
+    cell: Option<String>,
+    /// Where the node keeps its data [default: ./cellog-data].
+    #[arg(long, env = "CELLOG_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Where it serves clients [default: 127.0.0.1:7401].
+    #[arg(long, env = "CELLOG_CLIENT_ADDR")]
+    client_addr: Option<SocketAddr>,
+    /// Where it serves its peers [default: 127.0.0.1:7501].
+    #[arg(long, env = "CELLOG_RAFT_ADDR")]
+    raft_addr: Option<SocketAddr>,
+    /// Where it serves Prometheus metrics on /metrics [default: 127.0.0.1:7601; "off" for none].
+    #[arg(long, env = "CELLOG_METRICS_ADDR")]
+    metrics_addr: Option<String>,
+    /// The client address other nodes and clients are told [default: --client-addr].
+    #[arg(long, env = "CELLOG_ADVERTISE_CLIENT_ADDR")]
+    advertise_client_addr: Option<String>,
+    /// The peer address other nodes are told [default: --raft-addr].
+    #[arg(long, env = "CELLOG_ADVERTISE_RAFT_ADDR")]
+    advertise_raft_addr: Option<String>,
+    /// Another founding node: ID=RAFT_ADDR/CLIENT_ADDR (repeat, or comma-separate).
+    #[arg(long = "peer", env = "CELLOG_PEERS", value_delimiter = ',')]
+    peers: Vec<String>,
+    /// Found the cell (this node and its peers) if the data directory is new [default: true]. Off for a node that
+    /// will be added to an existing cell with `cellog cluster add`.
+    #[arg(long, env = "CELLOG_BOOTSTRAP")]
+    bootstrap: Option<bool>,
+    /// Raft heartbeat interval in milliseconds [default: 100].
+    #[arg(long, env = "CELLOG_HEARTBEAT_MS")]
+    heartbeat_ms: Option<u64>,
+    /// Shortest election timeout in milliseconds [default: 600].
+    #[arg(long, env = "CELLOG_ELECTION_TIMEOUT_MS")]
+    election_timeout_ms: Option<u64>,
+    /// Log entries between snapshots [default: 50000].
+    #[arg(long, env = "CELLOG_SNAPSHOT_EVERY")]
+    snapshot_every: Option<u64>,
+}
+
+/// The same settings in a file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    id: Option<u64>,
+    cell: Option<String>,
+    data_dir: Option<PathBuf>,
+    client_addr: Option<SocketAddr>,
+    raft_addr: Option<SocketAddr>,
+    metrics_addr: Option<String>,
+    advertise_client_addr: Option<String>,
+    advertise_raft_addr: Option<String>,
+    #[serde(default)]
+    peers: Vec<String>,
+    bootstrap: Option<bool>,
+    heartbeat_ms: Option<u64>,
+    election_timeout_ms: Option<u64>,
+    snapshot_every: Option<u64>,
+}
+
+fn addr(text: &str) -> SocketAddr {
+    text.parse().expect("a literal address")
+}
+
+impl NodeArgs {
+    fn resolve(self) -> anyhow::Result<NodeConfig> {
+        let file = match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+                toml::from_str::<FileConfig>(&text).with_context(|| format!("parsing {}", path.display()))?
+            }
+            None => FileConfig::default(),
+        };
+        let peers = if self.peers.is_empty() { file.peers } else { self.peers };
+        let peers =
+            peers.iter().map(|peer| peer.parse::<Peer>()).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
+        let metrics_addr = match self.metrics_addr.or(file.metrics_addr).as_deref() {
+            None => Some(addr("127.0.0.1:7601")),
+            Some("off" | "none" | "") => None,
+            Some(text) => Some(text.parse().with_context(|| format!("metrics address {text:?}"))?),
+        };
+        let defaults = RaftTiming::default();
+        let config = NodeConfig {
+            cell: self.cell.or(file.cell).unwrap_or_else(|| "cellog".to_string()),
+            id: self.id.or(file.id).unwrap_or(1),
+            data_dir: self.data_dir.or(file.data_dir).unwrap_or_else(|| PathBuf::from("cellog-data")),
+            client_addr: self.client_addr.or(file.client_addr).unwrap_or_else(|| addr("127.0.0.1:7401")),
+            raft_addr: self.raft_addr.or(file.raft_addr).unwrap_or_else(|| addr("127.0.0.1:7501")),
+            advertise_client_addr: self.advertise_client_addr.or(file.advertise_client_addr),
+            advertise_raft_addr: self.advertise_raft_addr.or(file.advertise_raft_addr),
+            metrics_addr,
+            peers,
+            bootstrap: self.bootstrap.or(file.bootstrap).unwrap_or(true),
+            timing: RaftTiming {
+                heartbeat_ms: self.heartbeat_ms.or(file.heartbeat_ms).unwrap_or(defaults.heartbeat_ms),
+                election_timeout_ms: self
+                    .election_timeout_ms
+                    .or(file.election_timeout_ms)
+                    .unwrap_or(defaults.election_timeout_ms),
+                snapshot_every: self.snapshot_every.or(file.snapshot_every).unwrap_or(defaults.snapshot_every),
+            },
+        };
+        if config.peers.iter().any(|peer| peer.id == config.id) {
+            bail!("node {} lists itself among its peers", config.id);
+        }
+        Ok(config)
+    }
+}
+
+/// Opens the node's store and starts it.
+async fn start(config: &NodeConfig) -> anyhow::Result<RunningNode<Arc<RocksStorage>>> {
+    cellog_net::node::claim_data_dir(config)?;
+    let store_dir = config.data_dir.join("store");
+    let storage = RocksStorage::open(&store_dir).with_context(|| format!("opening {}", store_dir.display()))?;
+    let storage = Arc::new(storage);
+    Ok(RunningNode::start(config, storage, Arc::new(SystemClock)).await?)
+}
+
+/// Waits for Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(terminate) => terminate,
+            Err(_) => {
+                let _ = interrupt.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
+}
+
+/// `cellog node`.
+pub async fn node(args: NodeArgs) -> anyhow::Result<()> {
+    let config = args.resolve()?;
+    let running = start(&config).await?;
+    shutdown_signal().await;
+    tracing::info!("stopping: finishing in-flight calls, then syncing");
+    running.stop().await.context("syncing the store")?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// `cellog dev`.
+#[derive(clap::Args, Debug)]
+pub struct DevArgs {
+    /// Where the three nodes keep their data.
+    #[arg(long, default_value = ".cellog-dev")]
+    data: PathBuf,
+    /// Node i serves clients on BASE+i, peers on BASE+100+i and metrics on BASE+200+i.
+    #[arg(long, default_value_t = 7400)]
+    base_port: u16,
+}
+
+/// `cellog dev`: three nodes of cell "dev" on loopback in this process.
+pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
+    let port = |offset: u16| -> anyhow::Result<SocketAddr> {
+        let port = args.base_port.checked_add(offset).context("--base-port is too high")?;
+        Ok(SocketAddr::from(([127, 0, 0, 1], port)))
+    };
+    let mut configs = Vec::new();
+    for id in 1..=3u16 {
+        configs.push(NodeConfig {
+            cell: "dev".to_string(),
+            id: u64::from(id),
+            data_dir: args.data.join(format!("node-{id}")),
+            client_addr: port(id)?,
+            raft_addr: port(100 + id)?,
+            advertise_client_addr: None,
+            advertise_raft_addr: None,
+            metrics_addr: Some(port(200 + id)?),
+            peers: Vec::new(),
+            bootstrap: true,
+            timing: RaftTiming::default(),
+        });
+    }
+    let founders: Vec<Peer> = configs.iter().map(|config| Peer { id: config.id, node: config.advertised() }).collect();
+    for config in &mut configs {
+        config.peers = founders.iter().filter(|peer| peer.id != config.id).cloned().collect();
+    }
+    let mut nodes = Vec::new();
+    for config in &configs {
+        nodes.push(start(config).await.with_context(|| format!("starting node {}", config.id))?);
+    }
+    println!("cellog dev: a 3-node cell with data under {}", args.data.display());
+    for node in &nodes {
+        let metrics = node.metrics_addr.map(|addr| format!("http://{addr}/metrics")).unwrap_or_default();
+        println!("  node {}  client {}  raft {}  metrics {metrics}", node.node.id, node.client_addr, node.raft_addr);
+    }
+    let addrs: Vec<String> = nodes.iter().map(|node| node.client_addr.to_string()).collect();
+    let client = Client::new(addrs.clone(), ClientOptions::default())?;
+    let leader = wait_for_leader(&client).await?;
+    println!(
+        "ready: leader is node {leader}; try `cellog stream add demo --subjects 'demo.>'` and `cellog pub demo.hello hi` \
+         (CELLOG_SERVER={})",
+        addrs.join(",")
+    );
+    shutdown_signal().await;
+    println!("stopping");
+    for node in nodes {
+        node.stop().await.context("syncing a store")?;
+    }
+    Ok(())
+}
+
+/// Waits until the cell has a leader that has committed in its term; returns its id.
+pub async fn wait_for_leader(client: &Client) -> anyhow::Result<u64> {
+    for _ in 0..600 {
+        if let Ok(status) = client.cluster_status().await
+            && let Some(leader) = status.leader_id
+            && status.applied_index.is_some()
+        {
+            return Ok(leader);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    bail!("no leader after 30 s")
+}

@@ -1,0 +1,586 @@
+//! The client library: connects to any node of a cell, follows the leader, and retries what is safe to retry.
+//!
+//! What is retried: a call refused because the node does not lead (it was not applied) goes to the named leader; a
+//! node that is down or has no leader yet is retried on the next known node with backoff; a rate limit or a full
+//! store is retried after the advised delay. A call whose outcome is unknown (the connection broke after it was
+//! sent) is retried only when it is idempotent: a publish with a message id (the retry deduplicates to the original
+//! sequence), a read, an ack. Everything else is returned as it came.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cellog_proto::v1::{self, cellog_client::CellogClient};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Request, Response, Status};
+
+use crate::node::MAX_CLIENT_MESSAGE;
+use crate::status::{detail_of, from_item_error};
+
+/// How a client behaves.
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    /// How long one call keeps retrying before it gives up.
+    pub retry_for: Duration,
+    /// Deadline of one attempt.
+    pub attempt_timeout: Duration,
+    /// First pause between attempts; doubles up to a second.
+    pub backoff: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            retry_for: Duration::from_secs(30),
+            attempt_timeout: Duration::from_secs(10),
+            backoff: Duration::from_millis(50),
+        }
+    }
+}
+
+/// Why a call failed.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The cell answered with an error.
+    #[error("{}: {}", .detail.reason, .detail.message)]
+    Status {
+        /// The gRPC code.
+        code: Code,
+        /// What the node said.
+        detail: v1::ErrorDetail,
+    },
+    /// An address is not usable.
+    #[error("bad address {addr:?}: {reason}")]
+    Address {
+        /// The address.
+        addr: String,
+        /// Why.
+        reason: String,
+    },
+    /// No node was given.
+    #[error("no node address given")]
+    NoNodes,
+}
+
+impl ClientError {
+    /// The gRPC code, when the cell answered.
+    pub fn code(&self) -> Option<Code> {
+        match self {
+            ClientError::Status { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// The stable error name (e.g. `STREAM_NOT_FOUND`), when the cell answered.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            ClientError::Status { detail, .. } => Some(&detail.reason),
+            _ => None,
+        }
+    }
+}
+
+impl From<Status> for ClientError {
+    fn from(status: Status) -> Self {
+        ClientError::Status { code: status.code(), detail: detail_of(&status) }
+    }
+}
+
+/// What to do after a failed attempt.
+enum Next {
+    /// Retry at once at this leader.
+    Leader(String),
+    /// Retry after a pause, on the next node.
+    Elsewhere(Duration),
+    /// Retry after a pause, on the same node.
+    Later(Duration),
+    /// Give up.
+    Fail,
+}
+
+/// Whether a failed call may have been applied.
+fn classify(status: &Status, idempotent: bool) -> Next {
+    let detail = detail_of(status);
+    let advised = Duration::from_millis(detail.retry_after_ms);
+    match (status.code(), detail.reason.as_str()) {
+        (Code::Unavailable, "NOT_LEADER") if !detail.leader_addr.is_empty() => Next::Leader(detail.leader_addr),
+        (Code::Unavailable, "NOT_LEADER") => Next::Elsewhere(advised),
+        (Code::ResourceExhausted, "RATE_LIMITED" | "STORAGE_FULL") => Next::Later(advised),
+        // Refused before it reached the cell, or broken in flight: safe only when a repeat changes nothing.
+        (Code::Unavailable | Code::Unknown | Code::Cancelled | Code::DeadlineExceeded | Code::Internal, _)
+            if idempotent =>
+        {
+            Next::Elsewhere(advised)
+        }
+        _ => Next::Fail,
+    }
+}
+
+struct Route {
+    addrs: Vec<String>,
+    current: usize,
+    clients: std::collections::BTreeMap<String, CellogClient<Channel>>,
+}
+
+/// A connection to a cell.
+#[derive(Clone)]
+pub struct Client {
+    route: Arc<Mutex<Route>>,
+    options: ClientOptions,
+}
+
+fn connect(addr: &str) -> Result<CellogClient<Channel>, ClientError> {
+    let uri = if addr.contains("://") { addr.to_string() } else { format!("http://{addr}") };
+    let endpoint = Endpoint::from_shared(uri)
+        .map_err(|error| ClientError::Address { addr: addr.to_string(), reason: error.to_string() })?;
+    let channel = endpoint.connect_timeout(Duration::from_secs(2)).tcp_nodelay(true).connect_lazy();
+    Ok(CellogClient::new(channel)
+        .max_decoding_message_size(MAX_CLIENT_MESSAGE)
+        .max_encoding_message_size(MAX_CLIENT_MESSAGE))
+}
+
+impl Client {
+    /// A client of the cell whose nodes include `addrs` (`host:port`). Connections are made on first use.
+    pub fn new(
+        addrs: impl IntoIterator<Item = impl Into<String>>,
+        options: ClientOptions,
+    ) -> Result<Self, ClientError> {
+        let addrs: Vec<String> = addrs.into_iter().map(Into::into).collect();
+        if addrs.is_empty() {
+            return Err(ClientError::NoNodes);
+        }
+        for addr in &addrs {
+            connect(addr)?;
+        }
+        let route = Route { addrs, current: 0, clients: std::collections::BTreeMap::new() };
+        Ok(Client { route: Arc::new(Mutex::new(route)), options })
+    }
+
+    /// The node the next call goes to.
+    pub fn current_addr(&self) -> String {
+        let route = self.route.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        route.addrs[route.current].clone()
+    }
+
+    fn current(&self) -> Result<CellogClient<Channel>, ClientError> {
+        let mut route = self.route.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let addr = route.addrs[route.current].clone();
+        if let Some(client) = route.clients.get(&addr) {
+            return Ok(client.clone());
+        }
+        let client = connect(&addr)?;
+        route.clients.insert(addr, client.clone());
+        Ok(client)
+    }
+
+    fn go_to(&self, addr: String) {
+        let mut route = self.route.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        match route.addrs.iter().position(|known| *known == addr) {
+            Some(index) => route.current = index,
+            None => {
+                route.addrs.push(addr);
+                route.current = route.addrs.len() - 1;
+            }
+        }
+    }
+
+    fn next_node(&self) {
+        let mut route = self.route.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        route.current = (route.current + 1) % route.addrs.len();
+    }
+
+    /// Follows a failed attempt's advice; false when the call should give up.
+    async fn recover(&self, status: &Status, idempotent: bool, deadline: Instant, backoff: &mut Duration) -> bool {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        match classify(status, idempotent) {
+            Next::Leader(addr) => {
+                // A leader that keeps naming itself while refusing has just lost its lease: pause a little.
+                if addr == self.current_addr() {
+                    tokio::time::sleep(*backoff).await;
+                }
+                self.go_to(addr);
+            }
+            Next::Elsewhere(advised) => {
+                self.next_node();
+                tokio::time::sleep(advised.max(*backoff)).await;
+                *backoff = (*backoff * 2).min(Duration::from_secs(1));
+            }
+            Next::Later(advised) => {
+                tokio::time::sleep(advised.max(*backoff)).await;
+                *backoff = (*backoff * 2).min(Duration::from_secs(1));
+            }
+            Next::Fail => return false,
+        }
+        true
+    }
+
+    /// Runs one call, following the leader and retrying what is safe.
+    pub async fn call<T, M, F, Fut>(&self, idempotent: bool, message: M, call: F) -> Result<T, ClientError>
+    where
+        M: Clone,
+        F: Fn(CellogClient<Channel>, Request<M>) -> Fut,
+        Fut: std::future::Future<Output = Result<Response<T>, Status>>,
+    {
+        let deadline = Instant::now() + self.options.retry_for;
+        let mut backoff = self.options.backoff;
+        loop {
+            let mut request = Request::new(message.clone());
+            request.set_timeout(self.options.attempt_timeout);
+            let status = match call(self.current()?, request).await {
+                Ok(response) => return Ok(response.into_inner()),
+                Err(status) => status,
+            };
+            if !self.recover(&status, idempotent, deadline, &mut backoff).await {
+                return Err(status.into());
+            }
+        }
+    }
+
+    /// Creates a stream (the same config again is a success with `created` false).
+    pub async fn create_stream(&self, name: &str, config: v1::StreamConfig) -> Result<bool, ClientError> {
+        let request = v1::CreateStreamRequest { name: name.to_string(), config: Some(config) };
+        let response = self.call(true, request, |mut c, r| async move { c.create_stream(r).await }).await?;
+        Ok(response.created)
+    }
+
+    /// Changes a stream's limits.
+    pub async fn update_stream(&self, name: &str, config: v1::StreamConfig) -> Result<(), ClientError> {
+        let request = v1::UpdateStreamRequest { name: name.to_string(), config: Some(config) };
+        self.call(true, request, |mut c, r| async move { c.update_stream(r).await }).await?;
+        Ok(())
+    }
+
+    /// Deletes a stream and everything in it.
+    pub async fn delete_stream(&self, name: &str) -> Result<(), ClientError> {
+        let request = v1::DeleteStreamRequest { name: name.to_string() };
+        self.call(false, request, |mut c, r| async move { c.delete_stream(r).await }).await?;
+        Ok(())
+    }
+
+    /// Every stream.
+    pub async fn list_streams(&self) -> Result<Vec<v1::StreamInfo>, ClientError> {
+        let response =
+            self.call(true, v1::ListStreamsRequest {}, |mut c, r| async move { c.list_streams(r).await }).await?;
+        Ok(response.streams)
+    }
+
+    /// One stream.
+    pub async fn stream_info(&self, name: &str) -> Result<v1::StreamInfo, ClientError> {
+        let request = v1::GetStreamRequest { name: name.to_string() };
+        self.call(true, request, |mut c, r| async move { c.get_stream(r).await }).await
+    }
+
+    /// Publishes one message. With a message id it is retried through failovers and lands exactly once.
+    pub async fn publish(&self, request: v1::PublishRequest) -> Result<v1::PublishAck, ClientError> {
+        let idempotent = request.msg_id.is_some();
+        self.call(idempotent, request, |mut c, r| async move { c.publish(r).await }).await
+    }
+
+    /// Publishes many messages pipelined, at most `window` unanswered at once, and returns one result per message in
+    /// the order given, with the time from its (last) send to its ack.
+    pub async fn publish_batch(&self, requests: Vec<v1::PublishRequest>, window: usize) -> Vec<BatchResult> {
+        let window = window.max(1);
+        let mut results: Vec<Option<BatchResult>> = vec![None; requests.len()];
+        let mut todo: VecDeque<usize> = (0..requests.len()).collect();
+        let deadline = Instant::now() + self.options.retry_for;
+        let mut backoff = self.options.backoff;
+        while !todo.is_empty() {
+            let failure = match self.current() {
+                Ok(client) => self.publish_round(client, &requests, &mut todo, &mut results, window).await,
+                Err(error) => Some((Status::unavailable(error.to_string()), None)),
+            };
+            let Some((status, failed_at)) = failure else { continue };
+            // Messages from the one that failed on were not answered: retry those that are safe to retry.
+            let idempotent = failed_at.is_none_or(|index| requests[index].msg_id.is_some());
+            if !self.recover(&status, idempotent, deadline, &mut backoff).await {
+                let error = ClientError::from(status);
+                for index in todo.drain(..) {
+                    results[index] = Some(BatchResult { result: Err(error.clone()), latency: Duration::ZERO });
+                }
+                break;
+            }
+        }
+        results
+            .into_iter()
+            .map(|result| result.unwrap_or(BatchResult { result: Err(ClientError::NoNodes), latency: Duration::ZERO }))
+            .collect()
+    }
+
+    /// One pass over `todo` on one connection. Returns the status that ended it early and the message it concerned.
+    async fn publish_round(
+        &self,
+        mut client: CellogClient<Channel>,
+        requests: &[v1::PublishRequest],
+        todo: &mut VecDeque<usize>,
+        results: &mut [Option<BatchResult>],
+        window: usize,
+    ) -> Option<(Status, Option<usize>)> {
+        let (sender, receiver) = mpsc::channel::<v1::PublishRequest>(window);
+        let outgoing = futures::stream::unfold(receiver, |mut receiver| async move {
+            receiver.recv().await.map(|request| (request, receiver))
+        });
+        let mut in_flight: VecDeque<(usize, Instant)> = VecDeque::new();
+        // Prime the window before opening the call, so the first messages go out with it.
+        while in_flight.len() < window
+            && let Some(index) = todo.pop_front()
+        {
+            if sender.try_send(requests[index].clone()).is_err() {
+                todo.push_front(index);
+                break;
+            }
+            in_flight.push_back((index, Instant::now()));
+        }
+        let mut answers = match client.publish_batch(outgoing).await {
+            Ok(response) => response.into_inner(),
+            Err(status) => {
+                Self::requeue(todo, &mut in_flight);
+                return Some((status, None));
+            }
+        };
+        let mut sender = Some(sender);
+        loop {
+            if todo.is_empty() {
+                // Closing our side lets the node end the call once it has answered everything.
+                if in_flight.is_empty() {
+                    return None;
+                }
+                sender = None;
+            }
+            while let Some(open) = &sender
+                && in_flight.len() < window
+                && let Some(index) = todo.pop_front()
+            {
+                if open.send(requests[index].clone()).await.is_err() {
+                    todo.push_front(index);
+                    break;
+                }
+                in_flight.push_back((index, Instant::now()));
+            }
+            let answer = match answers.message().await {
+                Ok(Some(answer)) => answer,
+                Ok(None) if in_flight.is_empty() && todo.is_empty() => return None,
+                Ok(None) => {
+                    let front = in_flight.front().map(|(index, _)| *index);
+                    Self::requeue(todo, &mut in_flight);
+                    return Some((Status::unavailable("the node ended the batch early"), front));
+                }
+                Err(status) => {
+                    let front = in_flight.front().map(|(index, _)| *index);
+                    Self::requeue(todo, &mut in_flight);
+                    return Some((status, front));
+                }
+            };
+            let Some((index, sent)) = in_flight.pop_front() else {
+                return Some((Status::internal("the node answered more messages than were sent"), None));
+            };
+            match answer.result {
+                Some(v1::publish_result::Result::Ack(ack)) => {
+                    results[index] = Some(BatchResult { result: Ok(ack), latency: sent.elapsed() });
+                }
+                Some(v1::publish_result::Result::Error(error)) => {
+                    let status = from_item_error(error);
+                    let retryable = !matches!(classify(&status, requests[index].msg_id.is_some()), Next::Fail);
+                    if retryable {
+                        in_flight.push_front((index, sent));
+                        Self::requeue(todo, &mut in_flight);
+                        return Some((status, Some(index)));
+                    }
+                    results[index] = Some(BatchResult { result: Err(status.into()), latency: sent.elapsed() });
+                }
+                None => {
+                    results[index] = Some(BatchResult {
+                        result: Err(Status::internal("an empty answer").into()),
+                        latency: sent.elapsed(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Puts unanswered messages back at the front of `todo`, in order.
+    fn requeue(todo: &mut VecDeque<usize>, in_flight: &mut VecDeque<(usize, Instant)>) {
+        while let Some((index, _)) = in_flight.pop_back() {
+            todo.push_front(index);
+        }
+    }
+
+    /// Reads stored messages of a partition from `from_seq` on; `local` reads this node's replica as it is.
+    pub async fn read(
+        &self,
+        stream: &str,
+        partition: u32,
+        from_seq: u64,
+        max: u32,
+        local: bool,
+    ) -> Result<v1::ReadResponse, ClientError> {
+        let request = v1::ReadRequest { stream: stream.to_string(), partition, from_seq, max, local };
+        if local {
+            // A local read is about this node: never redirected.
+            let mut request = Request::new(request);
+            request.set_timeout(self.options.attempt_timeout);
+            return Ok(self.current()?.read(request).await?.into_inner());
+        }
+        self.call(true, request, |mut c, r| async move { c.read(r).await }).await
+    }
+
+    /// Creates a consumer (the same config again is a success with `created` false).
+    pub async fn create_consumer(
+        &self,
+        stream: &str,
+        name: &str,
+        config: v1::ConsumerConfig,
+    ) -> Result<bool, ClientError> {
+        let request =
+            v1::CreateConsumerRequest { stream: stream.to_string(), name: name.to_string(), config: Some(config) };
+        let response = self.call(true, request, |mut c, r| async move { c.create_consumer(r).await }).await?;
+        Ok(response.created)
+    }
+
+    /// Deletes a consumer.
+    pub async fn delete_consumer(&self, stream: &str, name: &str) -> Result<(), ClientError> {
+        let request = v1::DeleteConsumerRequest { stream: stream.to_string(), name: name.to_string() };
+        self.call(false, request, |mut c, r| async move { c.delete_consumer(r).await }).await?;
+        Ok(())
+    }
+
+    /// Every consumer of a stream.
+    pub async fn list_consumers(&self, stream: &str) -> Result<Vec<v1::ConsumerInfo>, ClientError> {
+        let request = v1::ListConsumersRequest { stream: stream.to_string() };
+        Ok(self.call(true, request, |mut c, r| async move { c.list_consumers(r).await }).await?.consumers)
+    }
+
+    /// One consumer.
+    pub async fn consumer_info(&self, stream: &str, name: &str) -> Result<v1::ConsumerInfo, ClientError> {
+        let request = v1::GetConsumerRequest { stream: stream.to_string(), name: name.to_string() };
+        self.call(true, request, |mut c, r| async move { c.get_consumer(r).await }).await
+    }
+
+    /// Takes up to `max` deliveries for `member`. Not retried when its outcome is unknown: deliveries it may have
+    /// made come back after their ack wait.
+    pub async fn fetch(
+        &self,
+        stream: &str,
+        consumer: &str,
+        member: &str,
+        max: u32,
+    ) -> Result<Vec<v1::Delivery>, ClientError> {
+        let request = v1::FetchRequest {
+            stream: stream.to_string(),
+            consumer: consumer.to_string(),
+            member: member.to_string(),
+            max,
+        };
+        Ok(self.call(false, request, |mut c, r| async move { c.fetch(r).await }).await?.deliveries)
+    }
+
+    /// Opens a push subscription at the leader.
+    pub async fn subscribe(
+        &self,
+        stream: &str,
+        consumer: &str,
+        member: &str,
+        max_in_flight: u32,
+    ) -> Result<tonic::Streaming<v1::Delivery>, ClientError> {
+        let request = v1::SubscribeRequest {
+            stream: stream.to_string(),
+            consumer: consumer.to_string(),
+            member: member.to_string(),
+            max_in_flight,
+        };
+        let deadline = Instant::now() + self.options.retry_for;
+        let mut backoff = self.options.backoff;
+        loop {
+            let status = match self.current()?.subscribe(Request::new(request.clone())).await {
+                Ok(response) => return Ok(response.into_inner()),
+                Err(status) => status,
+            };
+            if !self.recover(&status, true, deadline, &mut backoff).await {
+                return Err(status.into());
+            }
+        }
+    }
+
+    /// Answers deliveries; one result per item. Acks are idempotent, so they are retried through failovers.
+    pub async fn ack(
+        &self,
+        stream: &str,
+        consumer: &str,
+        acks: Vec<v1::AckItem>,
+    ) -> Result<Vec<v1::AckResult>, ClientError> {
+        let request = v1::AckRequest { stream: stream.to_string(), consumer: consumer.to_string(), acks };
+        Ok(self.call(true, request, |mut c, r| async move { c.ack(r).await }).await?.results)
+    }
+
+    /// Registers a transactional producer, fencing older instances.
+    pub async fn init_producer(
+        &self,
+        transactional_id: &str,
+        transaction_timeout_ms: u64,
+    ) -> Result<v1::ProducerRef, ClientError> {
+        let request =
+            v1::InitProducerRequest { transactional_id: transactional_id.to_string(), transaction_timeout_ms };
+        self.call(false, request, |mut c, r| async move { c.init_producer(r).await }).await
+    }
+
+    /// Opens a transaction.
+    pub async fn begin(&self, producer: v1::ProducerRef) -> Result<v1::TransactionResponse, ClientError> {
+        self.call(false, producer, |mut c, r| async move { c.begin_transaction(r).await }).await
+    }
+
+    /// Validates the open transaction.
+    pub async fn prepare(&self, producer: v1::ProducerRef) -> Result<v1::TransactionResponse, ClientError> {
+        self.call(false, producer, |mut c, r| async move { c.prepare_transaction(r).await }).await
+    }
+
+    /// Commits the transaction. A retried commit gets the first commit's answer, so it is retried through failovers.
+    pub async fn commit(&self, producer: v1::ProducerRef) -> Result<v1::TransactionResponse, ClientError> {
+        self.call(true, producer, |mut c, r| async move { c.commit_transaction(r).await }).await
+    }
+
+    /// Aborts the transaction (retried like a commit).
+    pub async fn abort(&self, producer: v1::ProducerRef) -> Result<v1::TransactionResponse, ClientError> {
+        self.call(true, producer, |mut c, r| async move { c.abort_transaction(r).await }).await
+    }
+
+    /// The status of the node the client talks to (not redirected).
+    pub async fn cluster_status(&self) -> Result<v1::ClusterStatusResponse, ClientError> {
+        let mut request = Request::new(v1::ClusterStatusRequest {});
+        request.set_timeout(self.options.attempt_timeout);
+        Ok(self.current()?.cluster_status(request).await?.into_inner())
+    }
+
+    /// Adds a node as a learner and waits until it has caught up.
+    pub async fn add_learner(
+        &self,
+        node_id: u64,
+        raft_addr: &str,
+        client_addr: &str,
+    ) -> Result<v1::ClusterStatusResponse, ClientError> {
+        let request =
+            v1::AddLearnerRequest { node_id, raft_addr: raft_addr.to_string(), client_addr: client_addr.to_string() };
+        self.call(true, request, |mut c, r| async move { c.add_learner(r).await }).await
+    }
+
+    /// Makes a learner a voter.
+    pub async fn promote(&self, node_id: u64) -> Result<v1::ClusterStatusResponse, ClientError> {
+        self.call(true, v1::PromoteRequest { node_id }, |mut c, r| async move { c.promote(r).await }).await
+    }
+
+    /// Removes a node from the cell.
+    pub async fn remove_node(&self, node_id: u64) -> Result<v1::ClusterStatusResponse, ClientError> {
+        self.call(true, v1::RemoveNodeRequest { node_id }, |mut c, r| async move { c.remove_node(r).await }).await
+    }
+}
+
+/// The answer to one message of a batch.
+#[derive(Clone, Debug)]
+pub struct BatchResult {
+    /// Where it landed, or why not.
+    pub result: Result<v1::PublishAck, ClientError>,
+    /// From its last send to its ack.
+    pub latency: Duration,
+}

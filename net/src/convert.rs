@@ -1,0 +1,261 @@
+//! Between the wire types of `cellog.v1` and the core's types. Wire input is checked here: an enum value out of
+//! range or a missing required field becomes `INVALID_ARGUMENT`, never a panic; everything else is validated by the
+//! core, which answers a typed rejection.
+
+use cellog_core::{
+    AckKind, AckState, Body, ConsumerConfig, ConsumerInfo, DeliverPolicy, Delivery, DiscardPolicy, Millis, ProducerRef,
+    PublishAck, PublishRequest, RateLimit, Record, RetentionPolicy, StreamConfig, StreamInfo,
+};
+use cellog_proto::v1;
+use tonic::Status;
+
+use crate::status::invalid_argument;
+
+/// Default transaction timeout when a producer does not name one.
+pub const DEFAULT_TRANSACTION_TIMEOUT_MS: u64 = 60_000;
+
+fn enum_value<T: TryFrom<i32>>(field: &str, value: i32) -> Result<T, Status> {
+    T::try_from(value).map_err(|_| invalid_argument(format!("{field}: unknown enum value {value}")))
+}
+
+/// A stream config from the wire; unset fields take the core's defaults.
+pub fn stream_config(config: Option<v1::StreamConfig>) -> Result<StreamConfig, Status> {
+    let config = config.ok_or_else(|| invalid_argument("config is required"))?;
+    let defaults = StreamConfig::default();
+    let retention = match enum_value::<v1::RetentionPolicy>("retention", config.retention)? {
+        v1::RetentionPolicy::RetentionLimits => RetentionPolicy::Limits,
+        v1::RetentionPolicy::RetentionInterest => RetentionPolicy::Interest,
+        v1::RetentionPolicy::RetentionWorkQueue => RetentionPolicy::WorkQueue,
+    };
+    let discard = match enum_value::<v1::DiscardPolicy>("discard", config.discard)? {
+        v1::DiscardPolicy::DiscardOld => DiscardPolicy::Old,
+        v1::DiscardPolicy::DiscardNew => DiscardPolicy::New,
+    };
+    Ok(StreamConfig {
+        subjects: config.subjects,
+        partitions: config.partitions.max(1),
+        retention,
+        discard,
+        max_age_ms: config.max_age_ms,
+        max_messages: config.max_messages,
+        max_bytes: config.max_bytes,
+        max_messages_per_subject: config.max_messages_per_subject,
+        max_bytes_per_subject: config.max_bytes_per_subject,
+        max_payload_bytes: config.max_payload_bytes.unwrap_or(defaults.max_payload_bytes),
+        duplicate_window_ms: config.duplicate_window_ms.unwrap_or(defaults.duplicate_window_ms),
+        rate_limit: config
+            .rate_limit
+            .map(|rate| RateLimit { messages_per_second: rate.messages_per_second, burst: rate.burst }),
+        dead_letter_stream: config.dead_letter_stream,
+    })
+}
+
+/// A stream config for the wire.
+pub fn stream_config_to_wire(config: &StreamConfig) -> v1::StreamConfig {
+    v1::StreamConfig {
+        subjects: config.subjects.clone(),
+        partitions: config.partitions,
+        retention: match config.retention {
+            RetentionPolicy::Limits => v1::RetentionPolicy::RetentionLimits,
+            RetentionPolicy::Interest => v1::RetentionPolicy::RetentionInterest,
+            RetentionPolicy::WorkQueue => v1::RetentionPolicy::RetentionWorkQueue,
+        } as i32,
+        discard: match config.discard {
+            DiscardPolicy::Old => v1::DiscardPolicy::DiscardOld,
+            DiscardPolicy::New => v1::DiscardPolicy::DiscardNew,
+        } as i32,
+        max_age_ms: config.max_age_ms,
+        max_messages: config.max_messages,
+        max_bytes: config.max_bytes,
+        max_messages_per_subject: config.max_messages_per_subject,
+        max_bytes_per_subject: config.max_bytes_per_subject,
+        max_payload_bytes: Some(config.max_payload_bytes),
+        duplicate_window_ms: Some(config.duplicate_window_ms),
+        rate_limit: config
+            .rate_limit
+            .map(|rate| v1::RateLimit { messages_per_second: rate.messages_per_second, burst: rate.burst }),
+        dead_letter_stream: config.dead_letter_stream.clone(),
+    }
+}
+
+/// Stream info for the wire.
+pub fn stream_info_to_wire(info: StreamInfo) -> v1::StreamInfo {
+    v1::StreamInfo {
+        name: info.name.to_string(),
+        config: Some(stream_config_to_wire(&info.config)),
+        created_at_ms: info.created_at.0,
+        messages: info.n_messages,
+        bytes: info.n_bytes,
+        subjects: info.n_subjects,
+        dedup_ids: info.n_dedup_ids,
+        partitions: info
+            .partitions
+            .into_iter()
+            .map(|p| v1::PartitionInfo {
+                partition: p.partition,
+                low_watermark: p.low_watermark,
+                high_watermark: p.high_watermark,
+                messages: p.n_messages,
+                bytes: p.n_bytes,
+            })
+            .collect(),
+        consumers: info.consumers.iter().map(|name| name.to_string()).collect(),
+        peers: info.peers.into_iter().map(|p| v1::PeerInfo { name: p.name, received: p.received }).collect(),
+    }
+}
+
+/// A producer reference from the wire.
+pub fn producer(producer: v1::ProducerRef) -> ProducerRef {
+    ProducerRef { producer_id: producer.producer_id, epoch: producer.epoch }
+}
+
+/// A producer reference for the wire.
+pub fn producer_to_wire(producer: ProducerRef) -> v1::ProducerRef {
+    v1::ProducerRef { producer_id: producer.producer_id, epoch: producer.epoch }
+}
+
+/// A publish from the wire.
+pub fn publish(request: v1::PublishRequest) -> PublishRequest {
+    PublishRequest {
+        subject: request.subject,
+        payload: request.payload,
+        key: request.key,
+        msg_id: request.msg_id,
+        headers: request.headers,
+        expected_last_seq: request.expected_last_seq,
+        expected_last_subject_seq: request.expected_last_subject_seq,
+        ttl_ms: request.ttl_ms,
+        deliver_after_ms: request.deliver_after_ms,
+        transaction: request.transaction.map(producer),
+    }
+}
+
+/// A publish ack for the wire.
+pub fn publish_ack_to_wire(ack: &PublishAck) -> v1::PublishAck {
+    v1::PublishAck {
+        stream: ack.stream.to_string(),
+        partition: ack.partition,
+        seq: ack.seq,
+        duplicate: ack.duplicate,
+        staged_index: None,
+    }
+}
+
+/// A stored message for the wire.
+pub fn record_to_wire(record: Record) -> v1::Message {
+    let (payload, recalled_at_ms) = match record.body {
+        Body::Payload(payload) => (payload, None),
+        Body::Tombstone { recalled_at } => (bytes::Bytes::new(), Some(recalled_at.0)),
+    };
+    v1::Message {
+        partition: record.partition,
+        seq: record.seq,
+        subject: record.subject.to_string(),
+        key: record.key,
+        msg_id: record.msg_id.as_deref().map(str::to_string),
+        headers: record.headers,
+        payload,
+        recalled_at_ms,
+        stored_at_ms: record.stored_at.0,
+    }
+}
+
+/// A delivery for the wire.
+pub fn delivery_to_wire(delivery: Delivery) -> v1::Delivery {
+    v1::Delivery {
+        message: Some(record_to_wire(delivery.record)),
+        delivery_count: delivery.delivery_count,
+        ack_deadline_ms: delivery.ack_deadline.0,
+    }
+}
+
+/// A consumer config from the wire; unset fields take the core's defaults.
+pub fn consumer_config(config: Option<v1::ConsumerConfig>) -> Result<ConsumerConfig, Status> {
+    let config = config.unwrap_or_default();
+    let defaults = ConsumerConfig::default();
+    let deliver_policy = match enum_value::<v1::DeliverPolicy>("deliver_policy", config.deliver_policy)? {
+        v1::DeliverPolicy::DeliverAll => DeliverPolicy::All,
+        v1::DeliverPolicy::DeliverNew => DeliverPolicy::New,
+        v1::DeliverPolicy::DeliverFromSequence => DeliverPolicy::FromSequence(config.deliver_from),
+        v1::DeliverPolicy::DeliverFromTime => DeliverPolicy::FromTime(Millis(config.deliver_from)),
+    };
+    Ok(ConsumerConfig {
+        filter_subject: config.filter_subject,
+        deliver_policy,
+        ack_wait_ms: config.ack_wait_ms.unwrap_or(defaults.ack_wait_ms),
+        max_deliver: config.max_deliver,
+        max_in_flight: config.max_in_flight.unwrap_or(defaults.max_in_flight),
+    })
+}
+
+/// A consumer config for the wire.
+pub fn consumer_config_to_wire(config: &ConsumerConfig) -> v1::ConsumerConfig {
+    let (deliver_policy, deliver_from) = match config.deliver_policy {
+        DeliverPolicy::All => (v1::DeliverPolicy::DeliverAll, 0),
+        DeliverPolicy::New => (v1::DeliverPolicy::DeliverNew, 0),
+        DeliverPolicy::FromSequence(seq) => (v1::DeliverPolicy::DeliverFromSequence, seq),
+        DeliverPolicy::FromTime(at) => (v1::DeliverPolicy::DeliverFromTime, at.0),
+    };
+    v1::ConsumerConfig {
+        filter_subject: config.filter_subject.clone(),
+        deliver_policy: deliver_policy as i32,
+        deliver_from,
+        ack_wait_ms: Some(config.ack_wait_ms),
+        max_deliver: config.max_deliver,
+        max_in_flight: Some(config.max_in_flight),
+    }
+}
+
+/// Consumer info for the wire.
+pub fn consumer_info_to_wire(stream: &str, info: ConsumerInfo) -> v1::ConsumerInfo {
+    v1::ConsumerInfo {
+        stream: stream.to_string(),
+        name: info.name.to_string(),
+        config: Some(consumer_config_to_wire(&info.config)),
+        created_at_ms: info.created_at.0,
+        partitions: info
+            .partitions
+            .into_iter()
+            .map(|p| v1::PartitionLag {
+                partition: p.partition,
+                cursor: p.cursor,
+                ack_floor: p.ack_floor,
+                lag: p.lag,
+                outstanding: p.n_outstanding,
+            })
+            .collect(),
+        lag_total: info.lag_total,
+        lag_max: info.lag_max,
+        pending: info.n_pending,
+        ready: info.n_ready,
+        oldest_unacked_age_ms: info.oldest_unacked_age_ms,
+        delivered: info.n_delivered,
+        redelivered: info.n_redelivered,
+        acked: info.n_acked,
+        dead_lettered: info.n_dead_lettered,
+    }
+}
+
+/// An ack kind from the wire.
+pub fn ack_kind(item: &v1::AckItem) -> Result<AckKind, Status> {
+    Ok(match enum_value::<v1::AckKind>("kind", item.kind)? {
+        v1::AckKind::AckApplied => AckKind::Applied,
+        v1::AckKind::AckReceived => AckKind::Received,
+        v1::AckKind::AckInProgress => AckKind::InProgress,
+        v1::AckKind::AckReplicated => AckKind::Replicated,
+        v1::AckKind::AckFailed => AckKind::Failed,
+        v1::AckKind::AckNack => AckKind::Nack { delay_ms: item.delay_ms },
+        v1::AckKind::AckTerm => AckKind::Term,
+    })
+}
+
+/// An ack state for the wire.
+pub fn ack_state_to_wire(state: AckState) -> v1::AckState {
+    match state {
+        AckState::Received => v1::AckState::StateReceived,
+        AckState::Applied => v1::AckState::StateApplied,
+        AckState::Failed => v1::AckState::StateFailed,
+        AckState::Nack => v1::AckState::StateNack,
+        AckState::Replicated => v1::AckState::StateReplicated,
+    }
+}

@@ -1,0 +1,219 @@
+//! Prometheus metrics of a node, served as text on `/metrics`. Rates and latencies are recorded as they happen;
+//! consumer lag and Raft state are read from the replica and Raft when scraped.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cellog_raft::storage::{Space, Storage, StorageError};
+use cellog_raft::{CellNode, Replica};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// What a node records as it serves.
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    /// Messages appended (duplicates included) through publish calls.
+    pub published: Counter,
+    /// Publishes the cell refused.
+    pub publish_rejected: Counter,
+    /// Deliveries answered.
+    pub acked: Counter,
+    /// From proposing a command to its answer: commit on a quorum and apply.
+    pub commit_latency: Histogram,
+    /// One fsync of this node's storage.
+    pub fsync_latency: Histogram,
+    consumer_lag_max: Gauge,
+    consumer_lag_sum: Gauge,
+    consumers_behind: Gauge,
+    oldest_unacked_age: Gauge<f64, std::sync::atomic::AtomicU64>,
+    raft_term: Gauge,
+    raft_leader: Gauge,
+    raft_is_leader: Gauge,
+    raft_applied_index: Gauge,
+    raft_last_log_index: Gauge,
+    streams: Gauge,
+    messages: Gauge,
+}
+
+fn latency_buckets() -> impl Iterator<Item = f64> {
+    // 50 µs to about 3.3 s.
+    exponential_buckets(0.000_05, 2.0, 17)
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh set, registered under `cellog_`.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("cellog");
+        let metrics = Metrics {
+            registry: Mutex::new(Registry::default()),
+            published: Counter::default(),
+            publish_rejected: Counter::default(),
+            acked: Counter::default(),
+            commit_latency: Histogram::new(latency_buckets()),
+            fsync_latency: Histogram::new(latency_buckets()),
+            consumer_lag_max: Gauge::default(),
+            consumer_lag_sum: Gauge::default(),
+            consumers_behind: Gauge::default(),
+            oldest_unacked_age: Gauge::default(),
+            raft_term: Gauge::default(),
+            raft_leader: Gauge::default(),
+            raft_is_leader: Gauge::default(),
+            raft_applied_index: Gauge::default(),
+            raft_last_log_index: Gauge::default(),
+            streams: Gauge::default(),
+            messages: Gauge::default(),
+        };
+        registry.register("published", "Messages published (appended or deduplicated)", metrics.published.clone());
+        registry.register("publish_rejected", "Publishes the cell refused", metrics.publish_rejected.clone());
+        registry.register("acked", "Deliveries answered by consumers", metrics.acked.clone());
+        registry.register(
+            "commit_latency_seconds",
+            "From proposing a command to its answer (commit on a quorum, apply)",
+            metrics.commit_latency.clone(),
+        );
+        registry.register("fsync_latency_seconds", "One fsync of this node's storage", metrics.fsync_latency.clone());
+        registry.register(
+            "consumer_lag_max",
+            "Largest lag of any consumer, in messages",
+            metrics.consumer_lag_max.clone(),
+        );
+        registry.register(
+            "consumer_lag_sum",
+            "Sum of every consumer's lag, in messages",
+            metrics.consumer_lag_sum.clone(),
+        );
+        registry.register("consumers_behind", "Consumers with a lag above zero", metrics.consumers_behind.clone());
+        registry.register(
+            "oldest_unacked_age_seconds",
+            "Age of the oldest unacknowledged delivery of any consumer",
+            metrics.oldest_unacked_age.clone(),
+        );
+        registry.register("raft_term", "This node's Raft term", metrics.raft_term.clone());
+        registry.register(
+            "raft_leader",
+            "The leader's node id as this node knows it (-1: none)",
+            metrics.raft_leader.clone(),
+        );
+        registry.register("raft_is_leader", "1 when this node leads", metrics.raft_is_leader.clone());
+        registry.register("raft_applied_index", "Last log index applied", metrics.raft_applied_index.clone());
+        registry.register("raft_last_log_index", "Last log index held", metrics.raft_last_log_index.clone());
+        registry.register("streams", "Streams in the cell", metrics.streams.clone());
+        registry.register("messages", "Messages retained in the cell", metrics.messages.clone());
+        *metrics.registry.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = registry;
+        metrics
+    }
+
+    /// Reads the gauges off the node and encodes everything in the Prometheus text format.
+    pub fn render<S: Storage + Clone>(&self, node: &CellNode<S>) -> String {
+        self.observe_raft(node);
+        self.observe_replica(&node.replica);
+        let mut text = String::new();
+        let registry = self.registry.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if encode(&mut text, &registry).is_err() {
+            text.clear();
+        }
+        text
+    }
+
+    fn observe_raft<S: Storage + Clone>(&self, node: &CellNode<S>) {
+        let metrics = node.raft.metrics().borrow().clone();
+        let index = |log_id: Option<openraft::LogId<u64>>| log_id.map_or(-1, |id| saturating_i64(id.index));
+        self.raft_term.set(saturating_i64(metrics.current_term));
+        self.raft_leader.set(metrics.current_leader.map_or(-1, saturating_i64));
+        self.raft_is_leader.set(i64::from(metrics.state.is_leader()));
+        self.raft_applied_index.set(index(metrics.last_applied));
+        self.raft_last_log_index.set(metrics.last_log_index.map_or(-1, saturating_i64));
+    }
+
+    fn observe_replica(&self, replica: &Mutex<Replica>) {
+        let replica = replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let cell = &replica.cell;
+        let now = cell.last_at();
+        let (mut lag_max, mut lag_sum, mut behind, mut oldest, mut n_messages) = (0u64, 0u64, 0i64, 0u64, 0u64);
+        let names = cell.stream_names();
+        for stream in &names {
+            let Ok(info) = cell.stream_info(stream) else { continue };
+            n_messages += info.n_messages;
+            for consumer in &info.consumers {
+                let Ok(consumer) = cell.consumer_info(stream, consumer, now) else { continue };
+                lag_max = lag_max.max(consumer.lag_total);
+                lag_sum = lag_sum.saturating_add(consumer.lag_total);
+                behind += i64::from(consumer.lag_total > 0);
+                oldest = oldest.max(consumer.oldest_unacked_age_ms);
+            }
+        }
+        self.consumer_lag_max.set(saturating_i64(lag_max));
+        self.consumer_lag_sum.set(saturating_i64(lag_sum));
+        self.consumers_behind.set(behind);
+        self.oldest_unacked_age.set(Duration::from_millis(oldest).as_secs_f64());
+        self.streams.set(saturating_i64(names.len() as u64));
+        self.messages.set(saturating_i64(n_messages));
+    }
+}
+
+fn saturating_i64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// A store that times its fsyncs into [`Metrics::fsync_latency`]; everything else passes through.
+#[derive(Clone)]
+pub struct Metered<S> {
+    inner: S,
+    metrics: Arc<Metrics>,
+}
+
+impl<S> Metered<S> {
+    /// `inner`, timed into `metrics`.
+    pub fn new(inner: S, metrics: Arc<Metrics>) -> Self {
+        Metered { inner, metrics }
+    }
+
+    /// The store underneath.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S: Storage> Storage for Metered<S> {
+    fn write(&self, batch: cellog_raft::storage::Batch) -> Result<(), StorageError> {
+        self.inner.write(batch)
+    }
+
+    fn read_sealed(&self, space: Space, key: u64) -> Result<Option<Vec<u8>>, StorageError> {
+        self.inner.read_sealed(space, key)
+    }
+
+    fn scan_sealed(
+        &self,
+        space: Space,
+        keys: std::ops::Range<u64>,
+        limit: usize,
+    ) -> Result<Vec<(u64, Vec<u8>)>, StorageError> {
+        self.inner.scan_sealed(space, keys, limit)
+    }
+
+    fn key_bounds(&self, space: Space) -> Result<Option<(u64, u64)>, StorageError> {
+        self.inner.key_bounds(space)
+    }
+
+    #[allow(clippy::disallowed_methods, reason = "measures the real time an fsync takes")]
+    fn sync(&self) -> Result<(), StorageError> {
+        let started = std::time::Instant::now();
+        let result = self.inner.sync();
+        self.metrics.fsync_latency.observe(started.elapsed().as_secs_f64());
+        result
+    }
+
+    fn sync_delay(&self) -> Duration {
+        self.inner.sync_delay()
+    }
+}

@@ -1,0 +1,333 @@
+//! A cellog node: its cell replica under Raft, the client API and the Raft transport on their own addresses, gRPC
+//! health and reflection, and Prometheus metrics. [`RunningNode::stop`] shuts it down gracefully.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cellog_proto::raft::raft_server::RaftServer;
+use cellog_proto::v1::cellog_server::CellogServer;
+use cellog_raft::storage::{Storage, StorageError};
+use cellog_raft::{CellNode, Clock, Node, NodeId, StartError};
+use openraft::{Config, SnapshotPolicy};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::metrics::{Metered, Metrics};
+use crate::service::CellogService;
+use crate::transport::{GrpcNetwork, MAX_RAFT_MESSAGE, RaftService};
+
+/// Largest client request or answer on the wire (a payload is at most 8 MiB).
+pub const MAX_CLIENT_MESSAGE: usize = 16 * 1024 * 1024;
+/// How long a stopping node waits for in-flight calls before it stops Raft anyway.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Another node of the cell.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Peer {
+    /// Its id.
+    pub id: NodeId,
+    /// Where it is reached.
+    pub node: Node,
+}
+
+impl std::str::FromStr for Peer {
+    type Err = String;
+
+    /// `ID=RAFT_ADDR/CLIENT_ADDR`, e.g. `2=127.0.0.1:7502/127.0.0.1:7402`.
+    fn from_str(text: &str) -> Result<Self, String> {
+        let bad = || format!("peer {text:?}: expected ID=RAFT_ADDR/CLIENT_ADDR, e.g. 2=127.0.0.1:7502/127.0.0.1:7402");
+        let (id, addrs) = text.split_once('=').ok_or_else(bad)?;
+        let (raft_addr, client_addr) = addrs.split_once('/').ok_or_else(bad)?;
+        let id = id.trim().parse().map_err(|_| bad())?;
+        if raft_addr.trim().is_empty() || client_addr.trim().is_empty() {
+            return Err(bad());
+        }
+        Ok(Peer { id, node: Node::new(raft_addr.trim(), client_addr.trim()) })
+    }
+}
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}={}/{}", self.id, self.node.raft_addr, self.node.client_addr)
+    }
+}
+
+/// Raft timing of a node.
+#[derive(Clone, Debug)]
+pub struct RaftTiming {
+    /// Leader heartbeat interval.
+    pub heartbeat_ms: u64,
+    /// Shortest election timeout; the longest is twice that.
+    pub election_timeout_ms: u64,
+    /// Entries between snapshots.
+    pub snapshot_every: u64,
+}
+
+impl Default for RaftTiming {
+    fn default() -> Self {
+        RaftTiming { heartbeat_ms: 100, election_timeout_ms: 600, snapshot_every: 50_000 }
+    }
+}
+
+/// Everything a node needs to start.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    /// The cell's name; nodes refuse Raft messages from another cell.
+    pub cell: String,
+    /// This node's id in the cell.
+    pub id: NodeId,
+    /// Where its data lives.
+    pub data_dir: PathBuf,
+    /// Where it serves clients.
+    pub client_addr: SocketAddr,
+    /// Where it serves its peers.
+    pub raft_addr: SocketAddr,
+    /// The client address given to others (default: `client_addr`).
+    pub advertise_client_addr: Option<String>,
+    /// The peer address given to others (default: `raft_addr`).
+    pub advertise_raft_addr: Option<String>,
+    /// Where it serves `/metrics`, if anywhere.
+    pub metrics_addr: Option<SocketAddr>,
+    /// The other founding nodes of the cell.
+    pub peers: Vec<Peer>,
+    /// Whether to found the cell (itself and `peers`) when its storage is empty. A node that will join an existing
+    /// cell as a learner leaves this off.
+    pub bootstrap: bool,
+    /// Raft timing.
+    pub timing: RaftTiming,
+}
+
+impl NodeConfig {
+    /// This node as its peers and clients reach it.
+    pub fn advertised(&self) -> Node {
+        self.advertised_at(self.raft_addr, self.client_addr)
+    }
+
+    /// This node as its peers and clients reach it, listening where it did bind (port 0 picks a free port).
+    fn advertised_at(&self, raft_addr: SocketAddr, client_addr: SocketAddr) -> Node {
+        Node::new(
+            self.advertise_raft_addr.clone().unwrap_or_else(|| raft_addr.to_string()),
+            self.advertise_client_addr.clone().unwrap_or_else(|| client_addr.to_string()),
+        )
+    }
+
+    /// The openraft config of this node.
+    pub fn raft_config(&self) -> Result<Config, NodeError> {
+        Config {
+            cluster_name: self.cell.clone(),
+            heartbeat_interval: self.timing.heartbeat_ms,
+            election_timeout_min: self.timing.election_timeout_ms,
+            election_timeout_max: self.timing.election_timeout_ms * 2,
+            install_snapshot_timeout: 10_000,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(self.timing.snapshot_every),
+            max_in_snapshot_log_to_keep: 1000,
+            max_payload_entries: 16,
+            ..Config::default()
+        }
+        .validate()
+        .map_err(|error| NodeError::Config(error.to_string()))
+    }
+}
+
+/// Why a node did not start or stopped badly.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// The configuration is unusable.
+    #[error("config: {0}")]
+    Config(String),
+    /// The storage could not be opened.
+    #[error("storage: {0}")]
+    Storage(#[from] StorageError),
+    /// Raft did not start.
+    #[error(transparent)]
+    Start(#[from] StartError),
+    /// An address could not be bound.
+    #[error("cannot listen on {addr}: {error}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The data directory belongs to another node or cell.
+    #[error("{0}")]
+    Identity(String),
+}
+
+/// A started node.
+pub struct RunningNode<S> {
+    /// The node.
+    pub node: Arc<CellNode<Metered<S>>>,
+    /// Its metrics.
+    pub metrics: Arc<Metrics>,
+    /// Where it serves clients.
+    pub client_addr: SocketAddr,
+    /// Where it serves peers.
+    pub raft_addr: SocketAddr,
+    /// Where it serves metrics.
+    pub metrics_addr: Option<SocketAddr>,
+    stop: watch::Sender<bool>,
+    servers: Vec<JoinHandle<()>>,
+}
+
+/// Checks that the data directory holds this node of this cell (or nothing yet) and records it.
+pub fn claim_data_dir(config: &NodeConfig) -> Result<(), NodeError> {
+    std::fs::create_dir_all(&config.data_dir)
+        .map_err(|error| NodeError::Identity(format!("cannot create {}: {error}", config.data_dir.display())))?;
+    let path = config.data_dir.join("IDENTITY");
+    let identity = format!("cell={}\nnode={}\n", config.cell, config.id);
+    match std::fs::read_to_string(&path) {
+        Ok(found) if found == identity => Ok(()),
+        Ok(found) => Err(NodeError::Identity(format!(
+            "{} belongs to another node: it holds {:?}, this is {:?}",
+            config.data_dir.display(),
+            found.trim(),
+            identity.trim()
+        ))),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => std::fs::write(&path, identity)
+            .map_err(|error| NodeError::Identity(format!("cannot write {}: {error}", path.display()))),
+        Err(error) => Err(NodeError::Identity(format!("cannot read {}: {error}", path.display()))),
+    }
+}
+
+async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, NodeError> {
+    tokio::net::TcpListener::bind(addr).await.map_err(|error| NodeError::Bind { addr, error })
+}
+
+impl<S: Storage + Clone> RunningNode<S> {
+    /// Starts a node on `storage`: binds its addresses, opens and verifies its storage, starts Raft, founds the cell
+    /// if asked to and it is new, and serves.
+    pub async fn start(config: &NodeConfig, storage: S, clock: Arc<dyn Clock>) -> Result<Self, NodeError> {
+        let raft_config = Arc::new(config.raft_config()?);
+        let client_listener = bind(config.client_addr).await?;
+        let raft_listener = bind(config.raft_addr).await?;
+        let metrics_listener = match config.metrics_addr {
+            Some(addr) => Some(bind(addr).await?),
+            None => None,
+        };
+        let local = |listener: &tokio::net::TcpListener, fallback| listener.local_addr().unwrap_or(fallback);
+        let client_addr = local(&client_listener, config.client_addr);
+        let raft_addr = local(&raft_listener, config.raft_addr);
+        let metrics_addr = metrics_listener.as_ref().and_then(|listener| listener.local_addr().ok());
+
+        let metrics = Arc::new(Metrics::new());
+        let storage = Metered::new(storage, metrics.clone());
+        let network = GrpcNetwork::new(config.cell.clone());
+        let node = Arc::new(CellNode::start(config.id, raft_config, storage, network, clock).await?);
+        if node.recovery.repair_target.is_some() {
+            tracing::warn!(recovery = ?node.recovery, "storage needed repair; catching up from the cell");
+        }
+        if config.bootstrap {
+            let mut members: std::collections::BTreeMap<NodeId, Node> =
+                config.peers.iter().map(|peer| (peer.id, peer.node.clone())).collect();
+            members.insert(config.id, config.advertised_at(raft_addr, client_addr));
+            if !node.raft.is_initialized().await.map_err(|error| StartError::Raft(error.to_string()))? {
+                tracing::info!(members = ?members.keys().collect::<Vec<_>>(), "founding the cell");
+                if let Err(error) = node.raft.initialize(members).await {
+                    // Another founder got there first; this node learns the membership from it.
+                    tracing::info!(%error, "the cell was already founded");
+                }
+            }
+        }
+
+        let (stop, stopped) = watch::channel(false);
+        let mut servers = Vec::new();
+        let client_service = CellogServer::new(CellogService::new(node.clone(), metrics.clone()))
+            .max_decoding_message_size(MAX_CLIENT_MESSAGE)
+            .max_encoding_message_size(MAX_CLIENT_MESSAGE);
+        let raft_service = RaftServer::new(RaftService::new(config.cell.clone(), node.clone()))
+            .max_decoding_message_size(MAX_RAFT_MESSAGE)
+            .max_encoding_message_size(MAX_RAFT_MESSAGE);
+        servers.push(serve_client(client_listener, client_service, stopped.clone()));
+        servers.push(tokio::spawn(async move {
+            let incoming = tonic::transport::server::TcpIncoming::from(raft_listener).with_nodelay(Some(true));
+            let result = tonic::transport::Server::builder()
+                .add_service(raft_service)
+                .serve_with_incoming_shutdown(incoming, until_stopped(stopped.clone()))
+                .await;
+            if let Err(error) = result {
+                tracing::error!(%error, "raft server failed");
+            }
+        }));
+        if let Some(listener) = metrics_listener {
+            servers.push(serve_metrics(listener, node.clone(), metrics.clone(), stop.subscribe()));
+        }
+        tracing::info!(id = config.id, %client_addr, %raft_addr, ?metrics_addr, "node serving");
+        Ok(RunningNode { node, metrics, client_addr, raft_addr, metrics_addr, stop, servers })
+    }
+
+    /// Stops gracefully: stops accepting calls, lets in-flight calls finish (up to [`DRAIN_TIMEOUT`]), stops Raft and
+    /// syncs the storage.
+    pub async fn stop(self) -> Result<(), StorageError> {
+        let _ = self.stop.send(true);
+        let drained = tokio::time::timeout(DRAIN_TIMEOUT, futures::future::join_all(self.servers)).await;
+        if drained.is_err() {
+            tracing::warn!("calls still in flight after {DRAIN_TIMEOUT:?}; stopping anyway");
+        }
+        self.node.shutdown().await;
+        self.node.storage().sync()
+    }
+}
+
+async fn until_stopped(mut stopped: watch::Receiver<bool>) {
+    let _ = stopped.wait_for(|stopped| *stopped).await;
+}
+
+fn serve_client<S: Storage + Clone>(
+    listener: tokio::net::TcpListener,
+    service: CellogServer<CellogService<S>>,
+    stopped: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let (health, health_service) = tonic_health::server::health_reporter();
+        health.set_serving::<CellogServer<CellogService<S>>>().await;
+        let reflection = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(cellog_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1();
+        let reflection = match reflection {
+            Ok(reflection) => Some(reflection),
+            Err(error) => {
+                tracing::error!(%error, "gRPC reflection unavailable");
+                None
+            }
+        };
+        let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        let result = tonic::transport::Server::builder()
+            .add_service(health_service)
+            .add_optional_service(reflection)
+            .add_service(service)
+            .serve_with_incoming_shutdown(incoming, until_stopped(stopped))
+            .await;
+        if let Err(error) = result {
+            tracing::error!(%error, "client server failed");
+        }
+    })
+}
+
+fn serve_metrics<S: Storage + Clone>(
+    listener: tokio::net::TcpListener,
+    node: Arc<CellNode<Metered<S>>>,
+    metrics: Arc<Metrics>,
+    stopped: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let (node, metrics) = (node.clone(), metrics.clone());
+            async move {
+                (
+                    [(axum::http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+                    metrics.render(&node),
+                )
+            }
+        }),
+    );
+    tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, app).with_graceful_shutdown(until_stopped(stopped)).await {
+            tracing::error!(%error, "metrics server failed");
+        }
+    })
+}

@@ -1,0 +1,599 @@
+//! The client API (`cellog.v1.Cellog`) of a node. Writes are proposed to the cell and answered when committed on a
+//! quorum and applied; reads are answered by the leader after a read barrier (or by any node from its own replica,
+//! when asked for a local read). A node that does not lead answers `UNAVAILABLE` with the leader's address.
+
+use std::pin::Pin;
+use std::sync::{Arc, MutexGuard};
+use std::time::Duration;
+
+use cellog_core::{Cell, Command, MAX_FETCH, MAX_READ, Outcome, Rejection};
+use cellog_proto::v1::{self, cellog_server::Cellog};
+use cellog_raft::storage::Storage;
+use cellog_raft::{Answer, CellNode, Node, NodeId, ProposeError, Replica};
+use futures::{Stream, StreamExt};
+use openraft::ChangeMembers;
+use openraft::error::{ClientWriteError, RaftError};
+use tokio::sync::mpsc;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::convert::{self, DEFAULT_TRANSACTION_TIMEOUT_MS};
+use crate::metrics::Metrics;
+use crate::status::{self, from_propose, from_rejection, invalid_argument, not_leader};
+
+/// Most publishes of one batch call in flight at once; the caller's stream is read no further ahead than that.
+pub const BATCH_WINDOW: usize = 4096;
+/// Default window of a subscription.
+pub const DEFAULT_SUBSCRIBE_WINDOW: u32 = 256;
+/// Member name used when a fetch names none.
+pub const DEFAULT_MEMBER: &str = "default";
+
+type ServerStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+/// The client API of one node.
+pub struct CellogService<S> {
+    node: Arc<CellNode<S>>,
+    metrics: Arc<Metrics>,
+}
+
+impl<S> Clone for CellogService<S> {
+    fn clone(&self) -> Self {
+        CellogService { node: self.node.clone(), metrics: self.metrics.clone() }
+    }
+}
+
+fn unexpected(outcome: &Outcome) -> Status {
+    Status::internal(format!("unexpected outcome {outcome:?}"))
+}
+
+fn lock(node: &CellNode<impl Storage + Clone>) -> MutexGuard<'_, Replica> {
+    node.replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The answer to a proposal as a status.
+fn answered(result: Result<Result<Outcome, Rejection>, ProposeError>) -> Result<Outcome, Status> {
+    match result {
+        Ok(Ok(outcome)) => Ok(outcome),
+        Ok(Err(rejection)) => Err(from_rejection(&rejection)),
+        Err(error) => Err(from_propose(error)),
+    }
+}
+
+fn membership_error(error: RaftError<NodeId, ClientWriteError<NodeId, Node>>) -> Status {
+    match error {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => {
+            not_leader(forward.leader_id.zip(forward.leader_node).as_ref())
+        }
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(error)) => status::status(
+            tonic::Code::FailedPrecondition,
+            v1::ErrorDetail {
+                reason: "MEMBERSHIP".to_string(),
+                message: error.to_string(),
+                ..v1::ErrorDetail::default()
+            },
+        ),
+        other => from_propose(ProposeError::Raft(other.to_string())),
+    }
+}
+
+impl<S: Storage + Clone> CellogService<S> {
+    /// The API of `node`, recording into `metrics`.
+    pub fn new(node: Arc<CellNode<S>>, metrics: Arc<Metrics>) -> Self {
+        CellogService { node, metrics }
+    }
+
+    /// Proposes a command and waits for its outcome.
+    #[allow(clippy::disallowed_methods, reason = "measures commit latency on the runtime's clock")]
+    async fn write(&self, command: Command) -> Result<Outcome, Status> {
+        let started = tokio::time::Instant::now();
+        let result = answered(self.node.propose_now(command).await);
+        self.metrics.commit_latency.observe(started.elapsed().as_secs_f64());
+        result
+    }
+
+    /// Answers from the leader's replica once it has applied every write acknowledged before the call.
+    async fn read<T>(&self, read: impl FnOnce(&Cell) -> Result<T, Rejection>) -> Result<T, Status> {
+        self.node.read_barrier().await.map_err(from_propose)?;
+        let replica = lock(&self.node);
+        read(&replica.cell).map_err(|rejection| from_rejection(&rejection))
+    }
+
+    fn status(&self) -> v1::ClusterStatusResponse {
+        let metrics = self.node.raft.metrics().borrow().clone();
+        let membership = metrics.membership_config.membership();
+        let voters: std::collections::BTreeSet<NodeId> = membership.voter_ids().collect();
+        let matched = metrics.replication.clone().unwrap_or_default();
+        let nodes = membership
+            .nodes()
+            .map(|(id, node)| v1::NodeInfo {
+                id: *id,
+                raft_addr: node.raft_addr.clone(),
+                client_addr: node.client_addr.clone(),
+                voter: voters.contains(id),
+                matched_index: matched.get(id).and_then(|log_id| log_id.map(|log_id| log_id.index)),
+            })
+            .collect();
+        let leader_addr = metrics
+            .current_leader
+            .and_then(|leader| membership.get_node(&leader))
+            .map(|node| node.client_addr.clone())
+            .unwrap_or_default();
+        let (_, digest) = self.node.digest();
+        v1::ClusterStatusResponse {
+            node_id: self.node.id,
+            state: format!("{:?}", metrics.state),
+            term: metrics.current_term,
+            leader_id: metrics.current_leader,
+            leader_addr,
+            last_log_index: metrics.last_log_index,
+            applied_index: metrics.last_applied.map(|log_id| log_id.index),
+            nodes,
+            repairing: self.node.is_repairing(),
+            state_digest: hex::encode(digest.0),
+        }
+    }
+
+    async fn transaction(&self, command: Command) -> Result<Response<v1::TransactionResponse>, Status> {
+        let response = match self.write(command).await? {
+            Outcome::TransactionBegun | Outcome::TransactionPrepared => v1::TransactionResponse::default(),
+            Outcome::TransactionCommitted { messages, next } => v1::TransactionResponse {
+                messages: messages.iter().map(convert::publish_ack_to_wire).collect(),
+                next: Some(convert::producer_to_wire(next)),
+            },
+            Outcome::TransactionAborted { next } => {
+                v1::TransactionResponse { messages: Vec::new(), next: Some(convert::producer_to_wire(next)) }
+            }
+            other => return Err(unexpected(&other)),
+        };
+        Ok(Response::new(response))
+    }
+
+    fn publish_answer(&self, outcome: Result<Outcome, Status>) -> Result<v1::PublishAck, Status> {
+        match outcome {
+            Ok(Outcome::Published(ack)) => {
+                self.metrics.published.inc();
+                Ok(convert::publish_ack_to_wire(&ack))
+            }
+            Ok(Outcome::Staged { index, duplicate }) => {
+                Ok(v1::PublishAck { duplicate, staged_index: Some(index), ..v1::PublishAck::default() })
+            }
+            Ok(other) => Err(unexpected(&other)),
+            Err(status) => {
+                self.metrics.publish_rejected.inc();
+                Err(status)
+            }
+        }
+    }
+}
+
+/// Waits for one submitted publish of a batch.
+enum Pending {
+    Submitted(Answer),
+    Refused(Status),
+}
+
+#[tonic::async_trait]
+impl<S: Storage + Clone> Cellog for CellogService<S> {
+    async fn create_stream(
+        &self,
+        request: Request<v1::CreateStreamRequest>,
+    ) -> Result<Response<v1::CreateStreamResponse>, Status> {
+        let request = request.into_inner();
+        let config = convert::stream_config(request.config)?;
+        match self.write(Command::CreateStream { name: request.name, config }).await? {
+            Outcome::StreamCreated { created } => Ok(Response::new(v1::CreateStreamResponse { created })),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn update_stream(
+        &self,
+        request: Request<v1::UpdateStreamRequest>,
+    ) -> Result<Response<v1::UpdateStreamResponse>, Status> {
+        let request = request.into_inner();
+        let config = convert::stream_config(request.config)?;
+        match self.write(Command::UpdateStream { name: request.name, config }).await? {
+            Outcome::StreamUpdated => Ok(Response::new(v1::UpdateStreamResponse {})),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn delete_stream(
+        &self,
+        request: Request<v1::DeleteStreamRequest>,
+    ) -> Result<Response<v1::DeleteStreamResponse>, Status> {
+        match self.write(Command::DeleteStream { name: request.into_inner().name }).await? {
+            Outcome::StreamDeleted => Ok(Response::new(v1::DeleteStreamResponse {})),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn list_streams(
+        &self,
+        _request: Request<v1::ListStreamsRequest>,
+    ) -> Result<Response<v1::ListStreamsResponse>, Status> {
+        let streams = self
+            .read(|cell| cell.stream_names().iter().map(|name| cell.stream_info(name)).collect::<Result<Vec<_>, _>>())
+            .await?;
+        Ok(Response::new(v1::ListStreamsResponse {
+            streams: streams.into_iter().map(convert::stream_info_to_wire).collect(),
+        }))
+    }
+
+    async fn get_stream(&self, request: Request<v1::GetStreamRequest>) -> Result<Response<v1::StreamInfo>, Status> {
+        let name = request.into_inner().name;
+        let info = self.read(|cell| cell.stream_info(&name)).await?;
+        Ok(Response::new(convert::stream_info_to_wire(info)))
+    }
+
+    async fn publish(&self, request: Request<v1::PublishRequest>) -> Result<Response<v1::PublishAck>, Status> {
+        let command = Command::Publish(convert::publish(request.into_inner()));
+        let outcome = self.write(command).await;
+        self.publish_answer(outcome).map(Response::new)
+    }
+
+    type PublishBatchStream = ServerStream<v1::PublishResult>;
+
+    async fn publish_batch(
+        &self,
+        request: Request<Streaming<v1::PublishRequest>>,
+    ) -> Result<Response<Self::PublishBatchStream>, Status> {
+        let mut incoming = request.into_inner();
+        let (pending, mut answers) = mpsc::channel::<Pending>(BATCH_WINDOW);
+        let node = self.node.clone();
+        // Submitting in arrival order keeps the log in the caller's order; answers are awaited in that order too.
+        tokio::spawn(async move {
+            loop {
+                let next = match incoming.message().await {
+                    Ok(Some(request)) => match node.submit_now(Command::Publish(convert::publish(request))).await {
+                        Ok(answer) => Pending::Submitted(answer),
+                        Err(error) => Pending::Refused(from_propose(error)),
+                    },
+                    Ok(None) => break,
+                    Err(status) => Pending::Refused(invalid_argument(format!("the request stream broke: {status}"))),
+                };
+                let refused = matches!(next, Pending::Refused(_));
+                if pending.send(next).await.is_err() || refused {
+                    break;
+                }
+            }
+        });
+        let service = self.clone();
+        let results = futures::stream::poll_fn(move |context| answers.poll_recv(context)).then(move |next| {
+            let service = service.clone();
+            async move {
+                let outcome = match next {
+                    Pending::Submitted(answer) => answered(answer.wait().await),
+                    Pending::Refused(status) => Err(status),
+                };
+                let result = match service.publish_answer(outcome) {
+                    Ok(ack) => v1::publish_result::Result::Ack(ack),
+                    Err(status) => v1::publish_result::Result::Error(status::to_item_error(&status)),
+                };
+                Ok(v1::PublishResult { result: Some(result) })
+            }
+        });
+        Ok(Response::new(Box::pin(results)))
+    }
+
+    async fn read(&self, request: Request<v1::ReadRequest>) -> Result<Response<v1::ReadResponse>, Status> {
+        let request = request.into_inner();
+        let max = match request.max {
+            0 => 256,
+            max => usize::try_from(max).unwrap_or(MAX_READ).min(MAX_READ),
+        };
+        let read = |cell: &Cell| cell.read_from(&request.stream, request.partition, request.from_seq, max);
+        let records = if request.local {
+            read(&lock(&self.node).cell).map_err(|rejection| from_rejection(&rejection))?
+        } else {
+            self.read(read).await?
+        };
+        let applied_index = lock(&self.node).last_applied.map_or(0, |log_id| log_id.index);
+        Ok(Response::new(v1::ReadResponse {
+            messages: records.into_iter().map(convert::record_to_wire).collect(),
+            applied_index,
+        }))
+    }
+
+    async fn recall(&self, request: Request<v1::RecallRequest>) -> Result<Response<v1::RecallResponse>, Status> {
+        let request = request.into_inner();
+        let command = Command::Recall { stream: request.stream, partition: request.partition, seq: request.seq };
+        match self.write(command).await? {
+            Outcome::Recalled => Ok(Response::new(v1::RecallResponse {})),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn create_consumer(
+        &self,
+        request: Request<v1::CreateConsumerRequest>,
+    ) -> Result<Response<v1::CreateConsumerResponse>, Status> {
+        let request = request.into_inner();
+        let config = convert::consumer_config(request.config)?;
+        match self.write(Command::CreateConsumer { stream: request.stream, name: request.name, config }).await? {
+            Outcome::ConsumerCreated { created } => Ok(Response::new(v1::CreateConsumerResponse { created })),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn delete_consumer(
+        &self,
+        request: Request<v1::DeleteConsumerRequest>,
+    ) -> Result<Response<v1::DeleteConsumerResponse>, Status> {
+        let request = request.into_inner();
+        match self.write(Command::DeleteConsumer { stream: request.stream, name: request.name }).await? {
+            Outcome::ConsumerDeleted => Ok(Response::new(v1::DeleteConsumerResponse {})),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn list_consumers(
+        &self,
+        request: Request<v1::ListConsumersRequest>,
+    ) -> Result<Response<v1::ListConsumersResponse>, Status> {
+        let stream = request.into_inner().stream;
+        let consumers = self
+            .read(|cell| {
+                let now = cell.last_at();
+                let info = cell.stream_info(&stream)?;
+                info.consumers.iter().map(|name| cell.consumer_info(&stream, name, now)).collect::<Result<Vec<_>, _>>()
+            })
+            .await?;
+        Ok(Response::new(v1::ListConsumersResponse {
+            consumers: consumers.into_iter().map(|info| convert::consumer_info_to_wire(&stream, info)).collect(),
+        }))
+    }
+
+    async fn get_consumer(
+        &self,
+        request: Request<v1::GetConsumerRequest>,
+    ) -> Result<Response<v1::ConsumerInfo>, Status> {
+        let request = request.into_inner();
+        let info = self.read(|cell| cell.consumer_info(&request.stream, &request.name, cell.last_at())).await?;
+        Ok(Response::new(convert::consumer_info_to_wire(&request.stream, info)))
+    }
+
+    async fn fetch(&self, request: Request<v1::FetchRequest>) -> Result<Response<v1::FetchResponse>, Status> {
+        let request = request.into_inner();
+        let member = if request.member.is_empty() { DEFAULT_MEMBER.to_string() } else { request.member };
+        let command =
+            Command::Fetch { stream: request.stream, consumer: request.consumer, member, max: request.max.max(1) };
+        match self.write(command).await? {
+            Outcome::Fetched(deliveries) => Ok(Response::new(v1::FetchResponse {
+                deliveries: deliveries.into_iter().map(convert::delivery_to_wire).collect(),
+            })),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    type SubscribeStream = ServerStream<v1::Delivery>;
+
+    async fn subscribe(
+        &self,
+        request: Request<v1::SubscribeRequest>,
+    ) -> Result<Response<Self::SubscribeStream>, Status> {
+        let request = request.into_inner();
+        let window = match request.max_in_flight {
+            0 => DEFAULT_SUBSCRIBE_WINDOW,
+            window => window.min(MAX_FETCH),
+        };
+        let member = if request.member.is_empty() { DEFAULT_MEMBER.to_string() } else { request.member };
+        let (stream, consumer) = (request.stream, request.consumer);
+        // Fail at once on an unknown consumer or a node that does not lead.
+        self.read(|cell| cell.consumer_info(&stream, &consumer, cell.last_at())).await?;
+        let (sender, mut receiver) = mpsc::channel(usize::try_from(window).unwrap_or(256));
+        let service = self.clone();
+        tokio::spawn(async move {
+            let mut idle = Duration::from_millis(5);
+            loop {
+                let info = {
+                    let replica = lock(&service.node);
+                    replica.cell.consumer_info(&stream, &consumer, replica.cell.last_at())
+                };
+                let pending = match info {
+                    Ok(info) => info.n_pending,
+                    Err(rejection) => {
+                        let _ = sender.send(Err(from_rejection(&rejection))).await;
+                        return;
+                    }
+                };
+                let room = window.saturating_sub(pending);
+                let delivered = if room == 0 {
+                    0
+                } else {
+                    let command = Command::Fetch {
+                        stream: stream.clone(),
+                        consumer: consumer.clone(),
+                        member: member.clone(),
+                        max: room,
+                    };
+                    match service.write(command).await {
+                        Ok(Outcome::Fetched(deliveries)) => {
+                            let n = deliveries.len();
+                            for delivery in deliveries {
+                                if sender.send(Ok(convert::delivery_to_wire(delivery))).await.is_err() {
+                                    return;
+                                }
+                            }
+                            n
+                        }
+                        Ok(other) => {
+                            let _ = sender.send(Err(unexpected(&other))).await;
+                            return;
+                        }
+                        Err(status) => {
+                            let _ = sender.send(Err(status)).await;
+                            return;
+                        }
+                    }
+                };
+                if sender.is_closed() {
+                    return;
+                }
+                if delivered > 0 {
+                    idle = Duration::from_millis(5);
+                } else {
+                    // Nothing to deliver (or the window is full): wait for the cell to change, backing off while
+                    // it stays idle so an idle subscription does not fill the log with empty fetches.
+                    let mut changes = service.node.raft.metrics();
+                    let _ = tokio::time::timeout(idle, changes.changed()).await;
+                    tokio::time::sleep(idle).await;
+                    idle = (idle * 2).min(Duration::from_secs(1));
+                }
+            }
+        });
+        let deliveries = futures::stream::poll_fn(move |context| receiver.poll_recv(context));
+        Ok(Response::new(Box::pin(deliveries)))
+    }
+
+    async fn ack(&self, request: Request<v1::AckRequest>) -> Result<Response<v1::AckResponse>, Status> {
+        let request = request.into_inner();
+        if request.acks.len() > MAX_FETCH as usize {
+            return Err(invalid_argument(format!("at most {MAX_FETCH} acks per call")));
+        }
+        let mut pending = Vec::with_capacity(request.acks.len());
+        for item in &request.acks {
+            let next = match convert::ack_kind(item) {
+                Ok(kind) => {
+                    let command = Command::Ack {
+                        stream: request.stream.clone(),
+                        consumer: request.consumer.clone(),
+                        partition: item.partition,
+                        seq: item.seq,
+                        kind,
+                    };
+                    match self.node.submit_now(command).await {
+                        Ok(answer) => Pending::Submitted(answer),
+                        Err(error) => Pending::Refused(from_propose(error)),
+                    }
+                }
+                Err(status) => Pending::Refused(status),
+            };
+            pending.push(next);
+        }
+        let mut results = Vec::with_capacity(pending.len());
+        for next in pending {
+            let outcome = match next {
+                Pending::Submitted(answer) => answered(answer.wait().await),
+                Pending::Refused(status) => Err(status),
+            };
+            results.push(match outcome {
+                Ok(Outcome::Acked { state, already_done }) => {
+                    self.metrics.acked.inc();
+                    v1::AckResult {
+                        result: Some(v1::ack_result::Result::State(convert::ack_state_to_wire(state) as i32)),
+                        already_done,
+                    }
+                }
+                Ok(other) => return Err(unexpected(&other)),
+                Err(status) => v1::AckResult {
+                    result: Some(v1::ack_result::Result::Error(status::to_item_error(&status))),
+                    already_done: false,
+                },
+            });
+        }
+        Ok(Response::new(v1::AckResponse { results }))
+    }
+
+    async fn commit_cursor(
+        &self,
+        request: Request<v1::CommitCursorRequest>,
+    ) -> Result<Response<v1::CommitCursorResponse>, Status> {
+        let request = request.into_inner();
+        let command = Command::CommitCursor {
+            stream: request.stream,
+            consumer: request.consumer,
+            partition: request.partition,
+            next_seq: request.next_seq,
+        };
+        match self.write(command).await? {
+            Outcome::CursorCommitted { next_seq } => Ok(Response::new(v1::CommitCursorResponse { next_seq })),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn init_producer(
+        &self,
+        request: Request<v1::InitProducerRequest>,
+    ) -> Result<Response<v1::ProducerRef>, Status> {
+        let request = request.into_inner();
+        let transaction_timeout_ms = match request.transaction_timeout_ms {
+            0 => DEFAULT_TRANSACTION_TIMEOUT_MS,
+            timeout => timeout,
+        };
+        let command = Command::InitProducer { transactional_id: request.transactional_id, transaction_timeout_ms };
+        match self.write(command).await? {
+            Outcome::ProducerInitialized(producer) => Ok(Response::new(convert::producer_to_wire(producer))),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn begin_transaction(
+        &self,
+        request: Request<v1::ProducerRef>,
+    ) -> Result<Response<v1::TransactionResponse>, Status> {
+        self.transaction(Command::BeginTransaction(convert::producer(request.into_inner()))).await
+    }
+
+    async fn prepare_transaction(
+        &self,
+        request: Request<v1::ProducerRef>,
+    ) -> Result<Response<v1::TransactionResponse>, Status> {
+        self.transaction(Command::PrepareTransaction(convert::producer(request.into_inner()))).await
+    }
+
+    async fn commit_transaction(
+        &self,
+        request: Request<v1::ProducerRef>,
+    ) -> Result<Response<v1::TransactionResponse>, Status> {
+        self.transaction(Command::CommitTransaction(convert::producer(request.into_inner()))).await
+    }
+
+    async fn abort_transaction(
+        &self,
+        request: Request<v1::ProducerRef>,
+    ) -> Result<Response<v1::TransactionResponse>, Status> {
+        self.transaction(Command::AbortTransaction(convert::producer(request.into_inner()))).await
+    }
+
+    async fn cluster_status(
+        &self,
+        _request: Request<v1::ClusterStatusRequest>,
+    ) -> Result<Response<v1::ClusterStatusResponse>, Status> {
+        Ok(Response::new(self.status()))
+    }
+
+    async fn add_learner(
+        &self,
+        request: Request<v1::AddLearnerRequest>,
+    ) -> Result<Response<v1::ClusterStatusResponse>, Status> {
+        let request = request.into_inner();
+        if request.raft_addr.is_empty() || request.client_addr.is_empty() {
+            return Err(invalid_argument("a learner needs a raft_addr and a client_addr"));
+        }
+        let node = Node::new(request.raft_addr, request.client_addr);
+        self.node.raft.add_learner(request.node_id, node, true).await.map_err(membership_error)?;
+        Ok(Response::new(self.status()))
+    }
+
+    async fn promote(
+        &self,
+        request: Request<v1::PromoteRequest>,
+    ) -> Result<Response<v1::ClusterStatusResponse>, Status> {
+        let id = request.into_inner().node_id;
+        let change = ChangeMembers::AddVoterIds([id].into_iter().collect());
+        self.node.raft.change_membership(change, false).await.map_err(membership_error)?;
+        Ok(Response::new(self.status()))
+    }
+
+    async fn remove_node(
+        &self,
+        request: Request<v1::RemoveNodeRequest>,
+    ) -> Result<Response<v1::ClusterStatusResponse>, Status> {
+        let id = request.into_inner().node_id;
+        let is_voter = self.node.raft.metrics().borrow().membership_config.membership().voter_ids().any(|v| v == id);
+        let ids = [id].into_iter().collect();
+        let change = if is_voter { ChangeMembers::RemoveVoters(ids) } else { ChangeMembers::RemoveNodes(ids) };
+        self.node.raft.change_membership(change, false).await.map_err(membership_error)?;
+        Ok(Response::new(self.status()))
+    }
+}

@@ -1,0 +1,153 @@
+//! Errors on the wire: every rejection and failure becomes a gRPC status with a code a client can act on and an
+//! `ErrorDetail` in its details (the leader's address, when to retry, which peer lags), mirrored in metadata for tools
+//! like grpcurl.
+
+use cellog_core::{Quota, Rejection};
+use cellog_proto::v1::{self, ErrorDetail};
+use cellog_raft::{Node, NodeId, ProposeError};
+use prost::Message;
+use tonic::metadata::MetadataValue;
+use tonic::{Code, Status};
+
+/// The metadata key of the error's stable name.
+pub const REASON_KEY: &str = "cellog-reason";
+/// The metadata key of the leader's client address.
+pub const LEADER_KEY: &str = "cellog-leader";
+/// The metadata key of the retry advice.
+pub const RETRY_AFTER_KEY: &str = "retry-after-ms";
+
+/// Builds a status carrying `detail`.
+pub fn status(code: Code, detail: ErrorDetail) -> Status {
+    let mut status = Status::with_details(code, detail.message.clone(), detail.encode_to_vec().into());
+    let metadata = status.metadata_mut();
+    if let Ok(value) = MetadataValue::try_from(detail.reason.as_str()) {
+        metadata.insert(REASON_KEY, value);
+    }
+    if !detail.leader_addr.is_empty()
+        && let Ok(value) = MetadataValue::try_from(detail.leader_addr.as_str())
+    {
+        metadata.insert(LEADER_KEY, value);
+    }
+    if detail.retry_after_ms > 0 {
+        metadata.insert(RETRY_AFTER_KEY, MetadataValue::from(detail.retry_after_ms));
+    }
+    status
+}
+
+fn detail(reason: &str, message: impl Into<String>) -> ErrorDetail {
+    ErrorDetail { reason: reason.to_string(), message: message.into(), ..ErrorDetail::default() }
+}
+
+/// A malformed request.
+pub fn invalid_argument(message: impl Into<String>) -> Status {
+    status(Code::InvalidArgument, detail("INVALID_ARGUMENT", message))
+}
+
+/// The node cannot serve now; retrying (elsewhere or later) may help.
+pub fn unavailable(reason: &str, message: impl Into<String>, retry_after_ms: u64) -> Status {
+    status(Code::Unavailable, ErrorDetail { retry_after_ms, ..detail(reason, message) })
+}
+
+/// This node does not lead; `leader` is where to go instead.
+pub fn not_leader(leader: Option<&(NodeId, Node)>) -> Status {
+    let message = match leader {
+        Some((id, node)) => format!("not the leader; the leader is node {id} at {}", node.client_addr),
+        None => "not the leader, and no leader is known yet; retry shortly".to_string(),
+    };
+    let (leader_id, leader_addr) = leader.map(|(id, node)| (*id, node.client_addr.clone())).unwrap_or_default();
+    let retry_after_ms = if leader.is_some() { 0 } else { 200 };
+    status(Code::Unavailable, ErrorDetail { leader_id, leader_addr, retry_after_ms, ..detail("NOT_LEADER", message) })
+}
+
+/// A proposal that got no answer from the cell.
+pub fn from_propose(error: ProposeError) -> Status {
+    match error {
+        ProposeError::NotLeader { leader } => not_leader(leader.as_ref()),
+        ProposeError::Raft(message) => status(
+            Code::Unknown,
+            detail(
+                "OUTCOME_UNKNOWN",
+                format!("the outcome is unknown ({message}); retry with the same message id to deduplicate"),
+            ),
+        ),
+    }
+}
+
+/// The code and detail of a core rejection.
+pub fn rejection_parts(rejection: &Rejection) -> (Code, ErrorDetail) {
+    let message = rejection.to_string();
+    let (code, reason) = match rejection {
+        Rejection::StreamNotFound { .. } => (Code::NotFound, "STREAM_NOT_FOUND"),
+        Rejection::ConsumerNotFound { .. } => (Code::NotFound, "CONSUMER_NOT_FOUND"),
+        Rejection::NoStreamForSubject { .. } => (Code::NotFound, "NO_STREAM_FOR_SUBJECT"),
+        Rejection::MessageNotFound { .. } => (Code::NotFound, "MESSAGE_NOT_FOUND"),
+        Rejection::ProducerNotFound { .. } => (Code::NotFound, "PRODUCER_NOT_FOUND"),
+        Rejection::PeerNotFound { .. } => (Code::NotFound, "PEER_NOT_FOUND"),
+        Rejection::InvalidSubject { .. } => (Code::InvalidArgument, "INVALID_SUBJECT"),
+        Rejection::InvalidName { .. } => (Code::InvalidArgument, "INVALID_NAME"),
+        Rejection::InvalidConfig { .. } => (Code::InvalidArgument, "INVALID_CONFIG"),
+        Rejection::Invalid { .. } => (Code::InvalidArgument, "INVALID_ARGUMENT"),
+        Rejection::PayloadTooLarge { .. } => (Code::InvalidArgument, "PAYLOAD_TOO_LARGE"),
+        Rejection::Conflict { .. } => (Code::AlreadyExists, "CONFLICT"),
+        Rejection::SubjectOverlap { .. } => (Code::FailedPrecondition, "SUBJECT_OVERLAP"),
+        Rejection::InUse { .. } => (Code::FailedPrecondition, "IN_USE"),
+        Rejection::WrongLastSequence { .. } => (Code::FailedPrecondition, "WRONG_LAST_SEQUENCE"),
+        Rejection::WrongLastSubjectSequence { .. } => (Code::FailedPrecondition, "WRONG_LAST_SUBJECT_SEQUENCE"),
+        Rejection::QuotaExceeded { quota, .. } => (
+            Code::ResourceExhausted,
+            match quota {
+                Quota::StreamMessages | Quota::StreamBytes => "STREAM_QUOTA_EXCEEDED",
+                Quota::SubjectMessages | Quota::SubjectBytes => "SUBJECT_QUOTA_EXCEEDED",
+                Quota::TransactionMessages | Quota::TransactionBytes => "TRANSACTION_QUOTA_EXCEEDED",
+            },
+        ),
+        Rejection::RateLimited { .. } => (Code::ResourceExhausted, "RATE_LIMITED"),
+        Rejection::StorageFull { .. } => (Code::ResourceExhausted, "STORAGE_FULL"),
+        Rejection::Fenced { .. } => (Code::FailedPrecondition, "FENCED"),
+        Rejection::TransactionState { .. } => (Code::FailedPrecondition, "TRANSACTION_STATE"),
+        Rejection::TransactionAborted { .. } => (Code::Aborted, "TRANSACTION_ABORTED"),
+        Rejection::NotDelivered { .. } => (Code::FailedPrecondition, "NOT_DELIVERED"),
+        Rejection::DeliveryExpired { .. } => (Code::FailedPrecondition, "DELIVERY_EXPIRED"),
+        Rejection::CursorRegression { .. } => (Code::FailedPrecondition, "CURSOR_REGRESSION"),
+    };
+    let mut detail = detail(reason, message);
+    match rejection {
+        Rejection::RateLimited { retry_after_ms } => detail.retry_after_ms = (*retry_after_ms).max(1),
+        Rejection::StorageFull { lagging_peer, .. } => {
+            detail.lagging_peer = lagging_peer.clone();
+            detail.retry_after_ms = 1000;
+        }
+        Rejection::Fenced { current_epoch } => detail.current_epoch = *current_epoch,
+        Rejection::WrongLastSequence { last } | Rejection::WrongLastSubjectSequence { last } => detail.last_seq = *last,
+        _ => {}
+    }
+    (code, detail)
+}
+
+/// A core rejection as a status.
+pub fn from_rejection(rejection: &Rejection) -> Status {
+    let (code, detail) = rejection_parts(rejection);
+    status(code, detail)
+}
+
+/// A status as an item error inside a batched or streamed answer.
+pub fn to_item_error(status: &Status) -> v1::Error {
+    v1::Error { code: status.code() as i32, detail: Some(detail_of(status)) }
+}
+
+/// The detail a status carries; statuses from elsewhere (a proxy, the transport) get one made from their message.
+pub fn detail_of(status: &Status) -> ErrorDetail {
+    ErrorDetail::decode(status.details()).ok().filter(|detail| !detail.reason.is_empty()).unwrap_or_else(|| {
+        ErrorDetail {
+            reason: format!("{:?}", status.code()).to_uppercase(),
+            message: status.message().to_string(),
+            ..ErrorDetail::default()
+        }
+    })
+}
+
+/// An item error back as a status.
+pub fn from_item_error(error: v1::Error) -> Status {
+    let detail = error.detail.unwrap_or_default();
+    status(Code::from_i32(error.code), detail)
+}

@@ -1,0 +1,160 @@
+//! Node processes for end-to-end tests: the real `cellog` binary on loopback, each with its own data directory.
+#![allow(dead_code)]
+#![allow(clippy::disallowed_methods, reason = "end-to-end tests wait on the real clock")]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cellog_net::{Client, ClientOptions};
+
+/// A free loopback port (bound and released; good enough for tests).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("an address").port()
+}
+
+/// One node process and how to start it again.
+pub struct NodeProcess {
+    pub id: u64,
+    pub client_addr: String,
+    pub raft_addr: String,
+    pub args: Vec<String>,
+    pub log: PathBuf,
+    pub child: Option<Child>,
+}
+
+impl NodeProcess {
+    pub fn start(&mut self) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("a log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_cellog"))
+            .args(&self.args)
+            .env("CELLOG_LOG", "info,openraft=warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("the cellog binary starts");
+        self.child = Some(child);
+    }
+
+    /// `kill -9`.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().expect("SIGKILL");
+            child.wait().expect("reaped");
+        }
+    }
+
+    /// SIGTERM, then waits for the exit and returns whether it exited 0.
+    pub fn terminate(&mut self) -> bool {
+        let Some(mut child) = self.child.take() else { return false };
+        let status = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().expect("kill runs");
+        assert!(status.success());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = child.try_wait().expect("waitable") {
+                return status.success();
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn client(&self) -> Client {
+        Client::new([self.client_addr.clone()], quick()).expect("a client")
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Client options for tests: retry long enough to ride out an election.
+pub fn quick() -> ClientOptions {
+    ClientOptions { retry_for: Duration::from_secs(30), attempt_timeout: Duration::from_secs(5), ..Default::default() }
+}
+
+/// A cell of `n` node processes with data under `dir`.
+pub fn cell(dir: &Path, cell: &str, n: u64) -> Vec<NodeProcess> {
+    let addrs: Vec<(u64, String, String)> =
+        (1..=n).map(|id| (id, format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()))).collect();
+    addrs
+        .iter()
+        .map(|(id, client_addr, raft_addr)| {
+            let mut args = vec![
+                "node".to_string(),
+                format!("--id={id}"),
+                format!("--cell={cell}"),
+                format!("--data-dir={}", dir.join(format!("node-{id}")).display()),
+                format!("--client-addr={client_addr}"),
+                format!("--raft-addr={raft_addr}"),
+                "--metrics-addr=off".to_string(),
+                "--heartbeat-ms=50".to_string(),
+                "--election-timeout-ms=300".to_string(),
+            ];
+            for (peer, peer_client, peer_raft) in &addrs {
+                if peer != id {
+                    args.push(format!("--peer={peer}={peer_raft}/{peer_client}"));
+                }
+            }
+            NodeProcess {
+                id: *id,
+                client_addr: client_addr.clone(),
+                raft_addr: raft_addr.clone(),
+                args,
+                log: dir.join(format!("node-{id}.log")),
+                child: None,
+            }
+        })
+        .collect()
+}
+
+/// Waits until some node reports a leader that has applied an entry; returns its id.
+pub async fn wait_for_leader(nodes: &[NodeProcess]) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        for node in nodes.iter().filter(|node| node.child.is_some()) {
+            if let Ok(status) = node.client().cluster_status().await
+                && let Some(leader) = status.leader_id
+                && status.state == "Leader"
+                && status.applied_index.is_some()
+            {
+                return leader;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for node in nodes {
+        eprintln!("--- node {} log:\n{}", node.id, node.log_text());
+    }
+    panic!("no leader within 30 s");
+}
+
+/// Waits until every running node has applied the same index with the same state digest.
+pub async fn wait_converged(nodes: &[NodeProcess]) -> (u64, String) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = Vec::new();
+    while Instant::now() < deadline {
+        let mut seen = Vec::new();
+        for node in nodes.iter().filter(|node| node.child.is_some()) {
+            if let Ok(status) = node.client().cluster_status().await {
+                seen.push((status.applied_index.unwrap_or_default(), status.state_digest));
+            }
+        }
+        if seen.len() == nodes.len() && seen.windows(2).all(|pair| pair[0] == pair[1]) {
+            return seen.remove(0);
+        }
+        last = seen;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("replicas did not converge: {last:?}");
+}

@@ -1,0 +1,139 @@
+//! End to end over real loopback with three node processes: publish with ids, `kill -9` the leader mid-stream, keep
+//! publishing through the client, restart the killed node; then every acknowledged message is stored exactly once at
+//! one sequence on every node, and a consumer sees each at least once and, once acknowledged, never again.
+
+// The node binary runs on RocksDB.
+#![cfg(feature = "rocksdb")]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+use cellog_net::proto as v1;
+use common::{cell, wait_converged, wait_for_leader};
+
+const STREAM: &str = "E2E";
+const N_MESSAGES: usize = 10_000;
+const CHUNK: usize = 250;
+
+fn message(index: usize) -> v1::PublishRequest {
+    v1::PublishRequest {
+        subject: format!("e2e.k{}", index % 7),
+        payload: Bytes::from(format!("payload-{index}")),
+        msg_id: Some(format!("msg-{index}")),
+        ..v1::PublishRequest::default()
+    }
+}
+
+/// Every message on a node, read from its own replica: msg id → (partition, seq, payload).
+async fn stored(node: &common::NodeProcess, partitions: u32) -> BTreeMap<String, Vec<(u32, u64, Bytes)>> {
+    let client = node.client();
+    let mut stored: BTreeMap<String, Vec<(u32, u64, Bytes)>> = BTreeMap::new();
+    for partition in 0..partitions {
+        let mut from = 1;
+        loop {
+            let response = client.read(STREAM, partition, from, 5_000, true).await.expect("a local read");
+            let Some(last) = response.messages.last().map(|message| message.seq) else { break };
+            for message in response.messages {
+                let id = message.msg_id.clone().expect("every message has an id");
+                stored.entry(id).or_default().push((message.partition, message.seq, message.payload));
+            }
+            from = last + 1;
+        }
+    }
+    stored
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_publishes_survive_a_killed_leader_exactly_once() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let mut nodes = cell(dir.path(), "e2e", 3);
+    for node in &mut nodes {
+        node.start();
+    }
+    wait_for_leader(&nodes).await;
+    let addrs: Vec<String> = nodes.iter().map(|node| node.client_addr.clone()).collect();
+    let client = cellog_net::Client::new(addrs, common::quick()).expect("a client");
+    let config = v1::StreamConfig { subjects: vec!["e2e.>".to_string()], partitions: 3, ..Default::default() };
+    client.create_stream(STREAM, config).await.expect("stream created");
+    let consumer = v1::ConsumerConfig { ack_wait_ms: Some(5_000), ..Default::default() };
+    client.create_consumer(STREAM, "audit", consumer).await.expect("consumer created");
+
+    // Publish, killing the leader a third of the way through.
+    let mut acked: BTreeMap<String, (u32, u64)> = BTreeMap::new();
+    let mut killed = None;
+    for start in (0..N_MESSAGES).step_by(CHUNK) {
+        if killed.is_none() && start >= N_MESSAGES / 3 {
+            let leader = wait_for_leader(&nodes).await;
+            let index = nodes.iter().position(|node| node.id == leader).expect("the leader is ours");
+            nodes[index].kill();
+            killed = Some(index);
+        }
+        let requests: Vec<_> = (start..start + CHUNK).map(message).collect();
+        for (offset, result) in client.publish_batch(requests, 64).await.into_iter().enumerate() {
+            let index = start + offset;
+            let ack = result.result.unwrap_or_else(|error| panic!("message {index} failed: {error}"));
+            let previous = acked.insert(format!("msg-{index}"), (ack.partition, ack.seq));
+            assert!(previous.is_none(), "message {index} acknowledged twice");
+        }
+    }
+    assert_eq!(acked.len(), N_MESSAGES);
+    let positions: BTreeSet<(u32, u64)> = acked.values().copied().collect();
+    assert_eq!(positions.len(), N_MESSAGES, "two acknowledged messages share a (partition, sequence)");
+
+    // The killed node comes back on its data and catches up.
+    let killed = killed.expect("the leader was killed");
+    nodes[killed].start();
+    let (applied, digest) = wait_converged(&nodes).await;
+    eprintln!("converged at index {applied} with digest {digest}");
+
+    for node in &nodes {
+        let stored = stored(node, 3).await;
+        assert_eq!(stored.len(), N_MESSAGES, "node {} holds {} distinct ids", node.id, stored.len());
+        for (id, (partition, seq)) in &acked {
+            let copies = &stored[id];
+            assert_eq!(copies.len(), 1, "node {}: {id} stored {} times: {copies:?}", node.id, copies.len());
+            let (stored_partition, stored_seq, payload) = &copies[0];
+            assert_eq!((stored_partition, stored_seq), (partition, seq), "node {}: {id} moved", node.id);
+            let index: usize = id.trim_start_matches("msg-").parse().expect("an index");
+            assert_eq!(payload, &message(index).payload, "node {}: {id} has the wrong body", node.id);
+        }
+    }
+
+    // A consumer sees every message at least once, and never again once its ack was recorded.
+    let mut seen: BTreeSet<(u32, u64)> = BTreeSet::new();
+    let mut done: BTreeSet<(u32, u64)> = BTreeSet::new();
+    let mut rounds = 0;
+    while done.len() < N_MESSAGES {
+        rounds += 1;
+        assert!(rounds < 1_000, "the consumer stalled with {} of {N_MESSAGES} done", done.len());
+        let deliveries = client.fetch(STREAM, "audit", "auditor", 500).await.expect("a fetch");
+        let mut acks = Vec::new();
+        for delivery in deliveries {
+            let message = delivery.message.expect("a message");
+            let at = (message.partition, message.seq);
+            assert!(!done.contains(&at), "{at:?} was delivered again after its ack");
+            seen.insert(at);
+            acks.push(v1::AckItem { partition: at.0, seq: at.1, ..Default::default() });
+        }
+        let answered: Vec<(u32, u64)> = acks.iter().map(|ack| (ack.partition, ack.seq)).collect();
+        let results = client.ack(STREAM, "audit", acks).await.expect("acks");
+        for (at, result) in answered.into_iter().zip(results) {
+            match result.result {
+                Some(v1::ack_result::Result::State(_)) => {
+                    done.insert(at);
+                }
+                other => panic!("ack of {at:?} failed: {other:?}"),
+            }
+        }
+    }
+    assert_eq!(seen, positions, "the consumer saw exactly the acknowledged messages");
+
+    // A graceful stop exits 0, and the node keeps its data.
+    let last = nodes.len() - 1;
+    assert!(nodes[last].terminate(), "SIGTERM exits 0:\n{}", nodes[last].log_text());
+    nodes[last].start();
+    wait_converged(&nodes).await;
+    assert_eq!(stored(&nodes[last], 3).await.len(), N_MESSAGES);
+}

@@ -1,0 +1,260 @@
+//! The client API over real loopback gRPC, on a one-node cell: bad input gets its documented status code and detail
+//! and leaves the data untouched; health, reflection and metrics answer.
+
+use std::sync::Arc;
+
+use bytes::{Buf, BufMut, Bytes};
+use cellog_net::proto as v1;
+use cellog_net::{Client, ClientError, ClientOptions, NodeConfig, RaftTiming, RunningNode};
+use cellog_raft::SystemClock;
+use cellog_raft::storage::SimDisk;
+use tonic::Code;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+
+async fn one_node() -> (RunningNode<SimDisk>, Client) {
+    let any = "127.0.0.1:0".parse().expect("an address");
+    let config = NodeConfig {
+        cell: "wire".to_string(),
+        id: 1,
+        data_dir: std::env::temp_dir(),
+        client_addr: any,
+        raft_addr: any,
+        advertise_client_addr: None,
+        advertise_raft_addr: None,
+        metrics_addr: Some(any),
+        peers: Vec::new(),
+        bootstrap: true,
+        timing: RaftTiming { heartbeat_ms: 50, election_timeout_ms: 200, snapshot_every: 1000 },
+    };
+    let node = RunningNode::start(&config, SimDisk::new(7), Arc::new(SystemClock)).await.expect("the node starts");
+    let client = Client::new([node.client_addr.to_string()], ClientOptions::default()).expect("a client");
+    for _ in 0..200 {
+        if client.cluster_status().await.is_ok_and(|status| status.state == "Leader" && status.applied_index.is_some())
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    (node, client)
+}
+
+fn expect_error<T: std::fmt::Debug>(result: Result<T, ClientError>, code: Code, reason: &str) -> v1::ErrorDetail {
+    match result {
+        Err(ClientError::Status { code: got, detail }) => {
+            assert_eq!((got, detail.reason.as_str()), (code, reason), "{detail:?}");
+            assert!(!detail.message.is_empty());
+            detail
+        }
+        other => panic!("expected {code:?} {reason}, got {other:?}"),
+    }
+}
+
+fn stream_config(subjects: &[&str]) -> v1::StreamConfig {
+    v1::StreamConfig { subjects: subjects.iter().map(|s| s.to_string()).collect(), ..Default::default() }
+}
+
+fn publish(subject: &str, payload: &[u8]) -> v1::PublishRequest {
+    v1::PublishRequest { subject: subject.to_string(), payload: Bytes::copy_from_slice(payload), ..Default::default() }
+}
+
+/// Sends raw bytes as a request body, to see what a node does with garbage.
+#[derive(Clone, Copy, Default)]
+struct RawCodec;
+
+impl Codec for RawCodec {
+    type Encode = Bytes;
+    type Decode = Bytes;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        RawCodec
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        RawCodec
+    }
+}
+
+impl Encoder for RawCodec {
+    type Item = Bytes;
+    type Error = tonic::Status;
+
+    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Self::Error> {
+        dst.put(item);
+        Ok(())
+    }
+}
+
+impl Decoder for RawCodec {
+    type Item = Bytes;
+    type Error = tonic::Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Self::Error> {
+        Ok(Some(src.copy_to_bytes(src.remaining())))
+    }
+}
+
+async fn raw_call(addr: &str, method: &'static str, body: Bytes) -> Result<Bytes, tonic::Status> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .expect("an endpoint")
+        .connect()
+        .await
+        .expect("connected");
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.expect("ready");
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static(method);
+    grpc.unary(tonic::Request::new(body), path, RawCodec).await.map(tonic::Response::into_inner)
+}
+
+#[tokio::test]
+async fn bad_input_gets_typed_errors_and_changes_nothing() {
+    let (node, client) = one_node().await;
+    client.create_stream("orders", stream_config(&["orders.>"])).await.expect("created");
+    client.publish(publish("orders.1", b"first")).await.expect("published");
+    let before = client.stream_info("orders").await.expect("info");
+    let digest_before = client.cluster_status().await.expect("status").state_digest;
+
+    // Invalid names and subjects.
+    expect_error(
+        client.create_stream("bad name!", stream_config(&["x.>"])).await,
+        Code::InvalidArgument,
+        "INVALID_NAME",
+    );
+    expect_error(client.create_stream("x", stream_config(&["a..b"])).await, Code::InvalidArgument, "INVALID_SUBJECT");
+    expect_error(client.publish(publish("orders.*", b"wild")).await, Code::InvalidArgument, "INVALID_SUBJECT");
+    expect_error(client.create_stream("empty", stream_config(&[])).await, Code::InvalidArgument, "INVALID_CONFIG");
+    // A different config under an existing name; a filter overlapping another stream's.
+    expect_error(client.create_stream("orders", stream_config(&["other.>"])).await, Code::AlreadyExists, "CONFLICT");
+    expect_error(
+        client.create_stream("shadow", stream_config(&["orders.eu.>"])).await,
+        Code::FailedPrecondition,
+        "SUBJECT_OVERLAP",
+    );
+
+    // Oversized payloads: over the stream's limit, and over the wire's.
+    let big = vec![0u8; 1024 * 1024 + 1];
+    expect_error(client.publish(publish("orders.1", &big)).await, Code::InvalidArgument, "PAYLOAD_TOO_LARGE");
+    let huge = Bytes::from(prost::Message::encode_to_vec(&publish(
+        "orders.1",
+        &vec![0u8; cellog_net::node::MAX_CLIENT_MESSAGE],
+    )));
+    let status =
+        raw_call(&node.client_addr.to_string(), "/cellog.v1.Cellog/Publish", huge).await.expect_err("too large");
+    assert_eq!(status.code(), Code::OutOfRange, "{status:?}");
+
+    // Unknown streams and consumers.
+    expect_error(client.stream_info("missing").await, Code::NotFound, "STREAM_NOT_FOUND");
+    expect_error(client.publish(publish("nowhere.1", b"x")).await, Code::NotFound, "NO_STREAM_FOR_SUBJECT");
+    expect_error(client.fetch("orders", "nobody", "", 1).await, Code::NotFound, "CONSUMER_NOT_FOUND");
+    expect_error(client.read("missing", 0, 1, 10, false).await, Code::NotFound, "STREAM_NOT_FOUND");
+
+    // Wrong expected sequence carries the actual one.
+    let mut conditional = publish("orders.1", b"cond");
+    conditional.expected_last_seq = Some(7);
+    let detail = expect_error(client.publish(conditional).await, Code::FailedPrecondition, "WRONG_LAST_SEQUENCE");
+    assert_eq!(detail.last_seq, 1);
+
+    // Wrong epochs: an older instance of a producer is fenced, and says which epoch is current.
+    let old = client.init_producer("billing", 0).await.expect("a producer");
+    let new = client.init_producer("billing", 0).await.expect("a newer instance");
+    let detail = expect_error(client.begin(old).await, Code::FailedPrecondition, "FENCED");
+    assert_eq!(detail.current_epoch, new.epoch);
+    let mut staged = publish("orders.1", b"zombie");
+    staged.transaction = Some(old);
+    expect_error(client.publish(staged).await, Code::FailedPrecondition, "FENCED");
+    expect_error(
+        client.commit(v1::ProducerRef { producer_id: 999, epoch: 0 }).await,
+        Code::NotFound,
+        "PRODUCER_NOT_FOUND",
+    );
+
+    // Garbage in fields: an enum value no version defines, and bytes that are not a message at all.
+    let mut config = stream_config(&["weird.>"]);
+    config.retention = 42;
+    let detail = expect_error(client.create_stream("weird", config).await, Code::InvalidArgument, "INVALID_ARGUMENT");
+    assert!(detail.message.contains("retention"), "{detail:?}");
+    let ack = v1::AckItem { kind: 99, ..Default::default() };
+    let results = client.ack("orders", "nobody", vec![ack]).await.expect("an answer per item");
+    assert!(
+        matches!(&results[0].result, Some(v1::ack_result::Result::Error(error)) if error.code == Code::InvalidArgument as i32)
+    );
+    let garbage = Bytes::from_static(&[0xff, 0xff, 0xff, 0xff, 0x0f, 0x12, 0x80]);
+    let status =
+        raw_call(&node.client_addr.to_string(), "/cellog.v1.Cellog/Publish", garbage).await.expect_err("refused");
+    assert_eq!(status.code(), Code::Internal, "{status:?}");
+    // A subject that is not UTF-8 does not decode either.
+    let not_utf8 = Bytes::from_static(&[0x0a, 0x02, 0xc3, 0x28]);
+    let status =
+        raw_call(&node.client_addr.to_string(), "/cellog.v1.Cellog/Publish", not_utf8).await.expect_err("refused");
+    assert_eq!(status.code(), Code::Internal, "{status:?}");
+
+    // None of it changed the stream (the producer registrations are the only state the calls above created).
+    let after = client.stream_info("orders").await.expect("info");
+    assert_eq!(before, after);
+    let messages = client.read("orders", 0, 1, 100, false).await.expect("read").messages;
+    assert_eq!(messages.len(), 1);
+    assert_eq!(messages[0].payload, Bytes::from_static(b"first"));
+    assert_ne!(digest_before, "", "a digest is reported");
+    node.stop().await.expect("a clean stop");
+}
+
+#[tokio::test]
+async fn health_reflection_and_metrics_answer() {
+    let (node, client) = one_node().await;
+    client.create_stream("m", stream_config(&["m.>"])).await.expect("created");
+    client.publish(publish("m.1", b"x")).await.expect("published");
+
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", node.client_addr))
+        .expect("an endpoint")
+        .connect()
+        .await
+        .expect("connected");
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
+    let serving = health
+        .check(tonic_health::pb::HealthCheckRequest { service: "cellog.v1.Cellog".to_string() })
+        .await
+        .expect("health answers")
+        .into_inner();
+    assert_eq!(serving.status, tonic_health::pb::health_check_response::ServingStatus::Serving as i32);
+
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    let mut reflection = ServerReflectionClient::new(channel);
+    let request = tonic_reflection::pb::v1::ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut answers = reflection
+        .server_reflection_info(futures::stream::iter([request]))
+        .await
+        .expect("reflection answers")
+        .into_inner();
+    let answer = answers.message().await.expect("an answer").expect("one message");
+    let Some(MessageResponse::ListServicesResponse(list)) = answer.message_response else {
+        panic!("not a service list: {answer:?}");
+    };
+    let names: Vec<String> = list.service.into_iter().map(|service| service.name).collect();
+    assert!(names.contains(&"cellog.v1.Cellog".to_string()), "{names:?}");
+
+    let metrics_addr = node.metrics_addr.expect("metrics served");
+    let mut stream = tokio::net::TcpStream::connect(metrics_addr).await.expect("connected");
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: cellog\r\nConnection: close\r\n\r\n").await.expect("sent");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).await.expect("read");
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    for metric in [
+        "cellog_published_total 1",
+        "cellog_commit_latency_seconds_count",
+        "cellog_fsync_latency_seconds_count",
+        "cellog_raft_is_leader 1",
+        "cellog_consumer_lag_max",
+        "cellog_oldest_unacked_age_seconds",
+        "cellog_raft_applied_index",
+    ] {
+        assert!(text.contains(metric), "{metric} missing from:\n{text}");
+    }
+    node.stop().await.expect("a clean stop");
+}
