@@ -8,6 +8,8 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use cellog_net::proto as v1;
@@ -60,30 +62,41 @@ async fn acknowledged_publishes_survive_a_killed_leader_exactly_once() {
     let consumer = v1::ConsumerConfig { ack_wait_ms: Some(5_000), ..Default::default() };
     client.create_consumer(STREAM, "audit", consumer).await.expect("consumer created");
 
-    // Publish, killing the leader a third of the way through.
-    let mut acked: BTreeMap<String, (u32, u64)> = BTreeMap::new();
-    let mut killed = None;
-    for start in (0..N_MESSAGES).step_by(CHUNK) {
-        if killed.is_none() && start >= N_MESSAGES / 3 {
-            let leader = wait_for_leader(&nodes).await;
-            let index = nodes.iter().position(|node| node.id == leader).expect("the leader is ours");
-            nodes[index].kill();
-            killed = Some(index);
-        }
-        let requests: Vec<_> = (start..start + CHUNK).map(message).collect();
-        for (offset, result) in client.publish_batch(requests, 64).await.into_iter().enumerate() {
-            let index = start + offset;
-            let ack = result.result.unwrap_or_else(|error| panic!("message {index} failed: {error}"));
-            let previous = acked.insert(format!("msg-{index}"), (ack.partition, ack.seq));
-            assert!(previous.is_none(), "message {index} acknowledged twice");
-        }
+    // Publish from a task while the leader is killed a third of the way through, with batches in flight.
+    let progress = Arc::new(AtomicUsize::new(0));
+    let publisher = {
+        let (client, progress) = (client.clone(), progress.clone());
+        tokio::spawn(async move {
+            let mut acked: BTreeMap<String, (u32, u64)> = BTreeMap::new();
+            let mut duplicates = 0;
+            for start in (0..N_MESSAGES).step_by(CHUNK) {
+                let requests: Vec<_> = (start..start + CHUNK).map(message).collect();
+                for (offset, result) in client.publish_batch(requests, 64).await.into_iter().enumerate() {
+                    let index = start + offset;
+                    let ack = result.result.unwrap_or_else(|error| panic!("message {index} failed: {error}"));
+                    duplicates += usize::from(ack.duplicate);
+                    let previous = acked.insert(format!("msg-{index}"), (ack.partition, ack.seq));
+                    assert!(previous.is_none(), "message {index} acknowledged twice");
+                    progress.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            (acked, duplicates)
+        })
+    };
+    while progress.load(Ordering::Relaxed) < N_MESSAGES / 3 {
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
     }
+    let leader = wait_for_leader(&nodes).await;
+    let killed = nodes.iter().position(|node| node.id == leader).expect("the leader is ours");
+    nodes[killed].kill();
+    let killed_at = progress.load(Ordering::Relaxed);
+    let (acked, duplicates) = publisher.await.expect("the publisher finished");
+    eprintln!("killed leader {leader} after {killed_at} acks; {duplicates} retried messages deduplicated");
     assert_eq!(acked.len(), N_MESSAGES);
     let positions: BTreeSet<(u32, u64)> = acked.values().copied().collect();
     assert_eq!(positions.len(), N_MESSAGES, "two acknowledged messages share a (partition, sequence)");
 
     // The killed node comes back on its data and catches up.
-    let killed = killed.expect("the leader was killed");
     nodes[killed].start();
     let (applied, digest) = wait_converged(&nodes).await;
     eprintln!("converged at index {applied} with digest {digest}");
