@@ -150,3 +150,63 @@ async fn acknowledged_publishes_survive_a_killed_leader_exactly_once() {
     wait_converged(&nodes).await;
     assert_eq!(stored(&nodes[last], 3).await.len(), N_MESSAGES);
 }
+
+/// Runs `cellog dev` until its ready line, returning the process and the lines it printed.
+fn dev(data: &std::path::Path, base_port: u16) -> (std::process::Child, Vec<String>) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cellog"))
+        .args(["dev", "--data", &data.display().to_string(), "--base-port", &base_port.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .expect("cellog dev starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = Vec::new();
+    for line in std::io::BufReader::new(stdout).lines() {
+        let line = line.expect("a line");
+        let ready = line.starts_with("ready:");
+        lines.push(line);
+        if ready {
+            return (child, lines);
+        }
+    }
+    let _ = child.kill();
+    panic!("cellog dev ended before it was ready: {lines:?}");
+}
+
+fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {
+    let killed = std::process::Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+    assert!(killed.expect("kill runs").success());
+    child.wait().expect("it exits")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cellog_dev_runs_a_cell_and_comes_back_with_its_data() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let base_port = 20_000 + u16::try_from(std::process::id() % 20_000).expect("a port");
+    let (mut child, lines) = dev(dir.path(), base_port);
+    assert_eq!(lines.iter().filter(|line| line.trim_start().starts_with("node ")).count(), 3, "{lines:?}");
+    let addrs: Vec<String> = (1..=3).map(|i| format!("127.0.0.1:{}", base_port + i)).collect();
+    let client = cellog_net::Client::new(addrs.clone(), common::quick()).expect("a client");
+    client
+        .create_stream("kept", v1::StreamConfig { subjects: vec!["kept.>".into()], ..Default::default() })
+        .await
+        .expect("created");
+    let ack = client.publish(message(1)).await;
+    assert!(ack.is_err(), "e2e.> belongs to no stream here");
+    let ack = client
+        .publish(v1::PublishRequest {
+            subject: "kept.1".into(),
+            payload: Bytes::from_static(b"kept"),
+            ..Default::default()
+        })
+        .await
+        .expect("published");
+    assert!(terminate(&mut child).success(), "Ctrl-C/SIGTERM exits 0");
+
+    let (mut child, _) = dev(dir.path(), base_port);
+    let client = cellog_net::Client::new(addrs, common::quick()).expect("a client");
+    let messages = client.read("kept", ack.partition, ack.seq, 1, false).await.expect("read").messages;
+    assert_eq!(messages[0].payload, Bytes::from_static(b"kept"), "the message survived the restart");
+    assert!(terminate(&mut child).success());
+}

@@ -1,0 +1,175 @@
+//! A cell of in-process nodes on simulated disks, over real loopback gRPC: the client follows the leader from a
+//! follower, membership changes online, subscriptions respect their window, transactions commit whole.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use cellog_net::proto as v1;
+use cellog_net::{Client, ClientOptions, NodeConfig, Peer, RaftTiming, RunningNode};
+use cellog_raft::SystemClock;
+use cellog_raft::storage::SimDisk;
+
+fn config(id: u64, bootstrap: bool) -> NodeConfig {
+    let any = "127.0.0.1:0".parse().expect("an address");
+    NodeConfig {
+        cell: "cell".to_string(),
+        id,
+        data_dir: std::env::temp_dir(),
+        client_addr: any,
+        raft_addr: any,
+        advertise_client_addr: None,
+        advertise_raft_addr: None,
+        metrics_addr: None,
+        peers: Vec::new(),
+        bootstrap,
+        timing: RaftTiming { heartbeat_ms: 50, election_timeout_ms: 300, snapshot_every: 1000 },
+    }
+}
+
+async fn start(config: &NodeConfig) -> RunningNode<SimDisk> {
+    RunningNode::start(config, SimDisk::new(config.id), Arc::new(SystemClock)).await.expect("the node starts")
+}
+
+fn client_of(node: &RunningNode<SimDisk>) -> Client {
+    Client::new([node.client_addr.to_string()], ClientOptions::default()).expect("a client")
+}
+
+async fn wait_for(what: &str, mut done: impl AsyncFnMut() -> bool) {
+    for _ in 0..400 {
+        if done().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+async fn leader_ready(client: &Client) {
+    wait_for("a leader", async || {
+        client.cluster_status().await.is_ok_and(|status| status.leader_id.is_some() && status.applied_index.is_some())
+    })
+    .await;
+}
+
+fn stream_config(subject: &str) -> v1::StreamConfig {
+    v1::StreamConfig { subjects: vec![subject.to_string()], ..Default::default() }
+}
+
+fn message(subject: &str, body: &str) -> v1::PublishRequest {
+    v1::PublishRequest { subject: subject.to_string(), payload: Bytes::from(body.to_string()), ..Default::default() }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn membership_changes_online_and_clients_follow_the_leader() {
+    let first = start(&config(1, true)).await;
+    let founder = client_of(&first);
+    leader_ready(&founder).await;
+    founder.create_stream("s", stream_config("s.>")).await.expect("created");
+    for n in 0..20 {
+        founder.publish(message("s.a", &format!("m{n}"))).await.expect("published");
+    }
+
+    // Two more nodes join: added as learners (catching up), then promoted.
+    let second = start(&config(2, false)).await;
+    let third = start(&config(3, false)).await;
+    for node in [&second, &third] {
+        let status = founder
+            .add_learner(node.node.id, &node.raft_addr.to_string(), &node.client_addr.to_string())
+            .await
+            .expect("learner added");
+        assert!(status.nodes.iter().any(|member| member.id == node.node.id && !member.voter));
+        founder.promote(node.node.id).await.expect("promoted");
+    }
+    let status = founder.cluster_status().await.expect("status");
+    assert_eq!(status.nodes.iter().filter(|member| member.voter).count(), 3, "{status:?}");
+
+    // A client that knows only a follower is sent to the leader and its writes land.
+    let follower = client_of(&third);
+    let ack = follower.publish(message("s.a", "via a follower")).await.expect("published through the leader");
+    assert_eq!(ack.seq, 21);
+    assert_eq!(follower.current_addr(), first.client_addr.to_string(), "the client moved to the leader");
+    // Reads too, and a local read of the follower shows what it has applied.
+    wait_for("the follower to apply", async || {
+        client_of(&third).read("s", 0, 21, 10, true).await.is_ok_and(|response| response.messages.len() == 1)
+    })
+    .await;
+
+    // A follower refuses a write it cannot forward, naming the leader.
+    let direct = Client::new(
+        [third.client_addr.to_string()],
+        ClientOptions { retry_for: Duration::ZERO, ..ClientOptions::default() },
+    )
+    .expect("a client");
+    match direct.publish(message("s.a", "no retries")).await {
+        Err(cellog_net::ClientError::Status { code, detail }) => {
+            assert_eq!((code, detail.reason.as_str()), (tonic::Code::Unavailable, "NOT_LEADER"));
+            assert_eq!(detail.leader_addr, first.client_addr.to_string());
+            assert_eq!(detail.leader_id, 1);
+        }
+        other => panic!("expected NOT_LEADER, got {other:?}"),
+    }
+
+    // The third node is removed; the cell goes on with two.
+    let status = founder.remove_node(3).await.expect("removed");
+    assert!(status.nodes.iter().all(|member| member.id != 3), "{status:?}");
+    founder.publish(message("s.a", "after removal")).await.expect("published");
+    let digests = async |node: &RunningNode<SimDisk>| node.node.digest();
+    wait_for("replicas to agree", async || digests(&first).await == digests(&second).await).await;
+
+    for node in [first, second, third] {
+        node.stop().await.expect("a clean stop");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriptions_respect_their_window_and_transactions_commit_whole() {
+    let node = start(&config(1, true)).await;
+    let client = client_of(&node);
+    leader_ready(&client).await;
+    client.create_stream("jobs", stream_config("jobs.>")).await.expect("created");
+    let requests: Vec<_> = (0..100).map(|n| message("jobs.x", &format!("job-{n}"))).collect();
+    for result in client.publish_batch(requests, 32).await {
+        result.result.expect("published");
+    }
+    let consumer = v1::ConsumerConfig { ack_wait_ms: Some(60_000), ..Default::default() };
+    client.create_consumer("jobs", "workers", consumer).await.expect("consumer");
+
+    // With a window of 8 and no acks, the subscription stops at 8.
+    let mut stream = client.subscribe("jobs", "workers", "w1", 8).await.expect("subscribed");
+    let mut first = Vec::new();
+    for _ in 0..8 {
+        first.push(stream.message().await.expect("a delivery").expect("open"));
+    }
+    let nothing = tokio::time::timeout(Duration::from_millis(400), stream.message()).await;
+    assert!(nothing.is_err(), "a ninth delivery arrived with eight unacknowledged: {nothing:?}");
+
+    // Acking lets the rest through, in order, each once.
+    let mut seqs: Vec<u64> = first.iter().map(|delivery| delivery.message.as_ref().expect("a message").seq).collect();
+    let acks = seqs.iter().map(|&seq| v1::AckItem { seq, ..Default::default() }).collect();
+    client.ack("jobs", "workers", acks).await.expect("acked");
+    while seqs.len() < 100 {
+        let delivery = stream.message().await.expect("a delivery").expect("open");
+        let seq = delivery.message.expect("a message").seq;
+        seqs.push(seq);
+        client.ack("jobs", "workers", vec![v1::AckItem { seq, ..Default::default() }]).await.expect("acked");
+    }
+    assert_eq!(seqs, (1..=100).collect::<Vec<u64>>());
+    drop(stream);
+
+    // A transaction across two subjects is invisible until its commit, then visible whole.
+    let producer = client.init_producer("tx", 0).await.expect("a producer");
+    client.begin(producer).await.expect("begun");
+    for subject in ["jobs.a", "jobs.b"] {
+        let mut request = message(subject, "staged");
+        request.transaction = Some(producer);
+        let staged = client.publish(request).await.expect("staged");
+        assert!(staged.staged_index.is_some());
+    }
+    assert_eq!(client.stream_info("jobs").await.expect("info").messages, 100, "nothing visible before the commit");
+    let committed = client.commit(producer).await.expect("committed");
+    assert_eq!(committed.messages.iter().map(|ack| ack.seq).collect::<Vec<_>>(), vec![101, 102]);
+    // A retried commit gets the first commit's answer.
+    assert_eq!(client.commit(producer).await.expect("the same answer").messages, committed.messages);
+    node.stop().await.expect("a clean stop");
+}
