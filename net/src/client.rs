@@ -6,6 +6,11 @@
 //! sent) is retried only when it is idempotent: a publish with a message id (the retry deduplicates to the original
 //! sequence), a read, an ack. Everything else is returned as it came.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "retry deadlines and latencies use the runtime's clock (madsim's simulated one under --cfg madsim)"
+)]
+
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

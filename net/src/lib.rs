@@ -14,6 +14,7 @@
 
 pub mod client;
 pub mod convert;
+mod listen;
 pub mod metrics;
 pub mod node;
 pub mod service;

@@ -14,6 +14,7 @@ use openraft::{Config, SnapshotPolicy};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::listen::Listeners;
 use crate::metrics::{Metered, Metrics};
 use crate::service::CellogService;
 use crate::transport::{GrpcNetwork, MAX_RAFT_MESSAGE, RaftService};
@@ -192,25 +193,14 @@ pub fn claim_data_dir(config: &NodeConfig) -> Result<(), NodeError> {
     }
 }
 
-async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, NodeError> {
-    tokio::net::TcpListener::bind(addr).await.map_err(|error| NodeError::Bind { addr, error })
-}
-
 impl<S: Storage + Clone> RunningNode<S> {
     /// Starts a node on `storage`: binds its addresses, opens and verifies its storage, starts Raft, founds the cell
     /// if asked to and it is new, and serves.
     pub async fn start(config: &NodeConfig, storage: S, clock: Arc<dyn Clock>) -> Result<Self, NodeError> {
         let raft_config = Arc::new(config.raft_config()?);
-        let client_listener = bind(config.client_addr).await?;
-        let raft_listener = bind(config.raft_addr).await?;
-        let metrics_listener = match config.metrics_addr {
-            Some(addr) => Some(bind(addr).await?),
-            None => None,
-        };
-        let local = |listener: &tokio::net::TcpListener, fallback| listener.local_addr().unwrap_or(fallback);
-        let client_addr = local(&client_listener, config.client_addr);
-        let raft_addr = local(&raft_listener, config.raft_addr);
-        let metrics_addr = metrics_listener.as_ref().and_then(|listener| listener.local_addr().ok());
+        let listeners = Listeners::bind(config).await?;
+        let (client_addr, raft_addr, metrics_addr) =
+            (listeners.client_addr(), listeners.raft_addr(), listeners.metrics_addr());
 
         let metrics = Arc::new(Metrics::new());
         let storage = Metered::new(storage, metrics.clone());
@@ -233,27 +223,13 @@ impl<S: Storage + Clone> RunningNode<S> {
         }
 
         let (stop, stopped) = watch::channel(false);
-        let mut servers = Vec::new();
         let client_service = CellogServer::new(CellogService::new(node.clone(), metrics.clone()))
             .max_decoding_message_size(MAX_CLIENT_MESSAGE)
             .max_encoding_message_size(MAX_CLIENT_MESSAGE);
         let raft_service = RaftServer::new(RaftService::new(config.cell.clone(), node.clone()))
             .max_decoding_message_size(MAX_RAFT_MESSAGE)
             .max_encoding_message_size(MAX_RAFT_MESSAGE);
-        servers.push(serve_client(client_listener, client_service, stopped.clone()));
-        servers.push(tokio::spawn(async move {
-            let incoming = tonic::transport::server::TcpIncoming::from(raft_listener).with_nodelay(Some(true));
-            let result = tonic::transport::Server::builder()
-                .add_service(raft_service)
-                .serve_with_incoming_shutdown(incoming, until_stopped(stopped.clone()))
-                .await;
-            if let Err(error) = result {
-                tracing::error!(%error, "raft server failed");
-            }
-        }));
-        if let Some(listener) = metrics_listener {
-            servers.push(serve_metrics(listener, node.clone(), metrics.clone(), stop.subscribe()));
-        }
+        let servers = listeners.serve(client_service, raft_service, node.clone(), metrics.clone(), stopped);
         tracing::info!(id = config.id, %client_addr, %raft_addr, ?metrics_addr, "node serving");
         Ok(RunningNode { node, metrics, client_addr, raft_addr, metrics_addr, stop, servers })
     }
@@ -271,63 +247,7 @@ impl<S: Storage + Clone> RunningNode<S> {
     }
 }
 
-async fn until_stopped(mut stopped: watch::Receiver<bool>) {
+/// Resolves once the node is told to stop.
+pub(crate) async fn until_stopped(mut stopped: watch::Receiver<bool>) {
     let _ = stopped.wait_for(|stopped| *stopped).await;
-}
-
-fn serve_client<S: Storage + Clone>(
-    listener: tokio::net::TcpListener,
-    service: CellogServer<CellogService<S>>,
-    stopped: watch::Receiver<bool>,
-) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        let (health, health_service) = tonic_health::server::health_reporter();
-        health.set_serving::<CellogServer<CellogService<S>>>().await;
-        let reflection = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(cellog_proto::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .build_v1();
-        let reflection = match reflection {
-            Ok(reflection) => Some(reflection),
-            Err(error) => {
-                tracing::error!(%error, "gRPC reflection unavailable");
-                None
-            }
-        };
-        let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-        let result = tonic::transport::Server::builder()
-            .add_service(health_service)
-            .add_optional_service(reflection)
-            .add_service(service)
-            .serve_with_incoming_shutdown(incoming, until_stopped(stopped))
-            .await;
-        if let Err(error) = result {
-            tracing::error!(%error, "client server failed");
-        }
-    })
-}
-
-fn serve_metrics<S: Storage + Clone>(
-    listener: tokio::net::TcpListener,
-    node: Arc<CellNode<Metered<S>>>,
-    metrics: Arc<Metrics>,
-    stopped: watch::Receiver<bool>,
-) -> JoinHandle<()> {
-    let app = axum::Router::new().route(
-        "/metrics",
-        axum::routing::get(move || {
-            let (node, metrics) = (node.clone(), metrics.clone());
-            async move {
-                (
-                    [(axum::http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
-                    metrics.render(&node),
-                )
-            }
-        }),
-    );
-    tokio::spawn(async move {
-        if let Err(error) = axum::serve(listener, app).with_graceful_shutdown(until_stopped(stopped)).await {
-            tracing::error!(%error, "metrics server failed");
-        }
-    })
 }

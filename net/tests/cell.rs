@@ -1,12 +1,15 @@
 //! A cell of in-process nodes on simulated disks, over real loopback gRPC: the client follows the leader from a
 //! follower, membership changes online, subscriptions respect their window, transactions commit whole.
 
+// Real sockets and tokio: not a simulation test.
+#![cfg(not(madsim))]
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use cellog_net::proto as v1;
-use cellog_net::{Client, ClientOptions, NodeConfig, Peer, RaftTiming, RunningNode};
+use cellog_net::{Client, ClientOptions, NodeConfig, RaftTiming, RunningNode};
 use cellog_raft::SystemClock;
 use cellog_raft::storage::SimDisk;
 

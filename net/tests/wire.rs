@@ -1,6 +1,9 @@
 //! The client API over real loopback gRPC, on a one-node cell: bad input gets its documented status code and detail
 //! and leaves the data untouched; health, reflection and metrics answer.
 
+// Real sockets and tokio: not a simulation test.
+#![cfg(not(madsim))]
+
 use std::sync::Arc;
 
 use bytes::{Buf, BufMut, Bytes};

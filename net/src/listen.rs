@@ -1,0 +1,198 @@
+//! Where a node listens. In production the addresses are bound before Raft starts, so a taken port fails the start at
+//! once, and the client address also serves gRPC health and reflection, and the metrics address Prometheus text.
+//! In simulation (`--cfg madsim`) the servers bind on madsim's network, and health, reflection and metrics, which
+//! have no simulated transport, are left out.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use cellog_proto::raft::raft_server::RaftServer;
+use cellog_proto::v1::cellog_server::CellogServer;
+use cellog_raft::CellNode;
+use cellog_raft::storage::Storage;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::metrics::{Metered, Metrics};
+use crate::node::{NodeConfig, NodeError, until_stopped};
+use crate::service::CellogService;
+use crate::transport::RaftService;
+
+type Node<S> = Arc<CellNode<Metered<S>>>;
+
+/// The addresses of a node, bound.
+#[cfg(not(madsim))]
+pub(crate) struct Listeners {
+    client: tokio::net::TcpListener,
+    raft: tokio::net::TcpListener,
+    metrics: Option<tokio::net::TcpListener>,
+}
+
+#[cfg(not(madsim))]
+async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, NodeError> {
+    tokio::net::TcpListener::bind(addr).await.map_err(|error| NodeError::Bind { addr, error })
+}
+
+#[cfg(not(madsim))]
+impl Listeners {
+    pub(crate) async fn bind(config: &NodeConfig) -> Result<Self, NodeError> {
+        let metrics = match config.metrics_addr {
+            Some(addr) => Some(bind(addr).await?),
+            None => None,
+        };
+        Ok(Listeners { client: bind(config.client_addr).await?, raft: bind(config.raft_addr).await?, metrics })
+    }
+
+    /// Where clients connect (the bound port, when port 0 was asked for).
+    pub(crate) fn client_addr(&self) -> SocketAddr {
+        self.client.local_addr().expect("a bound socket has an address")
+    }
+
+    pub(crate) fn raft_addr(&self) -> SocketAddr {
+        self.raft.local_addr().expect("a bound socket has an address")
+    }
+
+    pub(crate) fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().and_then(|listener| listener.local_addr().ok())
+    }
+
+    pub(crate) fn serve<S: Storage + Clone>(
+        self,
+        client_service: CellogServer<CellogService<Metered<S>>>,
+        raft_service: RaftServer<RaftService<Metered<S>>>,
+        node: Node<S>,
+        metrics: Arc<Metrics>,
+        stopped: watch::Receiver<bool>,
+    ) -> Vec<JoinHandle<()>> {
+        use tonic::transport::Server;
+        use tonic::transport::server::TcpIncoming;
+
+        let mut servers = Vec::new();
+        let client_stopped = stopped.clone();
+        let client = self.client;
+        servers.push(tokio::spawn(async move {
+            let (health, health_service) = tonic_health::server::health_reporter();
+            health.set_serving::<CellogServer<CellogService<Metered<S>>>>().await;
+            let reflection = tonic_reflection::server::Builder::configure()
+                .register_encoded_file_descriptor_set(cellog_proto::FILE_DESCRIPTOR_SET)
+                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+                .build_v1();
+            let reflection =
+                reflection.inspect_err(|error| tracing::error!(%error, "gRPC reflection unavailable")).ok();
+            let result = Server::builder()
+                .add_service(health_service)
+                .add_optional_service(reflection)
+                .add_service(client_service)
+                .serve_with_incoming_shutdown(
+                    TcpIncoming::from(client).with_nodelay(Some(true)),
+                    until_stopped(client_stopped),
+                )
+                .await;
+            if let Err(error) = result {
+                tracing::error!(%error, "client server failed");
+            }
+        }));
+        let raft_stopped = stopped.clone();
+        let raft = self.raft;
+        servers.push(tokio::spawn(async move {
+            let result = Server::builder()
+                .add_service(raft_service)
+                .serve_with_incoming_shutdown(
+                    TcpIncoming::from(raft).with_nodelay(Some(true)),
+                    until_stopped(raft_stopped),
+                )
+                .await;
+            if let Err(error) = result {
+                tracing::error!(%error, "raft server failed");
+            }
+        }));
+        if let Some(listener) = self.metrics {
+            servers.push(serve_metrics(listener, node, metrics, stopped));
+        }
+        servers
+    }
+}
+
+#[cfg(not(madsim))]
+fn serve_metrics<S: Storage + Clone>(
+    listener: tokio::net::TcpListener,
+    node: Node<S>,
+    metrics: Arc<Metrics>,
+    stopped: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let (node, metrics) = (node.clone(), metrics.clone());
+            async move {
+                (
+                    [(axum::http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+                    metrics.render(&node),
+                )
+            }
+        }),
+    );
+    tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, app).with_graceful_shutdown(until_stopped(stopped)).await {
+            tracing::error!(%error, "metrics server failed");
+        }
+    })
+}
+
+/// The addresses of a node on madsim's network.
+#[cfg(madsim)]
+pub(crate) struct Listeners {
+    client: SocketAddr,
+    raft: SocketAddr,
+}
+
+#[cfg(madsim)]
+impl Listeners {
+    pub(crate) async fn bind(config: &NodeConfig) -> Result<Self, NodeError> {
+        Ok(Listeners { client: config.client_addr, raft: config.raft_addr })
+    }
+
+    pub(crate) fn client_addr(&self) -> SocketAddr {
+        self.client
+    }
+
+    pub(crate) fn raft_addr(&self) -> SocketAddr {
+        self.raft
+    }
+
+    pub(crate) fn metrics_addr(&self) -> Option<SocketAddr> {
+        None
+    }
+
+    pub(crate) fn serve<S: Storage + Clone>(
+        self,
+        client_service: CellogServer<CellogService<Metered<S>>, tonic::codegen::IdentityInterceptor>,
+        raft_service: RaftServer<RaftService<Metered<S>>, tonic::codegen::IdentityInterceptor>,
+        _node: Node<S>,
+        _metrics: Arc<Metrics>,
+        stopped: watch::Receiver<bool>,
+    ) -> Vec<JoinHandle<()>> {
+        use tonic::transport::Server;
+
+        let (client, raft) = (self.client, self.raft);
+        let client_stopped = stopped.clone();
+        vec![
+            tokio::spawn(async move {
+                let result = Server::builder()
+                    .add_service(client_service)
+                    .serve_with_shutdown(client, until_stopped(client_stopped))
+                    .await;
+                if let Err(error) = result {
+                    tracing::error!(%error, "client server failed");
+                }
+            }),
+            tokio::spawn(async move {
+                let result =
+                    Server::builder().add_service(raft_service).serve_with_shutdown(raft, until_stopped(stopped)).await;
+                if let Err(error) = result {
+                    tracing::error!(%error, "raft server failed");
+                }
+            }),
+        ]
+    }
+}
