@@ -1,4 +1,12 @@
-//! The deterministic simulation harness: several cellog nodes running the production node code over madsim's network
-//! with simulated disks that survive restarts.
+//! The deterministic simulation harness: cellog nodes running the production node code (`cellog-net`'s
+//! `RunningNode`, over `cellog-raft` and `cellog-core`) on madsim's runtime and network, each on a simulated disk
+//! that the harness owns, so it survives crashes and restarts. Clients are the real client library, running on a node
+//! of their own. Nothing in a node knows it is simulated.
 //!
-//! This crate is not built yet: it holds no code, and nothing depends on it.
+//! Everything here exists only under `--cfg madsim`; in other builds the crate is empty.
+
+#[cfg(madsim)]
+mod cluster;
+
+#[cfg(madsim)]
+pub use cluster::{Cluster, SimNodeId};
