@@ -24,7 +24,9 @@ pub mod storage;
 pub mod types;
 
 pub use log_store::LogStore;
-pub use node::{Answer, CellNode, Clock, MAX_BATCH, MAX_BATCH_BYTES, ProposeError, StartError, SystemClock};
+pub use node::{
+    Answer, CellNode, Clock, ENTRIES_IN_FLIGHT, MAX_BATCH, MAX_BATCH_BYTES, ProposeError, StartError, SystemClock,
+};
 pub use recovery::{Recovery, open_stores};
 pub use state_machine::{Replica, StateMachineStore};
 pub use types::{Entry, LogId, Node, NodeId, Raft, Request, Response, TypeConfig};
