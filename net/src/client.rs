@@ -1,6 +1,6 @@
 //! The client library: connects to any node of a cell, follows the leader, and retries what is safe to retry.
 //!
-//! What is retried: a call refused because the node does not lead (it was not applied) goes to the named leader; a
+//! What is retried: a call refused because the node does not lead (it never reached the log) goes to the named leader; a
 //! node that is down or has no leader yet is retried on the next known node with backoff; a rate limit or a full
 //! store is retried after the advised delay. A call whose outcome is unknown (the connection broke after it was
 //! sent) is retried only when it is idempotent: a publish with a message id (the retry deduplicates to the original
@@ -112,6 +112,10 @@ fn classify(status: &Status, idempotent: bool) -> Next {
     match (status.code(), detail.reason.as_str()) {
         (Code::Unavailable, "NOT_LEADER") if !detail.leader_addr.is_empty() => Next::Leader(detail.leader_addr),
         (Code::Unavailable, "NOT_LEADER") => Next::Elsewhere(advised),
+        // Handed to Raft before leadership moved: it may still commit, so only a repeat that changes nothing is safe.
+        (Code::Unavailable, "LEADER_CHANGED") if idempotent && !detail.leader_addr.is_empty() => {
+            Next::Leader(detail.leader_addr)
+        }
         (Code::ResourceExhausted, "RATE_LIMITED" | "STORAGE_FULL") => Next::Later(advised),
         // Refused before it reached the cell, or broken in flight: safe only when a repeat changes nothing.
         (Code::Unavailable | Code::Unknown | Code::Cancelled | Code::DeadlineExceeded | Code::Internal, _)

@@ -63,6 +63,23 @@ pub fn not_leader(leader: Option<&(NodeId, Node)>) -> Status {
 pub fn from_propose(error: ProposeError) -> Status {
     match error {
         ProposeError::NotLeader { leader } => not_leader(leader.as_ref()),
+        ProposeError::LeaderChanged { leader } => {
+            let (leader_id, leader_addr) =
+                leader.as_ref().map(|(id, node)| (*id, node.client_addr.clone())).unwrap_or_default();
+            status(
+                Code::Unavailable,
+                ErrorDetail {
+                    leader_id,
+                    leader_addr,
+                    retry_after_ms: if leader.is_some() { 0 } else { 200 },
+                    ..detail(
+                        "LEADER_CHANGED",
+                        "leadership moved while the command was being committed, so it may still be applied; \
+                         retry only with the same message id",
+                    )
+                },
+            )
+        }
         ProposeError::Raft(message) => status(
             Code::Unknown,
             detail(

@@ -161,16 +161,20 @@ fn dev(data: &std::path::Path, base_port: u16) -> (std::process::Child, Vec<Stri
         .spawn()
         .expect("cellog dev starts");
     let stdout = child.stdout.take().expect("stdout");
+    let mut reader = std::io::BufReader::new(stdout).lines();
     let mut lines = Vec::new();
-    for line in std::io::BufReader::new(stdout).lines() {
+    for line in reader.by_ref() {
         let line = line.expect("a line");
         let ready = line.starts_with("ready:");
         lines.push(line);
         if ready {
+            // Keep reading what it prints later, as a terminal would.
+            std::thread::spawn(move || reader.for_each(drop));
             return (child, lines);
         }
     }
     let _ = child.kill();
+    let _ = child.wait();
     panic!("cellog dev ended before it was ready: {lines:?}");
 }
 

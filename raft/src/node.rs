@@ -59,6 +59,15 @@ pub enum ProposeError {
         /// The leader, if this node knows it.
         leader: Option<(NodeId, Node)>,
     },
+    /// The command was handed to Raft, and leadership moved before it committed. The next leader may still commit
+    /// it: the outcome is unknown (the new leader's id and address, when known).
+    #[error(
+        "leadership moved while the command was being committed; it may still be applied. The leader is {leader:?}"
+    )]
+    LeaderChanged {
+        /// The new leader, if this node knows it.
+        leader: Option<(NodeId, Node)>,
+    },
     /// Raft stopped or failed; the outcome of the proposal is unknown.
     #[error("raft: {0}")]
     Raft(String),
@@ -197,6 +206,10 @@ impl<S: Storage + Clone> CellNode<S> {
     /// Queues a command stamped with the leader's time `at` for the next entry (waiting for room in the queue), and
     /// returns its answer to wait for.
     pub async fn submit(&self, at: Millis, command: Command) -> Result<Answer, ProposeError> {
+        // Refused here, a command certainly never reaches the log; refused by Raft, it might have.
+        if !self.raft.metrics().borrow().state.is_leader() {
+            return Err(ProposeError::NotLeader { leader: self.leader() });
+        }
         let (reply, answer) = oneshot::channel();
         self.proposals.send(Proposal { at, command, reply }).await.map_err(|_| stopping())?;
         Ok(Answer(answer))
@@ -308,7 +321,7 @@ async fn pack_proposals(raft: Raft, mut queue: mpsc::Receiver<Proposal>) {
                     },
                     Ok(Err(ClientWriteError::ForwardToLeader(forward))) => {
                         let leader = forward.leader_id.zip(forward.leader_node);
-                        vec![Err(ProposeError::NotLeader { leader }); n_commands]
+                        vec![Err(ProposeError::LeaderChanged { leader }); n_commands]
                     }
                     Ok(Err(error)) => vec![Err(ProposeError::Raft(error.to_string())); n_commands],
                     Err(_) => vec![Err(ProposeError::Raft("raft stopped before answering".to_string())); n_commands],

@@ -224,7 +224,9 @@ impl TestCell {
                 }
                 match node.propose_now(command.clone()).await {
                     Ok(result) => return result,
-                    Err(ProposeError::NotLeader { .. }) | Err(ProposeError::Raft(_)) => continue,
+                    Err(
+                        ProposeError::NotLeader { .. } | ProposeError::LeaderChanged { .. } | ProposeError::Raft(_),
+                    ) => continue,
                 }
             }
             assert!(tokio::time::Instant::now() < deadline, "no leader took {command:?}");

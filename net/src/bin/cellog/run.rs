@@ -1,5 +1,6 @@
 //! `cellog node` and `cellog dev`.
 
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -225,7 +226,8 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         addrs.join(",")
     );
     shutdown_signal().await;
-    println!("stopping");
+    // Whoever read the ready line may be gone by now: a closed stdout must not turn a clean stop into a panic.
+    let _ = writeln!(std::io::stdout(), "stopping");
     for node in nodes {
         node.stop().await.context("syncing a store")?;
     }
