@@ -36,6 +36,10 @@ impl Clock for SystemClock {
     }
 }
 
+/// A leader appends a `Tick` after this long without any entry (in cell milliseconds). It keeps cell time close to the
+/// leader's clock, and it gives a node repairing a damaged log the entry past its old end that it waits for before it
+/// may vote again, even when no client writes.
+pub const IDLE_TICK_MS: u64 = 2_000;
 /// Longest a node waits before looking at the cell's next deadline again.
 const TICK_POLL: Duration = Duration::from_millis(100);
 
@@ -254,7 +258,7 @@ impl<S: Storage + Clone> CellNode<S> {
 }
 
 /// While this node leads, proposes a `Tick` whenever the cell's next deadline has passed on its clock, so that
-/// redelivery, transaction timeouts and retention are replicated decisions.
+/// redelivery, transaction timeouts and retention are replicated decisions, and after [`IDLE_TICK_MS`] without one.
 async fn tick(raft: Raft, replica: Arc<Mutex<Replica>>, clock: Arc<dyn Clock>, stopped: Arc<AtomicBool>) {
     while !stopped.load(Ordering::Acquire) {
         let (deadline, last_at) = {
@@ -262,6 +266,8 @@ async fn tick(raft: Raft, replica: Arc<Mutex<Replica>>, clock: Arc<dyn Clock>, s
             (replica.cell.next_deadline(), replica.cell.last_at())
         };
         let now = clock.now();
+        let idle_until = Millis(last_at.0.saturating_add(IDLE_TICK_MS));
+        let deadline = Some(deadline.map_or(idle_until, |deadline| deadline.min(idle_until)));
         let due = deadline.is_some_and(|deadline| deadline <= now);
         if !due || !raft.metrics().borrow().state.is_leader() {
             let wait = deadline.map_or(TICK_POLL, |d| Duration::from_millis(d.since(now)).min(TICK_POLL));

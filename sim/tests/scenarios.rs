@@ -150,3 +150,68 @@ async fn acknowledged_publishes_survive_a_whole_cell_power_failure() {
     cluster.wait_leader().await;
     check(&cluster, &acked).await;
 }
+
+/// Publishes `n` messages one at a time, so each is its own log entry.
+async fn publish_one_by_one(client: Client, prefix: &'static str, n: usize) -> Acked {
+    let mut acked = Acked::new();
+    for index in 0..n {
+        let id = format!("{prefix}-{index}");
+        let ack = client.publish(message(prefix, index)).await.unwrap_or_else(|error| panic!("{id}: {error}"));
+        acked.insert(id, (ack.partition, ack.seq));
+    }
+    acked
+}
+
+#[madsim::test]
+async fn a_node_far_behind_catches_up_by_snapshot_and_one_close_behind_by_the_log() {
+    use cellog_raft::storage::Space;
+    let mut cluster = Cluster::new(3, 4);
+    setup(&cluster).await;
+    let leader = cluster.wait_leader().await;
+    let followers: Vec<_> = cluster.ids().into_iter().filter(|&id| id != leader).collect();
+    let (far, close) = (followers[0], followers[1]);
+
+    cluster.crash(far);
+    let far_last = cluster.disk(far).keys(Space::Log).last().copied().unwrap_or_default();
+    let mut acked = cluster.on_client(publish_one_by_one(cluster.client(), "gap", 1800)).await;
+    let leader_first = cluster.disk(leader).keys(Space::Log).first().copied().unwrap_or_default();
+    assert!(leader_first > far_last + 1, "the leader purged its log past the far node ({leader_first} > {far_last})");
+    cluster.restart(far);
+    check(&cluster, &acked).await;
+
+    cluster.crash(close);
+    acked.extend(cluster.on_client(publish_one_by_one(cluster.client(), "small-gap", 20)).await);
+    cluster.restart(close);
+    check(&cluster, &acked).await;
+}
+
+#[madsim::test]
+async fn a_flipped_bit_in_a_stored_entry_is_detected_and_repaired() {
+    use cellog_raft::storage::Space;
+    let mut cluster = Cluster::new(3, 5);
+    setup(&cluster).await;
+    let acked = cluster.on_client(publish(cluster.client(), "flip", 200)).await;
+    let leader = cluster.wait_leader().await;
+    let victim = cluster.ids().into_iter().find(|&id| id != leader).expect("a follower");
+    cluster.crash(victim);
+    let keys = cluster.disk(victim).keys(Space::Log);
+    let key = keys[keys.len() / 2];
+    assert!(cluster.disk(victim).flip_bit(Space::Log, key, 77), "entry {key} exists");
+    cluster.restart(victim);
+    // The victim cuts its log at the damaged entry, refuses to vote until it has it back, and gets it from the leader.
+    check(&cluster, &acked).await;
+    // It votes again once a leader has brought its log past its old end, idle cell or not.
+    let victim_client = cluster.client_of(victim);
+    cluster
+        .on_client(async move {
+            for _ in 0..100 {
+                let status = victim_client.cluster_status().await.expect("status");
+                if !status.repairing {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            panic!("the victim is still repairing after 10 s");
+        })
+        .await;
+}
