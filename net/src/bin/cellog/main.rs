@@ -75,7 +75,8 @@ async fn main() -> std::process::ExitCode {
             run::node(args).await
         }
         Command::Dev(args) => {
-            init_logging("warn");
+            // Nodes of a starting cell cannot reach each other for a moment; openraft warns about each attempt.
+            init_logging("warn,openraft=error");
             run::dev(args).await
         }
         command => {
