@@ -471,6 +471,7 @@ impl Cell {
             }
             Command::UnregisterPeer { stream, peer } => self.unregister_peer(at, &stream, &peer),
             Command::Tick => Ok(Outcome::Ticked),
+            Command::UpdateConsumer { stream, name, config } => self.update_consumer(&stream, &name, config),
         }
     }
 
@@ -996,6 +997,24 @@ impl Cell {
             stream: stream_name.to_string(),
             consumer: consumer.to_string(),
         })
+    }
+
+    fn update_consumer(&mut self, stream: &str, name: &str, config: ConsumerConfig) -> Result<Outcome, Rejection> {
+        config.validate()?;
+        let s = stream_in(&mut self.streams, stream)?;
+        let consumer = s
+            .consumers
+            .get_mut(name)
+            .ok_or_else(|| Rejection::ConsumerNotFound { stream: stream.to_string(), consumer: name.to_string() })?;
+        if consumer.config.filter_subject != config.filter_subject
+            || consumer.config.deliver_policy != config.deliver_policy
+        {
+            return Err(Rejection::InvalidConfig {
+                reason: "a consumer's filter and deliver policy are fixed; create another consumer".to_string(),
+            });
+        }
+        consumer.config = config;
+        Ok(Outcome::ConsumerUpdated)
     }
 
     fn create_consumer(

@@ -222,6 +222,16 @@ pub enum Command {
     },
     /// Fire every timer due at the command's time. Proposed by the leader when `next_deadline()` passes.
     Tick,
+    /// Change a consumer's ack wait, max deliver and max in flight. Its filter and deliver policy are fixed; the new
+    /// values apply from now on (deliveries already made keep their ack deadlines).
+    UpdateConsumer {
+        /// The stream.
+        stream: String,
+        /// The consumer.
+        name: String,
+        /// The new config.
+        config: ConsumerConfig,
+    },
 }
 
 /// What a reader sees in place of a body.
@@ -353,6 +363,8 @@ pub enum Outcome {
     PeerUnregistered,
     /// Timers fired.
     Ticked,
+    /// The consumer's config was changed.
+    ConsumerUpdated,
 }
 
 /// Why a message left a stream.

@@ -1281,3 +1281,35 @@ fn every_outstanding_delivery_records_its_state_member_and_phase() {
     h.ack("s", "c", 0, 1, AckKind::Applied).unwrap();
     assert_eq!(h.cell.deliveries("s", "c", 10).unwrap().len(), 2);
 }
+
+#[test]
+fn update_changes_limits_from_now_on_and_keeps_position_and_deliveries() {
+    let config = ConsumerConfig { ack_wait_ms: 5_000, max_in_flight: 2, ..ConsumerConfig::default() };
+    let mut h = orders_with(config.clone());
+    publish_n(&mut h, "orders.a", 5);
+    assert_eq!(seqs(&h.fetch("orders", "c", 10)), vec![1, 2], "max_in_flight 2");
+    let wider = ConsumerConfig { ack_wait_ms: 60_000, max_in_flight: 10, max_deliver: Some(2), ..config.clone() };
+    let update = |config| Command::UpdateConsumer { stream: "orders".into(), name: "c".into(), config };
+    assert_eq!(h.ok(update(wider.clone())), Outcome::ConsumerUpdated);
+    assert_eq!(h.cell.consumer_info("orders", "c", h.now).unwrap().config, wider);
+    // The cursor and the two outstanding deliveries stay; the wider window lets the rest through.
+    assert_eq!(seqs(&h.fetch("orders", "c", 10)), vec![3, 4, 5]);
+    // Deliveries made before the update keep their 5 s deadline; those after get 60 s.
+    h.advance(5_001);
+    h.tick();
+    assert_eq!(seqs(&h.fetch("orders", "c", 10)), vec![1, 2], "the early deliveries expired under the old wait");
+}
+
+#[test]
+fn update_refuses_a_new_filter_or_deliver_policy_and_unknown_consumers() {
+    let mut h = orders();
+    let update = |name: &str, config| Command::UpdateConsumer { stream: "orders".into(), name: name.into(), config };
+    let filtered = ConsumerConfig { filter_subject: Some("orders.a".into()), ..ConsumerConfig::default() };
+    assert!(matches!(h.apply(update("c", filtered)), Err(Rejection::InvalidConfig { .. })));
+    let new_only = ConsumerConfig { deliver_policy: DeliverPolicy::New, ..ConsumerConfig::default() };
+    assert!(matches!(h.apply(update("c", new_only)), Err(Rejection::InvalidConfig { .. })));
+    let invalid = ConsumerConfig { ack_wait_ms: 0, ..ConsumerConfig::default() };
+    assert!(matches!(h.apply(update("c", invalid)), Err(Rejection::InvalidConfig { .. })));
+    assert!(matches!(h.apply(update("nobody", ConsumerConfig::default())), Err(Rejection::ConsumerNotFound { .. })));
+    assert_eq!(h.cell.consumer_info("orders", "c", h.now).unwrap().config, ConsumerConfig::default());
+}

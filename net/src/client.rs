@@ -449,6 +449,19 @@ impl Client {
         Ok(response.created)
     }
 
+    /// Changes a consumer's ack wait, max deliver and max in flight (its filter and deliver policy are fixed).
+    pub async fn update_consumer(
+        &self,
+        stream: &str,
+        name: &str,
+        config: v1::ConsumerConfig,
+    ) -> Result<(), ClientError> {
+        let request =
+            v1::UpdateConsumerRequest { stream: stream.to_string(), name: name.to_string(), config: Some(config) };
+        self.call(true, request, |mut c, r| async move { c.update_consumer(r).await }).await?;
+        Ok(())
+    }
+
     /// Deletes a consumer.
     pub async fn delete_consumer(&self, stream: &str, name: &str) -> Result<(), ClientError> {
         let request = v1::DeleteConsumerRequest { stream: stream.to_string(), name: name.to_string() };

@@ -315,6 +315,18 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         }
     }
 
+    async fn update_consumer(
+        &self,
+        request: Request<v1::UpdateConsumerRequest>,
+    ) -> Result<Response<v1::UpdateConsumerResponse>, Status> {
+        let request = request.into_inner();
+        let config = convert::consumer_config(request.config)?;
+        match self.write(Command::UpdateConsumer { stream: request.stream, name: request.name, config }).await? {
+            Outcome::ConsumerUpdated => Ok(Response::new(v1::UpdateConsumerResponse {})),
+            other => Err(unexpected(&other)),
+        }
+    }
+
     async fn delete_consumer(
         &self,
         request: Request<v1::DeleteConsumerRequest>,

@@ -55,6 +55,10 @@ async fn leader_ready(client: &Client) {
     .await;
 }
 
+fn consumer_config() -> v1::ConsumerConfig {
+    v1::ConsumerConfig { ack_wait_ms: Some(60_000), ..Default::default() }
+}
+
 fn stream_config(subject: &str) -> v1::StreamConfig {
     v1::StreamConfig { subjects: vec![subject.to_string()], ..Default::default() }
 }
@@ -135,8 +139,18 @@ async fn subscriptions_respect_their_window_and_transactions_commit_whole() {
     for result in client.publish_batch(requests, 32).await {
         result.result.expect("published");
     }
-    let consumer = v1::ConsumerConfig { ack_wait_ms: Some(60_000), ..Default::default() };
-    client.create_consumer("jobs", "workers", consumer).await.expect("consumer");
+    client.create_consumer("jobs", "workers", consumer_config()).await.expect("consumer");
+
+    // The consumer's limits change online; its filter does not.
+    let wider = v1::ConsumerConfig { ack_wait_ms: Some(90_000), ..consumer_config() };
+    client.update_consumer("jobs", "workers", wider).await.expect("updated");
+    assert_eq!(
+        client.consumer_info("jobs", "workers").await.expect("info").config.and_then(|c| c.ack_wait_ms),
+        Some(90_000)
+    );
+    let refiltered = v1::ConsumerConfig { filter_subject: Some("jobs.a".into()), ..consumer_config() };
+    let refused = client.update_consumer("jobs", "workers", refiltered).await.expect_err("the filter is fixed");
+    assert_eq!(refused.reason(), Some("INVALID_CONFIG"));
 
     // With a window of 8 and no acks, the subscription stops at 8.
     let mut stream = client.subscribe("jobs", "workers", "w1", 8).await.expect("subscribed");

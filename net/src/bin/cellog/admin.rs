@@ -217,6 +217,22 @@ pub enum ConsumerCommand {
         #[command(flatten)]
         connect: Connect,
     },
+    /// Change a consumer's ack wait, max deliver or max in flight (the others stay as they are).
+    Update {
+        stream: String,
+        name: String,
+        /// Redeliver a message not acknowledged within this many milliseconds.
+        #[arg(long)]
+        ack_wait_ms: Option<u64>,
+        /// Dead-letter a message after this many deliveries.
+        #[arg(long)]
+        max_deliver: Option<u32>,
+        /// Most deliveries unacknowledged at once.
+        #[arg(long)]
+        max_in_flight: Option<u32>,
+        #[command(flatten)]
+        connect: Connect,
+    },
     /// List a stream's consumers.
     Ls {
         stream: String,
@@ -263,6 +279,15 @@ pub async fn consumer(command: ConsumerCommand) -> anyhow::Result<()> {
             };
             let created = client(&connect)?.create_consumer(&stream, &name, config).await?;
             println!("consumer {name} on {stream} {}", if created { "created" } else { "already exists" });
+        }
+        ConsumerCommand::Update { stream, name, ack_wait_ms, max_deliver, max_in_flight, connect } => {
+            let client = client(&connect)?;
+            let mut config = client.consumer_info(&stream, &name).await?.config.unwrap_or_default();
+            config.ack_wait_ms = ack_wait_ms.or(config.ack_wait_ms);
+            config.max_deliver = max_deliver.or(config.max_deliver);
+            config.max_in_flight = max_in_flight.or(config.max_in_flight);
+            client.update_consumer(&stream, &name, config).await?;
+            println!("consumer {name} on {stream} updated");
         }
         ConsumerCommand::Ls { stream, connect } => {
             let consumers = client(&connect)?.list_consumers(&stream).await?;

@@ -42,7 +42,7 @@ enum Command {
     /// Create, list, inspect and delete streams.
     #[command(subcommand)]
     Stream(admin::StreamCommand),
-    /// Create, list, inspect and delete consumers.
+    /// Create, update, list, inspect and delete consumers.
     #[command(subcommand)]
     Consumer(admin::ConsumerCommand),
     /// Publish messages.
