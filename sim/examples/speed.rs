@@ -1,5 +1,5 @@
-//! How much faster than real time a simulated cell runs: a 3-node cell idle, then under a steady publish load.
-//! Prints simulated seconds per wall second for each.
+//! How much faster than real time a simulated cell runs: a 3-node cell idle, then under a steady publish load, with
+//! the scenarios' frequent snapshots and with production's. Prints simulated seconds per wall second for each.
 //!
 //! ```sh
 //! RUSTFLAGS="--cfg madsim" cargo run --release -p cellog-sim --example speed -- [SIM_SECONDS] [MSGS_PER_SECOND]
@@ -17,12 +17,12 @@ fn main() {
     let seconds: u64 = args.next().and_then(|arg| arg.parse().ok()).unwrap_or(60);
     let rate: u64 = args.next().and_then(|arg| arg.parse().ok()).unwrap_or(1000);
 
-    let run = |load: bool| {
+    let run = |load: bool, snapshot_every: u64| {
         let runtime = madsim::runtime::Runtime::with_seed_and_config(1, madsim::Config::default());
         #[allow(clippy::disallowed_methods, reason = "wall time, measured outside the simulation")]
         let started = std::time::Instant::now();
         let published = runtime.block_on(async move {
-            let cluster = Cluster::new(3, 1);
+            let cluster = Cluster::with_snapshot_every(3, 1, snapshot_every);
             cluster.wait_leader().await;
             let client = cluster.client();
             cluster
@@ -55,13 +55,16 @@ fn main() {
         let wall = started.elapsed().as_secs_f64();
         (published, wall)
     };
-    let (_, idle_wall) = run(false);
+    let (_, idle_wall) = run(false, cellog_sim::SIM_SNAPSHOT_EVERY);
     println!("idle: {seconds} simulated s in {idle_wall:.2} wall s = {:.0}x", seconds as f64 / idle_wall);
-    let (published, load_wall) = run(true);
-    println!(
-        "{rate} msg/s: {seconds} simulated s ({published} messages) in {load_wall:.2} wall s = {:.0}x",
-        seconds as f64 / load_wall
-    );
+    for snapshot_every in [cellog_sim::SIM_SNAPSHOT_EVERY, 50_000] {
+        let (published, wall) = run(true, snapshot_every);
+        println!(
+            "{rate} msg/s, snapshot every {snapshot_every} entries: {seconds} simulated s ({published} messages) in \
+             {wall:.2} wall s = {:.0}x",
+            seconds as f64 / wall
+        );
+    }
 }
 
 #[cfg(not(madsim))]

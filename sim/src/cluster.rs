@@ -36,12 +36,16 @@ fn ip(id: SimNodeId) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(10, 0, 0, u8::try_from(id).expect("at most 255 nodes")))
 }
 
-/// Raft timing in simulation: as in production.
-fn timing() -> RaftTiming {
-    RaftTiming { heartbeat_ms: 100, election_timeout_ms: 600, snapshot_every: 500 }
+/// Entries between snapshots in simulation unless a scenario asks otherwise: far fewer than in production, so that
+/// catch-up by snapshot and log purging happen within short scenarios.
+pub const SIM_SNAPSHOT_EVERY: u64 = 500;
+
+/// Raft timing in simulation: heartbeats and elections as in production.
+fn timing(snapshot_every: u64) -> RaftTiming {
+    RaftTiming { heartbeat_ms: 100, election_timeout_ms: 600, snapshot_every }
 }
 
-fn config(id: SimNodeId, founders: &[SimNodeId]) -> NodeConfig {
+fn config(id: SimNodeId, founders: &[SimNodeId], snapshot_every: u64) -> NodeConfig {
     let client_addr = SocketAddr::new(ip(id), CLIENT_PORT);
     let raft_addr = SocketAddr::new(ip(id), RAFT_PORT);
     NodeConfig {
@@ -65,19 +69,24 @@ fn config(id: SimNodeId, founders: &[SimNodeId]) -> NodeConfig {
             })
             .collect(),
         bootstrap: founders.contains(&id),
-        timing: timing(),
+        timing: timing(snapshot_every),
     }
 }
 
 impl Cluster {
     /// A cell founded by nodes `1..=n`, each on a fresh disk whose faults are seeded from `disk_seed`.
     pub fn new(n: u64, disk_seed: u64) -> Self {
+        Cluster::with_snapshot_every(n, disk_seed, SIM_SNAPSHOT_EVERY)
+    }
+
+    /// The same, taking a snapshot every `snapshot_every` entries.
+    pub fn with_snapshot_every(n: u64, disk_seed: u64, snapshot_every: u64) -> Self {
         let handle = Handle::current();
         let founders: Vec<SimNodeId> = (1..=n).collect();
         let client_machine = handle.create_node().name("client").ip(IpAddr::V4(Ipv4Addr::new(10, 0, 1, 1))).build();
         let mut cluster = Cluster { handle, nodes: BTreeMap::new(), client_machine };
         for &id in &founders {
-            cluster.add(id, config(id, &founders), SimDisk::new(disk_seed ^ id));
+            cluster.add(id, config(id, &founders, snapshot_every), SimDisk::new(disk_seed ^ id));
         }
         cluster
     }

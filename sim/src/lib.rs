@@ -9,4 +9,4 @@
 mod cluster;
 
 #[cfg(madsim)]
-pub use cluster::{Cluster, SimNodeId};
+pub use cluster::{Cluster, SIM_SNAPSHOT_EVERY, SimNodeId};
