@@ -48,38 +48,33 @@ pub fn unavailable(reason: &str, message: impl Into<String>, retry_after_ms: u64
     status(Code::Unavailable, ErrorDetail { retry_after_ms, ..detail(reason, message) })
 }
 
-/// This node does not lead; `leader` is where to go instead.
+/// An `UNAVAILABLE` naming the leader, when known, as where to go instead.
+fn leader_status(reason: &str, message: String, leader: Option<&(NodeId, Node)>) -> Status {
+    let (leader_id, leader_addr) = leader.map(|(id, node)| (*id, node.client_addr.clone())).unwrap_or_default();
+    let retry_after_ms = if leader.is_some() { 0 } else { 200 };
+    status(Code::Unavailable, ErrorDetail { leader_id, leader_addr, retry_after_ms, ..detail(reason, message) })
+}
+
+/// This node does not lead, and the command never reached the log; `leader` is where to go instead.
 pub fn not_leader(leader: Option<&(NodeId, Node)>) -> Status {
     let message = match leader {
         Some((id, node)) => format!("not the leader; the leader is node {id} at {}", node.client_addr),
         None => "not the leader, and no leader is known yet; retry shortly".to_string(),
     };
-    let (leader_id, leader_addr) = leader.map(|(id, node)| (*id, node.client_addr.clone())).unwrap_or_default();
-    let retry_after_ms = if leader.is_some() { 0 } else { 200 };
-    status(Code::Unavailable, ErrorDetail { leader_id, leader_addr, retry_after_ms, ..detail("NOT_LEADER", message) })
+    leader_status("NOT_LEADER", message, leader)
 }
 
 /// A proposal that got no answer from the cell.
 pub fn from_propose(error: ProposeError) -> Status {
     match error {
         ProposeError::NotLeader { leader } => not_leader(leader.as_ref()),
-        ProposeError::LeaderChanged { leader } => {
-            let (leader_id, leader_addr) =
-                leader.as_ref().map(|(id, node)| (*id, node.client_addr.clone())).unwrap_or_default();
-            status(
-                Code::Unavailable,
-                ErrorDetail {
-                    leader_id,
-                    leader_addr,
-                    retry_after_ms: if leader.is_some() { 0 } else { 200 },
-                    ..detail(
-                        "LEADER_CHANGED",
-                        "leadership moved while the command was being committed, so it may still be applied; \
-                         retry only with the same message id",
-                    )
-                },
-            )
-        }
+        ProposeError::LeaderChanged { leader } => leader_status(
+            "LEADER_CHANGED",
+            "leadership moved while the command was being committed, so it may still be applied; retry only with \
+             the same message id"
+                .to_string(),
+            leader.as_ref(),
+        ),
         ProposeError::Raft(message) => status(
             Code::Unknown,
             detail(

@@ -175,8 +175,7 @@ impl<S: Storage + Clone> CellNode<S> {
 
     /// Proposes a command stamped with this node's clock (never earlier than the cell's last stamp).
     pub async fn propose_now(&self, command: Command) -> Result<Result<Outcome, Rejection>, ProposeError> {
-        let last_at = self.replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).cell.last_at();
-        self.propose(self.clock.now().max(last_at), command).await
+        self.submit_now(command).await?.wait().await
     }
 
     /// Whether the node is still getting back log entries it lost, and so must not vote or campaign.
