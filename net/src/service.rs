@@ -444,10 +444,8 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
                 if delivered > 0 {
                     idle = Duration::from_millis(5);
                 } else {
-                    // Nothing to deliver (or the window is full): wait for the cell to change, backing off while
-                    // it stays idle so an idle subscription does not fill the log with empty fetches.
-                    let mut changes = service.node.raft.metrics();
-                    let _ = tokio::time::timeout(idle, changes.changed()).await;
+                    // Nothing to deliver (or the window is full): back off while it stays so, so that an idle
+                    // subscription does not fill the log with empty fetches.
                     tokio::time::sleep(idle).await;
                     idle = (idle * 2).min(Duration::from_secs(1));
                 }
