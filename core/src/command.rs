@@ -97,7 +97,8 @@ pub enum AckState {
 }
 
 /// Every state change of a cell. Applied with the leader-stamped time by [`crate::Cell::apply`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[strum(serialize_all = "kebab-case")]
 pub enum Command {
     /// Create a stream; the identical config again is a success.
     CreateStream {
@@ -294,7 +295,8 @@ pub struct Delivery {
 }
 
 /// The result of a successful command.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[strum(serialize_all = "kebab-case")]
 pub enum Outcome {
     /// The stream exists with this config; `created` is false when it already did.
     StreamCreated {
@@ -368,7 +370,8 @@ pub enum Outcome {
 }
 
 /// Why a message left a stream.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[strum(serialize_all = "kebab-case")]
 pub enum RemovalReason {
     /// Older than `max_age_ms`.
     Age,
@@ -383,7 +386,8 @@ pub enum RemovalReason {
 }
 
 /// Why a transaction was aborted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[strum(serialize_all = "kebab-case")]
 pub enum AbortReason {
     /// The producer asked.
     Requested,
@@ -397,7 +401,8 @@ pub enum AbortReason {
 
 /// A state transition the host may act on (push deliveries, delete stored bodies, trace). Effects queue up in the
 /// cell until drained with [`crate::Cell::drain_effects`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[strum(serialize_all = "kebab-case")]
 pub enum Effect {
     /// A message was appended.
     Appended {

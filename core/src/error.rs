@@ -24,7 +24,8 @@ pub enum Quota {
 }
 
 /// Why a command was refused.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize, strum::IntoStaticStr)]
+#[strum(serialize_all = "kebab-case")]
 pub enum Rejection {
     /// No stream of that name.
     #[error("stream {stream:?} not found")]

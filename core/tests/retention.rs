@@ -930,3 +930,49 @@ fn every_peer_must_have_received_a_message_before_it_goes() {
     progress(&mut h, "s", "beta", 0, 1).unwrap();
     assert_eq!(removals(&mut h), vec![(0, 1, RemovalReason::Age)]);
 }
+
+#[test]
+fn a_work_queue_job_acked_and_removed_is_still_a_duplicate_within_the_window() {
+    // A retried publish that arrives after its job was done must not queue the job again.
+    let mut h = Harness::new();
+    work_queue(&mut h, "wq");
+    h.create_consumer("wq", "workers", ConsumerConfig::default());
+    let first = h.publish_id("wq.job", "1", "job-1").unwrap();
+    assert_eq!(consume_all(&mut h, "wq", "workers"), vec![(0, first.seq)]);
+    assert_eq!(n_messages(&h, "wq"), 0, "the job is gone once acked");
+    h.advance(1_000);
+    let again = h.publish_id("wq.job", "1", "job-1").unwrap();
+    assert!(again.duplicate, "a repeat within the duplicate window is a duplicate");
+    assert_eq!(again.seq, first.seq);
+    assert_eq!(n_messages(&h, "wq"), 0);
+}
+
+#[test]
+fn work_queue_ids_are_remembered_through_out_of_order_acks() {
+    let mut h = Harness::new();
+    work_queue(&mut h, "wq");
+    h.create_consumer("wq", "workers", ConsumerConfig::default());
+    for round in [0usize, 4, 8, 12] {
+        let mut seqs = Vec::new();
+        for index in round..round + 5 {
+            let ack = h.publish_id("wq.job", "x", &format!("j-{index}")).unwrap();
+            assert_eq!(ack.duplicate, index == round && round > 0, "j-{index} in round {round}");
+            seqs.push(ack.seq);
+        }
+        let deliveries = h.fetch_as("wq", "workers", "w2", 16);
+        let mut positions: Vec<u64> = deliveries.iter().map(|d| d.record.seq).collect();
+        positions.sort_unstable();
+        // Ack all but the second, then the second.
+        for (i, &seq) in positions.iter().enumerate() {
+            if i != 1 {
+                h.ack("wq", "workers", 0, seq, AckKind::Applied).unwrap();
+            }
+        }
+        h.advance(100);
+        if let Some(&seq) = positions.get(1) {
+            h.ack("wq", "workers", 0, seq, AckKind::Applied).unwrap();
+        }
+        h.advance(1_000);
+        h.tick();
+    }
+}

@@ -85,6 +85,18 @@ impl ClientError {
             _ => None,
         }
     }
+
+    /// Whether the call may have taken effect all the same: the cell did not say it refused it (a timeout, a broken
+    /// connection, leadership moving while it was committed). Such a call counts as unknown, never as failed.
+    pub fn outcome_unknown(&self) -> bool {
+        match self {
+            ClientError::Status { code: Code::Unavailable, detail } => detail.reason != "NOT_LEADER",
+            ClientError::Status { code, .. } => {
+                matches!(code, Code::Unknown | Code::Cancelled | Code::DeadlineExceeded | Code::Internal)
+            }
+            ClientError::Address { .. } | ClientError::NoNodes => false,
+        }
+    }
 }
 
 impl From<Status> for ClientError {
@@ -605,4 +617,26 @@ pub struct BatchResult {
     pub result: Result<v1::PublishAck, ClientError>,
     /// From its last send to its ack.
     pub latency: Duration,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error(code: Code, reason: &str) -> ClientError {
+        ClientError::Status { code, detail: v1::ErrorDetail { reason: reason.to_string(), ..Default::default() } }
+    }
+
+    #[test]
+    fn only_a_refusal_is_a_definite_failure() {
+        assert!(!error(Code::Unavailable, "NOT_LEADER").outcome_unknown(), "refused before the log");
+        assert!(error(Code::Unavailable, "LEADER_CHANGED").outcome_unknown(), "handed to Raft, may commit");
+        assert!(error(Code::Unavailable, "").outcome_unknown(), "a broken connection");
+        assert!(error(Code::DeadlineExceeded, "").outcome_unknown(), "a timeout");
+        assert!(error(Code::Unknown, "OUTCOME_UNKNOWN").outcome_unknown());
+        assert!(!error(Code::FailedPrecondition, "FENCED").outcome_unknown());
+        assert!(!error(Code::Aborted, "TRANSACTION_ABORTED").outcome_unknown());
+        assert!(!error(Code::NotFound, "STREAM_NOT_FOUND").outcome_unknown());
+        assert!(!ClientError::NoNodes.outcome_unknown());
+    }
 }

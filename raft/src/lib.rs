@@ -9,6 +9,8 @@
 //! - [`node`]: a running node: Raft over its storage, and the gate that keeps a repairing node from voting.
 //! - [`recovery`]: opening a node's storage after a crash, verifying every record and cutting off a corrupt log
 //!   suffix so the node repairs itself from its peers.
+//! - [`transition`]: state transitions (applied entries, effects, role, membership, snapshots) as `tracing` events,
+//!   which operators read in the log and the simulator collects into its trace.
 //!
 //! What this crate is not: it has no network transport (the `net` crate provides one) and decides nothing about
 //! messages (the core does).
@@ -21,6 +23,7 @@ pub mod recovery;
 pub mod runtime;
 pub mod state_machine;
 pub mod storage;
+pub mod transition;
 pub mod types;
 
 pub use log_store::LogStore;

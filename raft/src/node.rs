@@ -16,6 +16,7 @@ use openraft::raft::{VoteRequest, VoteResponse};
 use crate::recovery::{Recovery, clear_repair_target, open_stores};
 use crate::state_machine::Replica;
 use crate::storage::{Storage, StorageError};
+use crate::transition;
 use crate::types::{Node, NodeId, Raft, Request, Response, TypeConfig};
 
 /// Where a leader reads the time it stamps on commands.
@@ -153,6 +154,7 @@ impl<S: Storage + Clone> CellNode<S> {
             .map_err(|error| StartError::Raft(error.to_string()))?;
         let repairing = Arc::new(AtomicBool::new(false));
         if let Some(target) = recovery.repair_target {
+            tracing::info!(target: transition::TARGET, until = target, "repairing");
             repairing.store(true, Ordering::Release);
             let (raft, storage, repairing) = (raft.clone(), storage.clone(), repairing.clone());
             tokio::spawn(async move {
@@ -161,14 +163,15 @@ impl<S: Storage + Clone> CellNode<S> {
                     .metrics(|m| m.last_log_index.is_some_and(|index| index >= target), "log repaired")
                     .await;
                 if held.is_ok() && clear_repair_target(&storage).is_ok() {
+                    tracing::info!(target: transition::TARGET, "repaired");
                     repairing.store(false, Ordering::Release);
                     raft.runtime_config().elect(true);
                 }
             });
         }
         let stopped = Arc::new(AtomicBool::new(false));
-        tokio::spawn(tick(raft.clone(), replica.clone(), clock.clone(), stopped.clone()));
         let (proposals, queue) = mpsc::channel(PROPOSAL_QUEUE);
+        tokio::spawn(tick(raft.clone(), replica.clone(), clock.clone(), stopped.clone(), proposals.clone()));
         tokio::spawn(pack_proposals(raft.clone(), queue));
         Ok(CellNode { id, raft, replica, recovery, storage, repairing, clock, stopped, proposals })
     }
@@ -258,8 +261,16 @@ impl<S: Storage + Clone> CellNode<S> {
 
 /// While this node leads, proposes a `Tick` whenever the cell's next deadline has passed on its clock, so that
 /// redelivery, transaction timeouts and retention are replicated decisions, and after [`IDLE_TICK_MS`] without one.
-async fn tick(raft: Raft, replica: Arc<Mutex<Replica>>, clock: Arc<dyn Clock>, stopped: Arc<AtomicBool>) {
+async fn tick(
+    raft: Raft,
+    replica: Arc<Mutex<Replica>>,
+    clock: Arc<dyn Clock>,
+    stopped: Arc<AtomicBool>,
+    proposals: mpsc::Sender<Proposal>,
+) {
+    let mut observer = transition::Observer::default();
     while !stopped.load(Ordering::Acquire) {
+        observer.look(&raft);
         let (deadline, last_at) = {
             let replica = replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             (replica.cell.next_deadline(), replica.cell.last_at())
@@ -273,7 +284,13 @@ async fn tick(raft: Raft, replica: Arc<Mutex<Replica>>, clock: Arc<dyn Clock>, s
             tokio::time::sleep(wait.max(Duration::from_millis(1))).await;
             continue;
         }
-        if raft.client_write(Request { at: now.max(last_at), commands: vec![Command::Tick] }).await.is_err() {
+        // Through the proposal queue, like every command, so that entries' times never go backwards.
+        let (reply, answer) = oneshot::channel();
+        let proposal = Proposal { at: now.max(last_at), command: Command::Tick, reply };
+        if proposals.send(proposal).await.is_err() {
+            return;
+        }
+        if !matches!(answer.await, Ok(Ok(_))) {
             tokio::time::sleep(TICK_POLL).await;
         }
     }
@@ -291,6 +308,9 @@ fn payload_bytes(command: &Command) -> usize {
 /// are handed to Raft one after another from this one task, so the log keeps the order the proposals arrived in.
 async fn pack_proposals(raft: Raft, mut queue: mpsc::Receiver<Proposal>) {
     let in_flight = Arc::new(tokio::sync::Semaphore::new(ENTRIES_IN_FLIGHT));
+    // The last time stamped on an entry: proposals are stamped when submitted, and one submitted earlier may be packed
+    // later, so an entry never carries a time before the previous entry's.
+    let mut last_at = Millis::ZERO;
     while let Some(first) = queue.recv().await {
         // Wait for room before draining the queue, so that the batch grows while the pipeline is full.
         let Ok(permit) = in_flight.clone().acquire_owned().await else { return };
@@ -305,7 +325,8 @@ async fn pack_proposals(raft: Raft, mut queue: mpsc::Receiver<Proposal>) {
                 Err(_) => break,
             }
         }
-        let at = batch.iter().map(|proposal| proposal.at).max().expect("a batch has a first proposal");
+        let at = batch.iter().map(|proposal| proposal.at).max().expect("a batch has a first proposal").max(last_at);
+        last_at = at;
         let (commands, replies): (Vec<Command>, Vec<oneshot::Sender<ProposeResult>>) =
             batch.into_iter().map(|proposal| (proposal.command, proposal.reply)).unzip();
         let n_commands = commands.len();

@@ -13,6 +13,7 @@ use openraft::{
 use serde::{Deserialize, Serialize};
 
 use crate::storage::{Batch, Space, Storage, StorageError};
+use crate::transition;
 use crate::types::{Entry, LogId, Node, NodeId, RaftStorageError, Response, TypeConfig};
 
 /// The key of the one snapshot record in [`Space::State`].
@@ -164,17 +165,30 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
         let mut responses = Vec::new();
         for entry in entries {
             replica.last_applied = Some(entry.log_id);
+            let traced = transition::tracing_entries();
             let response = match entry.payload {
                 EntryPayload::Blank => Response::Empty,
-                EntryPayload::Normal(request) => Response::Applied(
-                    request.commands.into_iter().map(|command| replica.cell.apply(request.at, command)).collect(),
-                ),
+                EntryPayload::Normal(request) => {
+                    let kinds: Vec<&'static str> =
+                        if traced { request.commands.iter().map(Into::into).collect() } else { Vec::new() };
+                    let results: Vec<_> =
+                        request.commands.into_iter().map(|command| replica.cell.apply(request.at, command)).collect();
+                    if traced {
+                        transition::applied(entry.log_id.index, request.at, &kinds, &results);
+                    }
+                    Response::Applied(results)
+                }
                 EntryPayload::Membership(membership) => {
+                    transition::membership(entry.log_id.index, &membership);
                     replica.membership = StoredMembership::new(Some(entry.log_id), membership);
                     Response::Empty
                 }
             };
-            for effect in replica.cell.drain_effects() {
+            let effects: Vec<Effect> = replica.cell.drain_effects().collect();
+            if traced {
+                transition::effects(entry.log_id.index, &effects);
+            }
+            for effect in effects {
                 if replica.effects.len() >= MAX_PENDING_EFFECTS {
                     replica.n_effects_dropped += 1;
                 } else {

@@ -22,7 +22,7 @@ fn main() {
         #[allow(clippy::disallowed_methods, reason = "wall time, measured outside the simulation")]
         let started = std::time::Instant::now();
         let published = runtime.block_on(async move {
-            let cluster = Cluster::with_snapshot_every(3, 1, snapshot_every);
+            let cluster = Cluster::with_snapshot_every(3, snapshot_every);
             cluster.wait_leader().await;
             let client = cluster.client();
             cluster

@@ -1,16 +1,25 @@
-//! A simulated cell: nodes on madsim's network, each with its own IP, its own simulated disk, and the production
-//! node code inside.
+//! A simulated cell: nodes on madsim's network, each with its own IP, its own simulated disk and clock, and the
+//! production node code inside; a client machine; the run's trace and history; and the vocabulary scenarios use to
+//! hurt it (crashes, power failures, pauses, clock jumps, partitions, lossy links, disk faults, membership changes).
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::ops::Range;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
+use bytes::Bytes;
+use cellog_core::Millis;
 use cellog_net::{Client, ClientOptions, NodeConfig, Peer, RaftTiming, RunningNode};
-use cellog_raft::storage::SimDisk;
-use cellog_raft::{Node, SystemClock};
+use cellog_raft::storage::{DiskFaults, SimDisk};
+use cellog_raft::{Clock, Node, SystemClock};
 use madsim::net::NetSim;
 use madsim::runtime::{Handle, NodeHandle};
+
+use crate::history::History;
+use crate::seeds::Seeds;
+use crate::trace::{self, Trace, TraceGuard};
 
 /// A node's id in the cell.
 pub type SimNodeId = u64;
@@ -18,91 +27,146 @@ pub type SimNodeId = u64;
 const CLIENT_PORT: u16 = 7401;
 const RAFT_PORT: u16 = 7501;
 
+/// Entries between snapshots in simulation unless a scenario asks otherwise: far fewer than in production, so that
+/// catch-up by snapshot and log purging happen within short scenarios.
+pub const SIM_SNAPSHOT_EVERY: u64 = 500;
+
+/// A node's clock: the simulated wall clock plus an offset the harness can jump.
+#[derive(Clone, Debug, Default)]
+struct SimClock {
+    offset_ms: Arc<AtomicI64>,
+}
+
+impl Clock for SimClock {
+    fn now(&self) -> Millis {
+        Millis(SystemClock.now().0.saturating_add_signed(self.offset_ms.load(Ordering::Relaxed)))
+    }
+}
+
 struct SimNode {
     disk: SimDisk,
+    clock: SimClock,
     handle: NodeHandle,
     config: NodeConfig,
     up: bool,
 }
 
+/// Loss and latency on every link.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NetworkFaults {
+    /// Chance that a packet is dropped. Connections are reliable (as TCP is): a dropped packet is sent again after a
+    /// backoff, so loss shows as delay, and a long run of it as a stalled link.
+    pub loss_rate: f64,
+    /// Each packet's latency is drawn from this range.
+    pub latency: Range<Duration>,
+}
+
+impl Default for NetworkFaults {
+    /// madsim's defaults: no loss, 1–10 ms.
+    fn default() -> Self {
+        NetworkFaults { loss_rate: 0.0, latency: Duration::from_millis(1)..Duration::from_millis(10) }
+    }
+}
+
 /// A cell of simulated nodes and a client machine.
 pub struct Cluster {
     handle: Handle,
+    seeds: Seeds,
     nodes: BTreeMap<SimNodeId, SimNode>,
     client_machine: NodeHandle,
+    snapshot_every: u64,
+    trace: Trace,
+    history: History,
+    replay: String,
+    // Last, so that it is dropped after the nodes: the trace collects until the cell is gone.
+    _trace_guard: TraceGuard,
 }
 
 fn ip(id: SimNodeId) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(10, 0, 0, u8::try_from(id).expect("at most 255 nodes")))
 }
 
-/// Entries between snapshots in simulation unless a scenario asks otherwise: far fewer than in production, so that
-/// catch-up by snapshot and log purging happen within short scenarios.
-pub const SIM_SNAPSHOT_EVERY: u64 = 500;
+fn node_addrs(id: SimNodeId) -> Node {
+    Node::new(SocketAddr::new(ip(id), RAFT_PORT).to_string(), SocketAddr::new(ip(id), CLIENT_PORT).to_string())
+}
 
 /// Raft timing in simulation: heartbeats and elections as in production.
 fn timing(snapshot_every: u64) -> RaftTiming {
     RaftTiming { heartbeat_ms: 100, election_timeout_ms: 600, snapshot_every }
 }
 
-fn config(id: SimNodeId, founders: &[SimNodeId], snapshot_every: u64) -> NodeConfig {
-    let client_addr = SocketAddr::new(ip(id), CLIENT_PORT);
-    let raft_addr = SocketAddr::new(ip(id), RAFT_PORT);
+/// Node `id`'s configuration; `bootstrap` founds the cell with `peers` and itself.
+fn config(id: SimNodeId, peers: &[SimNodeId], bootstrap: bool, snapshot_every: u64) -> NodeConfig {
     NodeConfig {
         cell: "sim".to_string(),
         id,
         data_dir: std::path::PathBuf::from(format!("/sim/node-{id}")),
-        client_addr,
-        raft_addr,
+        client_addr: SocketAddr::new(ip(id), CLIENT_PORT),
+        raft_addr: SocketAddr::new(ip(id), RAFT_PORT),
         advertise_client_addr: None,
         advertise_raft_addr: None,
         metrics_addr: None,
-        peers: founders
+        peers: peers
             .iter()
             .filter(|&&peer| peer != id)
-            .map(|&peer| Peer {
-                id: peer,
-                node: Node::new(
-                    SocketAddr::new(ip(peer), RAFT_PORT).to_string(),
-                    SocketAddr::new(ip(peer), CLIENT_PORT).to_string(),
-                ),
-            })
+            .map(|&peer| Peer { id: peer, node: node_addrs(peer) })
             .collect(),
-        bootstrap: founders.contains(&id),
+        bootstrap,
         timing: timing(snapshot_every),
     }
 }
 
+/// The command that replays the running test with this seed.
+fn test_replay(seed: u64) -> String {
+    let test = std::thread::current().name().unwrap_or("<test name>").to_string();
+    format!("MADSIM_TEST_SEED={seed} RUSTFLAGS=\"--cfg madsim\" cargo test -p cellog-sim -- --exact {test}")
+}
+
 impl Cluster {
-    /// A cell founded by nodes `1..=n`, each on a fresh disk whose faults are seeded from `disk_seed`.
-    pub fn new(n: u64, disk_seed: u64) -> Self {
-        Cluster::with_snapshot_every(n, disk_seed, SIM_SNAPSHOT_EVERY)
+    /// A cell founded by nodes `1..=n`, everything seeded from madsim's seed.
+    pub fn new(n: u64) -> Self {
+        Cluster::with_snapshot_every(n, SIM_SNAPSHOT_EVERY)
     }
 
     /// The same, taking a snapshot every `snapshot_every` entries.
-    pub fn with_snapshot_every(n: u64, disk_seed: u64, snapshot_every: u64) -> Self {
+    pub fn with_snapshot_every(n: u64, snapshot_every: u64) -> Self {
+        // First, so that the trace knows the nodes' spans from their creation on.
+        let (trace, trace_guard) = Trace::install();
         let handle = Handle::current();
+        let seeds = Seeds::current();
         let founders: Vec<SimNodeId> = (1..=n).collect();
         let client_machine = handle.create_node().name("client").ip(IpAddr::V4(Ipv4Addr::new(10, 0, 1, 1))).build();
-        let mut cluster = Cluster { handle, nodes: BTreeMap::new(), client_machine };
+        let mut cluster = Cluster {
+            handle,
+            seeds,
+            nodes: BTreeMap::new(),
+            client_machine,
+            snapshot_every,
+            trace,
+            history: History::new(),
+            replay: test_replay(seeds.0),
+            _trace_guard: trace_guard,
+        };
         for &id in &founders {
-            cluster.add(id, config(id, &founders, snapshot_every), SimDisk::new(disk_seed ^ id));
+            cluster.start_node(id, config(id, &founders, true, snapshot_every));
         }
         cluster
     }
 
-    fn add(&mut self, id: SimNodeId, config: NodeConfig, disk: SimDisk) {
-        let (init_config, init_disk) = (config.clone(), disk.clone());
+    fn start_node(&mut self, id: SimNodeId, config: NodeConfig) {
+        let disk = SimDisk::new(self.seeds.disk(id));
+        let clock = SimClock::default();
+        let (init_config, init_disk, init_clock) = (config.clone(), disk.clone(), clock.clone());
         let handle = self
             .handle
             .create_node()
             .name(format!("node-{id}"))
             .ip(ip(id))
             .init(move || {
-                let (config, disk) = (init_config.clone(), init_disk.clone());
+                let (config, disk, clock) = (init_config.clone(), init_disk.clone(), init_clock.clone());
                 async move {
                     // A madsim node's init future must never return; it is run again on restart.
-                    let _running = match RunningNode::start(&config, disk, Arc::new(SystemClock)).await {
+                    let _running = match RunningNode::start(&config, disk, Arc::new(clock)).await {
                         Ok(running) => Some(running),
                         Err(error) => {
                             tracing::error!(node = config.id, %error, "node did not start");
@@ -113,7 +177,27 @@ impl Cluster {
                 }
             })
             .build();
-        self.nodes.insert(id, SimNode { disk, handle, config, up: true });
+        self.nodes.insert(id, SimNode { disk, clock, handle, config, up: true });
+    }
+
+    /// The run's seed.
+    pub fn seeds(&self) -> Seeds {
+        self.seeds
+    }
+
+    /// The trace of state transitions so far.
+    pub fn trace(&self) -> &Trace {
+        &self.trace
+    }
+
+    /// The history of client operations, shared by every workload client of this cell.
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
+    /// Sets the one-line command printed if the run fails (a test's own by default).
+    pub fn set_replay(&mut self, command: impl Into<String>) {
+        self.replay = command.into();
     }
 
     /// The ids of the nodes.
@@ -126,13 +210,19 @@ impl Cluster {
         self.nodes.iter().filter(|(_, node)| node.up).map(|(id, _)| *id).collect()
     }
 
-    fn node(&self, id: SimNodeId) -> &SimNode {
+    fn get(&self, id: SimNodeId) -> &SimNode {
         self.nodes.get(&id).unwrap_or_else(|| panic!("no node {id}"))
+    }
+
+    /// One node, to act on.
+    pub fn node(&mut self, id: SimNodeId) -> NodeCtl<'_> {
+        assert!(self.nodes.contains_key(&id), "no node {id}");
+        NodeCtl { cluster: self, id }
     }
 
     /// A node's disk.
     pub fn disk(&self, id: SimNodeId) -> &SimDisk {
-        &self.node(id).disk
+        &self.get(id).disk
     }
 
     /// A client of the whole cell.
@@ -144,7 +234,7 @@ impl Cluster {
     /// A client of one node only, never redirected (for local reads and status).
     pub fn client_of(&self, id: SimNodeId) -> Client {
         let options = ClientOptions { retry_for: Duration::ZERO, ..ClientOptions::default() };
-        Client::new([self.node(id).config.client_addr.to_string()], options).expect("a valid address")
+        Client::new([self.get(id).config.client_addr.to_string()], options).expect("a valid address")
     }
 
     /// Runs `work` on the client machine and waits for it.
@@ -165,62 +255,106 @@ impl Cluster {
         self.client_machine.spawn(work)
     }
 
-    /// The node's process dies; its disk keeps what the page cache held.
-    pub fn crash(&mut self, id: SimNodeId) {
-        self.handle.kill(self.node(id).handle.id());
-        self.node(id).disk.reopen();
-        self.nodes.get_mut(&id).expect("exists").up = false;
-        tracing::info!(node = id, "crash");
-    }
-
-    /// The node's machine loses power: its disk keeps only what was synced.
-    pub fn power_off(&mut self, id: SimNodeId) {
-        self.handle.kill(self.node(id).handle.id());
-        self.node(id).disk.crash();
-        self.nodes.get_mut(&id).expect("exists").up = false;
-        tracing::info!(node = id, "power off");
-    }
-
-    /// Every node loses power at once.
+    /// Every node loses power at once: each disk keeps only what it synced.
     pub fn power_fail(&mut self) {
-        for id in self.ids() {
-            self.power_off(id);
+        trace::harness(None, "power-fail", "");
+        for id in self.running() {
+            self.node(id).power_off();
         }
     }
 
-    /// The node starts again on its disk.
-    pub fn restart(&mut self, id: SimNodeId) {
-        self.handle.restart(self.node(id).handle.id());
-        self.nodes.get_mut(&id).expect("exists").up = true;
-        tracing::info!(node = id, "restart");
+    fn links(&self, from: &[SimNodeId], to: &[SimNodeId], clog: bool) {
+        let net = NetSim::current();
+        for &x in from {
+            for &y in to {
+                let (x, y) = (self.get(x).handle.id(), self.get(y).handle.id());
+                if clog { net.clog_link(x, y) } else { net.unclog_link(x, y) }
+            }
+        }
     }
 
     /// No message crosses between `a` and `b`, either way.
     pub fn partition(&self, a: &[SimNodeId], b: &[SimNodeId]) {
-        let net = NetSim::current();
-        for &x in a {
-            for &y in b {
-                net.clog_link(self.node(x).handle.id(), self.node(y).handle.id());
-                net.clog_link(self.node(y).handle.id(), self.node(x).handle.id());
-            }
-        }
+        trace::harness(None, "partition", &format!("{a:?}|{b:?}"));
+        self.links(a, b, true);
+        self.links(b, a, true);
+    }
+
+    /// Messages from `from` to `to` are held back; the other way works (an asymmetric partition).
+    pub fn partition_one_way(&self, from: &[SimNodeId], to: &[SimNodeId]) {
+        trace::harness(None, "one-way", &format!("{from:?}->{to:?}"));
+        self.links(from, to, true);
+    }
+
+    /// The link from `from` to `to` holds every message back until it is unclogged or healed.
+    pub fn clog_link(&self, from: SimNodeId, to: SimNodeId) {
+        self.partition_one_way(&[from], &[to]);
+    }
+
+    /// The link from `from` to `to` works again.
+    pub fn unclog_link(&self, from: SimNodeId, to: SimNodeId) {
+        trace::harness(None, "unclog", &format!("{from}->{to}"));
+        self.links(&[from], &[to], false);
     }
 
     /// A node can reach no other node, nor the client.
     pub fn isolate(&self, id: SimNodeId) {
-        NetSim::current().clog_node(self.node(id).handle.id());
+        trace::harness(Some(id), "isolate", "");
+        NetSim::current().clog_node(self.get(id).handle.id());
     }
 
-    /// Every link works again.
+    /// Every link works again (loss and latency stay as set).
     pub fn heal(&self) {
+        trace::harness(None, "heal", "");
         let net = NetSim::current();
-        let handles: Vec<_> = self.nodes.values().map(|node| node.handle.id()).collect();
-        for &x in &handles {
+        let mut machines: Vec<_> = self.nodes.values().map(|node| node.handle.id()).collect();
+        machines.push(self.client_machine.id());
+        for &x in &machines {
             net.unclog_node(x);
-            for &y in &handles {
+            for &y in &machines {
                 net.unclog_link(x, y);
             }
         }
+    }
+
+    /// Loss and latency on every link from now on.
+    pub fn set_network(&self, faults: &NetworkFaults) {
+        let detail = format!(
+            "loss={:.3} latency={}-{}ms",
+            faults.loss_rate,
+            faults.latency.start.as_millis(),
+            faults.latency.end.as_millis()
+        );
+        trace::harness(None, "network", &detail);
+        NetSim::current().update_config(|config| {
+            config.packet_loss_rate = faults.loss_rate;
+            config.send_latency = faults.latency.clone();
+        });
+    }
+
+    /// Starts a new node, adds it as a learner and promotes it to voter, through the client API. Returns its id.
+    pub async fn add_node(&mut self) -> SimNodeId {
+        let id = self.nodes.keys().max().copied().unwrap_or_default() + 1;
+        trace::harness(Some(id), "add-node", "");
+        let peers = self.ids();
+        self.start_node(id, config(id, &peers, false, self.snapshot_every));
+        let client = self.client();
+        let addrs = node_addrs(id);
+        self.on_client(async move {
+            client.add_learner(id, &addrs.raft_addr, &addrs.client_addr).await.expect("learner added");
+            client.promote(id).await.expect("learner promoted");
+        })
+        .await;
+        id
+    }
+
+    /// Removes a node from the membership through the client API, then stops it for good.
+    pub async fn remove_node(&mut self, id: SimNodeId) {
+        trace::harness(Some(id), "remove-node", "");
+        let client = self.client();
+        self.on_client(async move { client.remove_node(id).await.expect("node removed") }).await;
+        let node = self.nodes.remove(&id).expect("exists");
+        self.handle.kill(node.handle.id());
     }
 
     /// Waits until some node leads and has applied an entry of its term; returns its id.
@@ -267,5 +401,149 @@ impl Cluster {
             panic!("replicas did not converge within 120 simulated seconds: {last:?}");
         })
         .await
+    }
+}
+
+/// Every message a node holds, by message id: (partition, seq, body) for each copy.
+pub type Stored = BTreeMap<String, Vec<(u32, u64, Bytes)>>;
+
+impl Cluster {
+    /// Every message node `id` holds in `stream`'s partitions `0..partitions`, read locally.
+    pub async fn stored_on(&self, id: SimNodeId, stream: &str, partitions: u32) -> Stored {
+        let client = self.client_of(id);
+        let stream = stream.to_string();
+        self.on_client(async move {
+            let mut stored = Stored::new();
+            for partition in 0..partitions {
+                let mut from = 1;
+                loop {
+                    let response = client.read(&stream, partition, from, 1000, true).await.expect("a local read");
+                    let Some(last) = response.messages.last().map(|message| message.seq) else { break };
+                    for message in response.messages {
+                        let key =
+                            message.msg_id.clone().unwrap_or_else(|| format!("<no id {partition}/{}>", message.seq));
+                        stored.entry(key).or_default().push((message.partition, message.seq, message.payload));
+                    }
+                    from = last + 1;
+                }
+            }
+            stored
+        })
+        .await
+    }
+
+    /// The replicas converge; then every running node holds every message the history shows acknowledged exactly
+    /// once, where it was acknowledged, with the body `body(msg_id)`, and holds no message twice. Returns what the
+    /// first node holds.
+    pub async fn check_acknowledged(&self, stream: &str, partitions: u32, body: impl Fn(&str) -> Bytes) -> Stored {
+        self.converge().await;
+        let acked = self.history.acknowledged_in(stream);
+        let mut first = None;
+        for id in self.running() {
+            let stored = self.stored_on(id, stream, partitions).await;
+            for (msg_id, &(partition, seq)) in &acked {
+                let copies = stored.get(msg_id).unwrap_or_else(|| panic!("node {id} lost acknowledged {msg_id}"));
+                assert_eq!(copies.len(), 1, "node {id} holds {msg_id} {} times", copies.len());
+                assert_eq!((copies[0].0, copies[0].1), (partition, seq), "node {id} holds {msg_id} elsewhere");
+                assert_eq!(copies[0].2, body(msg_id), "node {id} holds {msg_id} with another body");
+            }
+            // Unacknowledged ids may exist (their acks were lost) but never twice.
+            for (msg_id, copies) in &stored {
+                assert_eq!(copies.len(), 1, "node {id} holds {msg_id} {} times", copies.len());
+            }
+            first.get_or_insert(stored);
+        }
+        first.expect("a running node")
+    }
+}
+
+impl Drop for Cluster {
+    /// On a failed run: the seed, the command that replays it, and where its trace and history were written.
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let dir = std::env::temp_dir().join("cellog-sim");
+        let stem = dir.join(format!("seed-{}", self.seeds.0));
+        let (trace, history) = (stem.with_extension("trace"), stem.with_extension("history"));
+        let written = std::fs::create_dir_all(&dir)
+            .and_then(|()| std::fs::write(&trace, self.trace.render()))
+            .and_then(|()| std::fs::write(&history, self.history.render()));
+        eprintln!("simulation failed with seed {}; replay: {}", self.seeds.0, self.replay);
+        match written {
+            Ok(()) => eprintln!("trace: {}  history: {}", trace.display(), history.display()),
+            Err(error) => eprintln!("could not write the trace and history to {}: {error}", dir.display()),
+        }
+    }
+}
+
+/// One node of a [`Cluster`], to act on.
+pub struct NodeCtl<'a> {
+    cluster: &'a mut Cluster,
+    id: SimNodeId,
+}
+
+impl NodeCtl<'_> {
+    fn state(&mut self) -> &mut SimNode {
+        self.cluster.nodes.get_mut(&self.id).expect("checked when made")
+    }
+
+    /// The node's process dies; its disk keeps what the page cache held.
+    pub fn crash(mut self) {
+        trace::harness(Some(self.id), "crash", "");
+        let node = self.state();
+        node.up = false;
+        node.disk.reopen();
+        let machine = node.handle.id();
+        self.cluster.handle.kill(machine);
+    }
+
+    /// The node's machine loses power: its disk keeps only what was synced.
+    pub fn power_off(mut self) {
+        trace::harness(Some(self.id), "power-off", "");
+        let node = self.state();
+        node.up = false;
+        node.disk.crash();
+        let machine = node.handle.id();
+        self.cluster.handle.kill(machine);
+    }
+
+    /// The node starts again on its disk.
+    pub fn restart(mut self) {
+        trace::harness(Some(self.id), "restart", "");
+        let node = self.state();
+        node.up = true;
+        let machine = node.handle.id();
+        self.cluster.handle.restart(machine);
+    }
+
+    /// The node's process stops being scheduled (a long GC pause, a stopped VM), until [`NodeCtl::resume`].
+    pub fn pause(mut self) {
+        trace::harness(Some(self.id), "pause", "");
+        let machine = self.state().handle.id();
+        self.cluster.handle.pause(machine);
+    }
+
+    /// The paused node goes on where it stopped.
+    pub fn resume(mut self) {
+        trace::harness(Some(self.id), "resume", "");
+        let machine = self.state().handle.id();
+        self.cluster.handle.resume(machine);
+    }
+
+    /// The node's clock jumps by `by_ms` milliseconds (backwards when negative).
+    pub fn jump_clock(mut self, by_ms: i64) {
+        trace::harness(Some(self.id), "clock-jump", &format!("by={by_ms}"));
+        self.state().clock.offset_ms.fetch_add(by_ms, Ordering::Relaxed);
+    }
+
+    /// The node's disk starts failing at these rates.
+    pub fn disk_faults(mut self, faults: DiskFaults) {
+        let detail = format!(
+            "read-error={} torn-write={} misdirected-write={} bit-flip={}",
+            faults.read_error_ppm, faults.torn_write_ppm, faults.misdirected_write_ppm, faults.bit_flip_ppm
+        );
+        trace::harness(Some(self.id), "disk-faults", &detail);
+        self.state().disk.set_faults(faults);
     }
 }

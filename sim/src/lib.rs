@@ -1,12 +1,26 @@
 //! The deterministic simulation harness: cellog nodes running the production node code (`cellog-net`'s
-//! `RunningNode`, over `cellog-raft` and `cellog-core`) on madsim's runtime and network, each on a simulated disk
-//! that the harness owns, so it survives crashes and restarts. Clients are the real client library, running on a node
-//! of their own. Nothing in a node knows it is simulated.
+//! `RunningNode`, over `cellog-raft` and `cellog-core`) on madsim's runtime and network, each on a simulated disk and
+//! clock that the harness owns, so they survive crashes and restarts. Clients are the real client library, running on
+//! a machine of their own. Nothing in a node knows it is simulated.
+//!
+//! - [`Cluster`]: the cell and the vocabulary to hurt it (`cluster.node(2).crash()`, `partition`, `power_fail`, ...).
+//! - [`trace`]: one line per state transition, in simulated time, hashed into `trace_hash`.
+//! - [`history`]: every client operation, invoked and completed (ok, fail, or unknown).
+//! - [`seeds`]: one seed per run, one random stream per concern.
+//! - [`workload`]: producers, consumers and transactional producers that record into the history.
 //!
 //! Everything here exists only under `--cfg madsim`; in other builds the crate is empty.
 
 #[cfg(madsim)]
 mod cluster;
+#[cfg(madsim)]
+pub mod history;
+#[cfg(madsim)]
+pub mod seeds;
+#[cfg(madsim)]
+pub mod trace;
+#[cfg(madsim)]
+pub mod workload;
 
 #[cfg(madsim)]
-pub use cluster::{Cluster, SIM_SNAPSHOT_EVERY, SimNodeId};
+pub use cluster::{Cluster, NetworkFaults, NodeCtl, SIM_SNAPSHOT_EVERY, SimNodeId, Stored};

@@ -1,0 +1,194 @@
+//! State transitions as `tracing` events under the target [`TARGET`]: what each applied entry did, what its effects
+//! were, and each change of a node's role, term, leader, membership, snapshot and purged log.
+//!
+//! Operators see them in the log (role, membership and snapshot changes at INFO, applied entries at DEBUG); the
+//! simulator collects them into its trace. Fields hold only log positions, cell time, names and counts: no addresses
+//! and no wall-clock readings, so the same run gives the same events.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use cellog_core::{Effect, Millis, Outcome, Rejection};
+use openraft::{Membership, ServerState};
+
+use crate::types::{Node, NodeId, Raft};
+
+/// The `tracing` target of every transition event.
+pub const TARGET: &str = "cellog::transition";
+
+/// Whether applied entries are being traced (so their summaries are worth building).
+pub(crate) fn tracing_entries() -> bool {
+    tracing::enabled!(target: TARGET, tracing::Level::DEBUG)
+}
+
+/// `kind×count` for each kind, in order of first appearance: `publish×48 ack×2`.
+fn counted<'a>(kinds: impl IntoIterator<Item = &'a str>) -> String {
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for kind in kinds {
+        match counts.iter_mut().find(|(seen, _)| *seen == kind) {
+            Some((_, count)) => *count += 1,
+            None => counts.push((kind, 1)),
+        }
+    }
+    let mut text = String::new();
+    for (kind, count) in counts {
+        if !text.is_empty() {
+            text.push(' ');
+        }
+        let _ = write!(text, "{kind}×{count}");
+    }
+    text
+}
+
+fn outcome_kind(result: &Result<Outcome, Rejection>) -> &'static str {
+    match result {
+        Ok(Outcome::Published(ack)) if ack.duplicate => "duplicate",
+        Ok(outcome) => outcome.into(),
+        Err(rejection) => rejection.into(),
+    }
+}
+
+/// One applied entry of commands: their kinds going in and their results coming out.
+pub(crate) fn applied(index: u64, at: Millis, commands: &[&'static str], results: &[Result<Outcome, Rejection>]) {
+    tracing::debug!(
+        target: TARGET,
+        index,
+        at = at.0,
+        commands = %counted(commands.iter().copied()),
+        results = %counted(results.iter().map(outcome_kind)),
+        "apply"
+    );
+}
+
+/// One applied membership change.
+pub(crate) fn membership(index: u64, membership: &Membership<NodeId, Node>) {
+    let voters: Vec<NodeId> = membership.voter_ids().collect();
+    let learners: Vec<NodeId> = membership.learner_ids().collect();
+    tracing::info!(target: TARGET, index, ?voters, ?learners, "membership");
+}
+
+/// Sequences `first..=last` written `first-last`, or `first` alone.
+fn span(first: u64, last: u64) -> String {
+    if first == last { first.to_string() } else { format!("{first}-{last}") }
+}
+
+/// (what, stream, partition) → runs of consecutive sequences, `(first, last)`.
+type Runs = BTreeMap<(&'static str, String, u32), Vec<(u64, u64)>>;
+
+/// The effects of one entry. Appends and removals are folded into runs of sequences per partition; every other effect
+/// is an event of its own.
+pub(crate) fn effects<'a>(index: u64, effects: impl IntoIterator<Item = &'a Effect>) {
+    let mut runs = Runs::new();
+    let mut extend = |what: &'static str, stream: &str, partition: u32, seq: u64| {
+        let runs = runs.entry((what, stream.to_string(), partition)).or_default();
+        match runs.last_mut() {
+            Some((_, last)) if *last + 1 == seq => *last = seq,
+            _ => runs.push((seq, seq)),
+        }
+    };
+    for effect in effects {
+        match effect {
+            Effect::Appended { stream, partition, seq } => extend("appended", stream, *partition, *seq),
+            Effect::Removed { stream, partition, seq, reason } => {
+                extend(<&'static str>::from(reason), stream, *partition, *seq);
+            }
+            Effect::Recalled { stream, partition, seq } => {
+                tracing::debug!(target: TARGET, index, %stream, partition, seq, "recalled");
+            }
+            Effect::DeliveryExpired { stream, consumer, partition, seq, delivery_count } => {
+                tracing::debug!(target: TARGET, index, %stream, %consumer, partition, seq, delivery_count, "expired");
+            }
+            Effect::DeadLettered { stream, consumer, partition, seq, delivery_count, copy } => {
+                let copy = copy.as_ref().map_or("none".to_string(), |(dl, p, s)| format!("{dl}/{p}:{s}"));
+                tracing::debug!(
+                    target: TARGET, index, %stream, %consumer, partition, seq, delivery_count, %copy, "dead-lettered"
+                );
+            }
+            Effect::TransactionCommitted { producer_id, epoch, n_messages } => {
+                tracing::debug!(target: TARGET, index, producer_id, epoch, n_messages, "txn-committed");
+            }
+            Effect::TransactionAborted { producer_id, epoch, reason } => {
+                let reason: &'static str = reason.into();
+                tracing::debug!(target: TARGET, index, producer_id, epoch, reason, "txn-aborted");
+            }
+            Effect::StreamDeleted { stream } => tracing::debug!(target: TARGET, index, %stream, "stream-deleted"),
+        }
+    }
+    for ((what, stream, partition), runs) in runs {
+        let seqs = runs.iter().map(|&(first, last)| span(first, last)).collect::<Vec<_>>().join(",");
+        if what == "appended" {
+            tracing::debug!(target: TARGET, index, %stream, partition, %seqs, "appended");
+        } else {
+            tracing::debug!(target: TARGET, index, %stream, partition, %seqs, reason = what, "removed");
+        }
+    }
+}
+
+fn state_name(state: ServerState) -> &'static str {
+    match state {
+        ServerState::Leader => "leader",
+        ServerState::Follower => "follower",
+        ServerState::Candidate => "candidate",
+        ServerState::Learner => "learner",
+        ServerState::Shutdown => "shutdown",
+    }
+}
+
+/// Reports a node's role, term and leader when they change, and each new snapshot and log purge.
+///
+/// It looks at the metrics when asked (the node's tick loop asks every time it wakes) rather than waiting on
+/// openraft's metrics channel: tokio's `watch` wakes its waiters in an order drawn from a thread-local generator
+/// outside the simulator's control, so a second waiter on that channel makes a simulated run irreproducible.
+#[derive(Debug, Default)]
+pub(crate) struct Observer {
+    role: Option<(ServerState, u64, Option<NodeId>)>,
+    snapshot: Option<u64>,
+    purged: Option<u64>,
+}
+
+impl Observer {
+    /// Reports what changed since the last look.
+    pub(crate) fn look(&mut self, raft: &Raft) {
+        let (role, snapshot, purged) = {
+            let metrics = raft.metrics();
+            let now = metrics.borrow();
+            let role = (now.state, now.current_term, now.current_leader);
+            (role, now.snapshot.map(|log_id| log_id.index), now.purged.map(|log_id| log_id.index))
+        };
+        if self.role != Some(role) {
+            self.role = Some(role);
+            let (state, term, leader) = role;
+            let leader = leader.map_or_else(|| "none".to_string(), |id| id.to_string());
+            tracing::info!(target: TARGET, state = state_name(state), term, %leader, "role");
+        }
+        if snapshot != self.snapshot {
+            self.snapshot = snapshot;
+            if let Some(index) = snapshot {
+                tracing::info!(target: TARGET, index, "snapshot");
+            }
+        }
+        if purged != self.purged {
+            self.purged = purged;
+            if let Some(up_to) = purged {
+                tracing::debug!(target: TARGET, up_to, "purged");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_keep_the_order_kinds_first_appear_in() {
+        assert_eq!(counted(["publish", "ack", "publish"]), "publish×2 ack×1");
+        assert_eq!(counted([]), "");
+    }
+
+    #[test]
+    fn runs_are_written_compactly() {
+        assert_eq!(span(3, 3), "3");
+        assert_eq!(span(3, 9), "3-9");
+    }
+}

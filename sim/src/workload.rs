@@ -1,0 +1,302 @@
+//! Workload clients: the real client library, recording every operation it makes in the run's [`History`].
+//!
+//! - [`Producer`]: publishes messages with ids, pipelined; the client retries through failovers, and message ids keep
+//!   retries from landing twice.
+//! - [`Consumer`]: a durable or work-queue consumer that fetches, then acks, nacks or ignores each delivery, as its
+//!   random stream decides.
+//! - [`TxnProducer`]: a transactional producer; two with one transactional id make the older a zombie to be fenced.
+
+use std::collections::BTreeMap;
+
+use cellog_net::proto as v1;
+use cellog_net::{Client, ClientError};
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::cluster::Cluster;
+use crate::history::{Completion, History, Op, OpId, Seen, Value};
+
+fn published(ack: &v1::PublishAck) -> Value {
+    Value::Published { stream: ack.stream.clone(), partition: ack.partition, seq: ack.seq, duplicate: ack.duplicate }
+}
+
+/// Publishes messages with ids.
+#[derive(Clone)]
+pub struct Producer {
+    process: String,
+    client: Client,
+    history: History,
+    /// Sends this percentage of messages twice, and the draws that decide which.
+    duplicates: Option<(u32, ChaCha8Rng)>,
+}
+
+impl Producer {
+    /// A producer of `cluster` named `process` in the history.
+    pub fn new(cluster: &Cluster, process: &str) -> Producer {
+        Producer {
+            process: process.to_string(),
+            client: cluster.client(),
+            history: cluster.history().clone(),
+            duplicates: None,
+        }
+    }
+
+    /// Sends `percent` of its messages a second time right after the first, as a request duplicated on its way
+    /// would arrive. (madsim's connections are reliable and ordered, as TCP is, so duplication is made here.)
+    pub fn with_duplicates(mut self, percent: u32, rng: ChaCha8Rng) -> Producer {
+        self.duplicates = Some((percent, rng));
+        self
+    }
+
+    fn invoke(&self, request: &v1::PublishRequest) -> OpId {
+        let txn = request.transaction.map(|producer| (producer.producer_id, producer.epoch));
+        let op =
+            Op::Publish { msg_id: request.msg_id.clone().unwrap_or_default(), subject: request.subject.clone(), txn };
+        self.history.invoke(&self.process, op)
+    }
+
+    /// Publishes `requests` with up to `window` unanswered; returns where each acknowledged one landed, by id.
+    pub async fn publish(&mut self, requests: Vec<v1::PublishRequest>, window: usize) -> BTreeMap<String, (u32, u64)> {
+        let requests = match &mut self.duplicates {
+            Some((percent, rng)) => requests
+                .into_iter()
+                .flat_map(|request| {
+                    let copies = if rng.gen_range(0..100) < *percent { 2 } else { 1 };
+                    std::iter::repeat_n(request, copies)
+                })
+                .collect(),
+            None => requests,
+        };
+        let ops: Vec<(OpId, Option<String>)> =
+            requests.iter().map(|request| (self.invoke(request), request.msg_id.clone())).collect();
+        let results = self.client.publish_batch(requests, window).await;
+        let mut acked = BTreeMap::new();
+        for ((op_id, msg_id), result) in ops.into_iter().zip(results) {
+            if let (Ok(ack), Some(msg_id)) = (&result.result, msg_id) {
+                acked.insert(msg_id, (ack.partition, ack.seq));
+            }
+            self.history.complete(&self.process, op_id, Completion::of(result.result.as_ref().map(published)));
+        }
+        acked
+    }
+
+    /// Publishes one message and waits for its answer.
+    pub async fn publish_one(&self, request: v1::PublishRequest) -> Result<v1::PublishAck, ClientError> {
+        let op_id = self.invoke(&request);
+        let result = self.client.publish(request).await;
+        let value = result.as_ref().map(|ack| if ack.staged_index.is_some() { Value::Staged } else { published(ack) });
+        self.history.complete(&self.process, op_id, Completion::of(value));
+        result
+    }
+}
+
+/// What a consumer does with each delivery, in percent (the rest it ignores, to be redelivered after its ack wait).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Behaviour {
+    /// Acknowledged as applied.
+    pub ack_percent: u32,
+    /// Refused, to be redelivered soon.
+    pub nack_percent: u32,
+}
+
+impl Default for Behaviour {
+    fn default() -> Self {
+        Behaviour { ack_percent: 80, nack_percent: 10 }
+    }
+}
+
+/// A consumer (durable, or one member of a work queue) that fetches and answers deliveries.
+pub struct Consumer {
+    process: String,
+    client: Client,
+    history: History,
+    stream: String,
+    consumer: String,
+    behaviour: Behaviour,
+    rng: ChaCha8Rng,
+}
+
+impl Consumer {
+    /// Member `process` of consumer `consumer` on `stream`, answering as `behaviour` says with draws from `rng`.
+    pub fn new(
+        cluster: &Cluster,
+        process: &str,
+        (stream, consumer): (&str, &str),
+        behaviour: Behaviour,
+        rng: ChaCha8Rng,
+    ) -> Consumer {
+        Consumer {
+            process: process.to_string(),
+            client: cluster.client(),
+            history: cluster.history().clone(),
+            stream: stream.to_string(),
+            consumer: consumer.to_string(),
+            behaviour,
+            rng,
+        }
+    }
+
+    /// Fetches up to `max` deliveries and answers each; returns how many came.
+    pub async fn round(&mut self, max: u32) -> usize {
+        let op_id = self.history.invoke(&self.process, Op::Fetch { consumer: self.consumer.clone(), max });
+        let fetched = self.client.fetch(&self.stream, &self.consumer, &self.process, max).await;
+        let value = fetched.as_ref().map(|deliveries| {
+            Value::Messages(
+                deliveries
+                    .iter()
+                    .filter_map(|delivery| {
+                        let message = delivery.message.as_ref()?;
+                        Some(Seen {
+                            partition: message.partition,
+                            seq: message.seq,
+                            msg_id: message.msg_id.clone(),
+                            delivery_count: delivery.delivery_count,
+                        })
+                    })
+                    .collect(),
+            )
+        });
+        self.history.complete(&self.process, op_id, Completion::of(value));
+        let Ok(deliveries) = fetched else { return 0 };
+        let mut acks = Vec::new();
+        for message in deliveries.iter().filter_map(|delivery| delivery.message.as_ref()) {
+            let draw = self.rng.gen_range(0..100);
+            let (kind, name) = if draw < self.behaviour.ack_percent {
+                (v1::AckKind::AckApplied, "ack")
+            } else if draw < self.behaviour.ack_percent + self.behaviour.nack_percent {
+                (v1::AckKind::AckNack, "nack")
+            } else {
+                continue;
+            };
+            let item = v1::AckItem { partition: message.partition, seq: message.seq, kind: kind.into(), delay_ms: 100 };
+            let op =
+                Op::Ack { consumer: self.consumer.clone(), partition: message.partition, seq: message.seq, kind: name };
+            acks.push((self.history.invoke(&self.process, op), item));
+        }
+        if acks.is_empty() {
+            return deliveries.len();
+        }
+        let (ops, items): (Vec<OpId>, Vec<v1::AckItem>) = acks.into_iter().unzip();
+        match self.client.ack(&self.stream, &self.consumer, items).await {
+            Ok(results) => {
+                for (op_id, result) in ops.into_iter().zip(results) {
+                    let completion = match result.result {
+                        Some(v1::ack_result::Result::Error(error)) => {
+                            Completion::Fail(error.detail.map(|detail| detail.reason).unwrap_or_default())
+                        }
+                        _ => Completion::Ok(Value::Done),
+                    };
+                    self.history.complete(&self.process, op_id, completion);
+                }
+            }
+            Err(error) => {
+                for op_id in ops {
+                    self.history.complete(&self.process, op_id, Completion::of(Err(&error)));
+                }
+            }
+        }
+        deliveries.len()
+    }
+}
+
+/// A transactional producer: one instance of a transactional id.
+pub struct TxnProducer {
+    process: String,
+    client: Client,
+    history: History,
+    transactional_id: String,
+    /// Its producer id and epoch, once initialized.
+    pub producer: Option<v1::ProducerRef>,
+}
+
+impl TxnProducer {
+    /// An instance of `transactional_id`, named `process` in the history.
+    pub fn new(cluster: &Cluster, process: &str, transactional_id: &str) -> TxnProducer {
+        TxnProducer {
+            process: process.to_string(),
+            client: cluster.client(),
+            history: cluster.history().clone(),
+            transactional_id: transactional_id.to_string(),
+            producer: None,
+        }
+    }
+
+    /// Registers this instance, fencing every older one of its transactional id.
+    pub async fn init(&mut self) -> Result<v1::ProducerRef, ClientError> {
+        let op = Op::InitProducer { transactional_id: self.transactional_id.clone() };
+        let op_id = self.history.invoke(&self.process, op);
+        let result = self.client.init_producer(&self.transactional_id, 0).await;
+        let value = result.as_ref().map(|p| Value::Producer { producer_id: p.producer_id, epoch: p.epoch });
+        self.history.complete(&self.process, op_id, Completion::of(value));
+        if let Ok(producer) = &result {
+            self.producer = Some(*producer);
+        }
+        result
+    }
+
+    fn current(&self) -> v1::ProducerRef {
+        self.producer.expect("init first")
+    }
+
+    async fn step(&mut self, step: &'static str) -> Result<v1::TransactionResponse, ClientError> {
+        let producer = self.current();
+        let op = Op::Txn { step, producer_id: producer.producer_id, epoch: producer.epoch };
+        let op_id = self.history.invoke(&self.process, op);
+        let result = match step {
+            "begin" => self.client.begin(producer).await,
+            "prepare" => self.client.prepare(producer).await,
+            "commit" => self.client.commit(producer).await,
+            _ => self.client.abort(producer).await,
+        };
+        let value = result.as_ref().map(|response| match step {
+            "commit" => Value::Messages(
+                response
+                    .messages
+                    .iter()
+                    .map(|ack| Seen { partition: ack.partition, seq: ack.seq, msg_id: None, delivery_count: 0 })
+                    .collect(),
+            ),
+            _ => Value::Done,
+        });
+        self.history.complete(&self.process, op_id, Completion::of(value));
+        // A transaction's end bumps the epoch: the next transaction uses the new one.
+        if let Ok(response) = &result
+            && let Some(next) = response.next
+        {
+            self.producer = Some(next);
+        }
+        result
+    }
+
+    /// Opens a transaction.
+    pub async fn begin(&mut self) -> Result<v1::TransactionResponse, ClientError> {
+        self.step("begin").await
+    }
+
+    /// Stages one message in the open transaction.
+    pub async fn publish(&mut self, mut request: v1::PublishRequest) -> Result<v1::PublishAck, ClientError> {
+        request.transaction = Some(self.current());
+        let producer = Producer {
+            process: self.process.clone(),
+            client: self.client.clone(),
+            history: self.history.clone(),
+            duplicates: None,
+        };
+        producer.publish_one(request).await
+    }
+
+    /// Prepares the open transaction.
+    pub async fn prepare(&mut self) -> Result<v1::TransactionResponse, ClientError> {
+        self.step("prepare").await
+    }
+
+    /// Commits it: every staged message becomes visible at once.
+    pub async fn commit(&mut self) -> Result<v1::TransactionResponse, ClientError> {
+        self.step("commit").await
+    }
+
+    /// Aborts it.
+    pub async fn abort(&mut self) -> Result<v1::TransactionResponse, ClientError> {
+        self.step("abort").await
+    }
+}
