@@ -14,7 +14,8 @@ use cellog_raft::transition::TARGET;
 use sha2::{Digest, Sha256};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id};
-use tracing::{Event, Level, Subscriber};
+use tracing::subscriber::Interest;
+use tracing::{Event, Level, Metadata, Subscriber};
 use tracing_subscriber::filter::{EnvFilter, Targets};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
@@ -131,7 +132,26 @@ struct Collect {
     start: Duration,
 }
 
+/// Whether the trace wants a callsite: transition events, madsim's `node` and `task` spans (for lanes), and errors from cellog
+/// code (printed, so that a node that failed to start says why).
+fn wanted(metadata: &Metadata<'_>) -> bool {
+    if metadata.is_span() {
+        // A task's span is what madsim enters while polling it; its parent, the node's, names the lane.
+        matches!(metadata.name(), "node" | "task") && metadata.target().starts_with("madsim")
+    } else {
+        metadata.target() == TARGET || (*metadata.level() == Level::ERROR && metadata.target().starts_with("cellog"))
+    }
+}
+
 impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Collect {
+    fn register_callsite(&self, metadata: &'static Metadata<'static>) -> Interest {
+        if wanted(metadata) { Interest::always() } else { Interest::never() }
+    }
+
+    fn enabled(&self, metadata: &Metadata<'_>, _: Context<'_, S>) -> bool {
+        wanted(metadata)
+    }
+
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
         if attrs.metadata().name() != "node" {
             return;
@@ -144,11 +164,14 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Collect {
     }
 
     fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
-        if event.metadata().target() != TARGET {
-            return;
-        }
         let mut line = Line::default();
         event.record(&mut line);
+        if event.metadata().target() != TARGET {
+            if *event.metadata().level() == Level::ERROR {
+                eprintln!("ERROR {}: {}{}", event.metadata().target(), line.message, line.fields);
+            }
+            return;
+        }
         let lane = line.node.map(|node| format!("n{node}")).or_else(|| {
             ctx.event_scope(event)?.find_map(|span| span.extensions().get::<Lane>().map(|lane| lane.0.clone()))
         });
@@ -164,18 +187,24 @@ impl Trace {
     /// Other events go to standard error as `RUST_LOG` says (errors only, by default).
     pub fn install() -> (Trace, TraceGuard) {
         let trace = Trace::default();
-        let collect = Collect { trace: trace.clone(), start: simulated_elapsed() }
-            // madsim's `node` spans name the lanes, so this layer must see them too.
-            .with_filter(Targets::new().with_target(TARGET, Level::DEBUG).with_target("madsim", Level::ERROR));
-        let log = tracing_subscriber::fmt::layer()
-            .with_writer(std::io::stderr)
-            .without_time()
-            .with_ansi(false)
-            // openraft logs every unreachable peer as an error, which faults make routine.
-            .with_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("error,openraft=off")));
-        let subscriber = tracing_subscriber::registry().with(collect).with(log);
-        let guard = TraceGuard { _default: tracing::subscriber::set_default(subscriber) };
-        (trace, guard)
+        let collect = Collect { trace: trace.clone(), start: simulated_elapsed() };
+        let guard = match EnvFilter::try_from_default_env() {
+            // With RUST_LOG, the log too; each layer filters what it sees.
+            Ok(filter) => {
+                let log = tracing_subscriber::fmt::layer()
+                    .with_writer(std::io::stderr)
+                    .without_time()
+                    .with_ansi(false)
+                    .with_filter(filter);
+                // madsim's `node` spans name the lanes, so the trace must see them too.
+                let collect = collect
+                    .with_filter(Targets::new().with_target(TARGET, Level::DEBUG).with_target("madsim", Level::ERROR));
+                tracing::subscriber::set_default(tracing_subscriber::registry().with(collect).with(log))
+            }
+            // Without, only what the trace needs is ever enabled.
+            Err(_) => tracing::subscriber::set_default(tracing_subscriber::registry().with(collect)),
+        };
+        (trace, TraceGuard { _default: guard })
     }
 
     fn lock(&self) -> MutexGuard<'_, Vec<String>> {
