@@ -8,13 +8,19 @@
 //! - [`history`]: every client operation, invoked and completed (ok, fail, or unknown).
 //! - [`seeds`]: one seed per run, one random stream per concern.
 //! - [`workload`]: producers, consumers and transactional producers that record into the history.
+//! - [`fault`]: faults and schedules of them as plain data, and `Cluster::inject` / `run_schedule` / `heal_all`.
+//! - [`mixed`]: the mixed workload `ci/sim-run` and the chaos sweeps run under a schedule.
 //!
 //! Everything here exists only under `--cfg madsim`; in other builds the crate is empty.
 
 #[cfg(madsim)]
 mod cluster;
 #[cfg(madsim)]
+pub mod fault;
+#[cfg(madsim)]
 pub mod history;
+#[cfg(madsim)]
+pub mod mixed;
 #[cfg(madsim)]
 pub mod seeds;
 #[cfg(madsim)]

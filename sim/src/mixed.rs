@@ -1,0 +1,213 @@
+//! The mixed workload that `ci/sim-run` and the chaos sweeps run: a producer (which may duplicate requests), a durable
+//! consumer and two work-queue workers that ack, nack or ignore, and a transactional producer; faults from a schedule
+//! meanwhile; then heal, drain and converge.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use cellog_net::proto as v1;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::cluster::{Cluster, SimNodeId, Stored};
+use crate::fault::Step;
+use crate::seeds::Concern;
+use crate::workload::{Behaviour, Consumer, Producer, TxnProducer};
+
+/// The stream every message of the producer goes to.
+pub const STREAM: &str = "orders";
+/// Its partitions.
+pub const PARTITIONS: u32 = 2;
+/// A work-queue stream: a message is gone once a worker acks it.
+pub const JOBS: &str = "jobs";
+/// The durable consumer of [`STREAM`].
+pub const AUDIT: &str = "audit";
+/// The work-queue consumer of [`JOBS`], with two members.
+pub const WORKERS: &str = "workers";
+/// Transactions attempted, of [`TXN_SIZE`] messages each.
+pub const TXNS: usize = 5;
+/// Messages per transaction.
+pub const TXN_SIZE: usize = 4;
+
+/// What a run leaves to check, besides the cluster's history.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// The transactions (by round) whose commit was acknowledged.
+    pub committed: Vec<usize>,
+    /// What each running node holds in [`STREAM`], read locally after convergence.
+    pub stored: BTreeMap<SimNodeId, Stored>,
+}
+
+/// The id (and body) of message `index` of the producer.
+pub fn message_id(index: usize) -> String {
+    format!("m-{index}")
+}
+
+/// The id (and body) of message `index` of transaction `round`.
+pub fn txn_message_id(round: usize, index: usize) -> String {
+    format!("t{round}-{index}")
+}
+
+fn request(subject: String, msg_id: String) -> v1::PublishRequest {
+    v1::PublishRequest {
+        subject,
+        payload: Bytes::from(msg_id.clone()),
+        msg_id: Some(msg_id),
+        ..v1::PublishRequest::default()
+    }
+}
+
+async fn setup(cluster: &Cluster) {
+    cluster.wait_leader().await;
+    let admin = cluster.client();
+    cluster
+        .on_client(async move {
+            let config = v1::StreamConfig {
+                subjects: vec!["orders.>".to_string()],
+                partitions: PARTITIONS,
+                ..v1::StreamConfig::default()
+            };
+            admin.create_stream(STREAM, config).await.expect("stream created");
+            let consumer = v1::ConsumerConfig { ack_wait_ms: Some(1_000), ..v1::ConsumerConfig::default() };
+            admin.create_consumer(STREAM, AUDIT, consumer.clone()).await.expect("consumer created");
+            let jobs = v1::StreamConfig {
+                subjects: vec!["jobs.>".to_string()],
+                retention: v1::RetentionPolicy::RetentionWorkQueue.into(),
+                ..v1::StreamConfig::default()
+            };
+            admin.create_stream(JOBS, jobs).await.expect("stream created");
+            admin.create_consumer(JOBS, WORKERS, consumer).await.expect("consumer created");
+        })
+        .await;
+}
+
+/// A generator of its own for one client, drawn from `rng`.
+fn fork(rng: &mut ChaCha8Rng) -> ChaCha8Rng {
+    ChaCha8Rng::seed_from_u64(rng.r#gen())
+}
+
+/// Runs the workload on `cluster` with the faults of `schedule`, then heals everything, lets the consumers drain, and
+/// waits for the replicas to converge (a liveness check: it panics if they do not within its budget).
+pub async fn run(cluster: &mut Cluster, schedule: &[Step]) -> Outcome {
+    let mut workload = cluster.seeds().rng(Concern::Workload);
+    let mut network = cluster.seeds().rng(Concern::Network);
+    setup(cluster).await;
+
+    let duplicate_percent = network.gen_range(0..10);
+    let mut producer = Producer::new(cluster, "producer").with_duplicates(duplicate_percent, fork(&mut network));
+    let batches: Vec<usize> = (0..40).map(|_| workload.gen_range(1..20)).collect();
+    let publishing = cluster.spawn_on_client(async move {
+        let mut next = 0;
+        for (round, size) in batches.into_iter().enumerate() {
+            let requests = (next..next + size).map(|i| request(format!("orders.{}", i % 3), message_id(i))).collect();
+            producer.publish(requests, 8).await;
+            next += size;
+            if round % 4 == 0 {
+                let jobs = (round * 5..round * 5 + 5).map(|i| request("jobs.build".to_string(), format!("j-{i}")));
+                producer.publish(jobs.collect(), 8).await;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    let mut consumers = vec![
+        Consumer::new(cluster, AUDIT, (STREAM, AUDIT), Behaviour::default(), fork(&mut workload)),
+        Consumer::new(cluster, "worker-1", (JOBS, WORKERS), Behaviour::default(), fork(&mut workload)),
+        Consumer::new(cluster, "worker-2", (JOBS, WORKERS), Behaviour::default(), fork(&mut workload)),
+    ];
+    let consuming = cluster.spawn_on_client(async move {
+        for _ in 0..150 {
+            let mut got = 0;
+            for consumer in &mut consumers {
+                got += consumer.round(16).await;
+            }
+            if got == 0 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        consumers
+    });
+    let mut txn = TxnProducer::new(cluster, "txn", "orders-txn");
+    let transacting = cluster.spawn_on_client(async move {
+        let mut committed = Vec::new();
+        for round in 0..TXNS {
+            if txn.producer.is_none() && txn.init().await.is_err() {
+                continue;
+            }
+            let mut staged = txn.begin().await.is_ok();
+            for index in 0..TXN_SIZE {
+                let message = request(format!("orders.{}", index % 2), txn_message_id(round, index));
+                staged = staged && txn.publish(message).await.is_ok();
+            }
+            if staged && txn.prepare().await.is_ok() && txn.commit().await.is_ok() {
+                committed.push(round);
+            } else {
+                // Whatever is open is dropped; a fresh instance fences it if the abort does not land.
+                let _ = txn.abort().await;
+                txn.producer = None;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        committed
+    });
+
+    cluster.run_schedule(schedule).await;
+    cluster.heal_all();
+
+    publishing.await.expect("the producer finished");
+    let mut consumers = consuming.await.expect("the consumers finished");
+    let committed = transacting.await.expect("the transactions finished");
+    // The consumers go on until nothing comes for two seconds.
+    cluster
+        .on_client(async move {
+            let mut idle = 0;
+            while idle < 20 {
+                let mut got = 0;
+                for consumer in &mut consumers {
+                    got += consumer.round(64).await;
+                }
+                idle = if got == 0 { idle + 1 } else { 0 };
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await;
+    cluster.converge().await;
+    let mut stored = BTreeMap::new();
+    for node in cluster.running() {
+        stored.insert(node, cluster.stored_on(node, STREAM, PARTITIONS).await);
+    }
+    Outcome { committed, stored }
+}
+
+/// The checks `ci/sim-run` makes (the chaos checkers make finer ones): every acknowledged publish held once, where it
+/// was acknowledged, on every node; committed transactions whole and no transaction partly visible; every acknowledged
+/// message delivered; nothing handed to the durable consumer again after an acknowledged ack.
+///
+/// # Panics
+/// On the first violation, naming it.
+pub fn check(cluster: &Cluster, outcome: &Outcome) {
+    let history = cluster.history();
+    let acknowledged = history.acknowledged_in(STREAM);
+    for (node, stored) in &outcome.stored {
+        for (msg_id, &(partition, seq)) in &acknowledged {
+            let copies = stored.get(msg_id).unwrap_or_else(|| panic!("node {node} lost acknowledged {msg_id}"));
+            assert_eq!(copies.len(), 1, "node {node} holds {msg_id} {} times", copies.len());
+            assert_eq!((copies[0].0, copies[0].1), (partition, seq), "node {node} holds {msg_id} elsewhere");
+            assert_eq!(copies[0].2, Bytes::from(msg_id.clone()), "node {node} holds {msg_id} with another body");
+        }
+        for (msg_id, copies) in stored {
+            assert_eq!(copies.len(), 1, "node {node} holds {msg_id} {} times", copies.len());
+        }
+        for round in 0..TXNS {
+            let n = (0..TXN_SIZE).filter(|&index| stored.contains_key(&txn_message_id(round, index))).count();
+            assert!(n == 0 || n == TXN_SIZE, "node {node}: transaction {round} is partly visible ({n} of {TXN_SIZE})");
+            assert!(n == TXN_SIZE || !outcome.committed.contains(&round), "committed transaction {round} is missing");
+        }
+    }
+    let (audited, worked) = (history.delivered(AUDIT), history.delivered(WORKERS));
+    for msg_id in history.acknowledged().keys() {
+        let delivered = if msg_id.starts_with("j-") { &worked } else { &audited };
+        assert!(delivered.contains(msg_id), "acknowledged {msg_id} was never delivered");
+    }
+    assert_eq!(history.redelivered_after_ack(AUDIT), None, "a message came back to {AUDIT} after its ack");
+}
