@@ -33,6 +33,9 @@ pub struct ClientOptions {
     pub attempt_timeout: Duration,
     /// First pause between attempts; doubles up to a second.
     pub backoff: Duration,
+    /// After a node failed to answer, ask the next node that does for the cell's members and remember their
+    /// addresses, so that a client outlives the nodes it was given. Off for a client meant for one node only.
+    pub discover: bool,
 }
 
 impl Default for ClientOptions {
@@ -41,6 +44,7 @@ impl Default for ClientOptions {
             retry_for: Duration::from_secs(30),
             attempt_timeout: Duration::from_secs(10),
             backoff: Duration::from_millis(50),
+            discover: true,
         }
     }
 }
@@ -139,9 +143,26 @@ fn classify(status: &Status, idempotent: bool) -> Next {
     }
 }
 
+/// How often a client asks the cell for its members, so that it learns of nodes added since it was made.
+pub const DISCOVERY_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Whether a failure says the node could not be reached or did not answer in time (rather than that it refused).
+fn unreachable(status: &Status) -> bool {
+    match status.code() {
+        // A node that refuses says why; a status without its own reason came from the transport.
+        Code::Unavailable => detail_of(status).reason == "UNAVAILABLE",
+        Code::DeadlineExceeded | Code::Cancelled => true,
+        _ => false,
+    }
+}
+
 struct Route {
     addrs: Vec<String>,
     current: usize,
+    /// A node failed to answer since the members were last asked for.
+    stale: bool,
+    /// When the members were last asked for.
+    discovered_at: Option<Instant>,
     clients: std::collections::BTreeMap<String, CellogClient<Channel>>,
 }
 
@@ -175,7 +196,8 @@ impl Client {
         for addr in &addrs {
             connect(addr)?;
         }
-        let route = Route { addrs, current: 0, clients: std::collections::BTreeMap::new() };
+        let route =
+            Route { addrs, current: 0, stale: false, discovered_at: None, clients: std::collections::BTreeMap::new() };
         Ok(Client { route: Arc::new(Mutex::new(route)), options })
     }
 
@@ -210,6 +232,34 @@ impl Client {
     fn next_node(&self) {
         let mut route = self.route.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         route.current = (route.current + 1) % route.addrs.len();
+        route.stale = true;
+    }
+
+    /// After a node failed to answer, and every [`DISCOVERY_INTERVAL`] anyway: asks the current node for the cell's
+    /// members and remembers any new address.
+    async fn rediscover(&self) {
+        if !self.options.discover {
+            return;
+        }
+        {
+            let mut route = self.route.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let due = route.discovered_at.is_none_or(|at| at.elapsed() >= DISCOVERY_INTERVAL);
+            if !route.stale && !due {
+                return;
+            }
+            route.stale = false;
+            route.discovered_at = Some(Instant::now());
+        }
+        let Ok(mut client) = self.current() else { return };
+        let mut request = Request::new(v1::ClusterStatusRequest {});
+        request.set_timeout(self.options.attempt_timeout);
+        let Ok(status) = client.cluster_status(request).await else { return };
+        let mut route = self.route.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        for node in status.into_inner().nodes {
+            if !node.client_addr.is_empty() && !route.addrs.contains(&node.client_addr) {
+                route.addrs.push(node.client_addr);
+            }
+        }
     }
 
     /// Follows a failed attempt's advice; false when the call should give up.
@@ -252,10 +302,17 @@ impl Client {
             let mut request = Request::new(message.clone());
             request.set_timeout(self.options.attempt_timeout);
             let status = match call(self.current()?, request).await {
-                Ok(response) => return Ok(response.into_inner()),
+                Ok(response) => {
+                    self.rediscover().await;
+                    return Ok(response.into_inner());
+                }
                 Err(status) => status,
             };
             if !self.recover(&status, idempotent, deadline, &mut backoff).await {
+                if unreachable(&status) {
+                    // Not retried here, but the next call should not try the same silent node first.
+                    self.next_node();
+                }
                 return Err(status.into());
             }
         }
@@ -318,12 +375,18 @@ impl Client {
             // Messages from the one that failed on were not answered: retry those that are safe to retry.
             let idempotent = failed_at.is_none_or(|index| requests[index].msg_id.is_some());
             if !self.recover(&status, idempotent, deadline, &mut backoff).await {
+                if unreachable(&status) {
+                    self.next_node();
+                }
                 let error = ClientError::from(status);
                 for index in todo.drain(..) {
                     results[index] = Some(BatchResult { result: Err(error.clone()), latency: Duration::ZERO });
                 }
                 break;
             }
+        }
+        if results.iter().any(|result| result.as_ref().is_some_and(|result| result.result.is_ok())) {
+            self.rediscover().await;
         }
         results
             .into_iter()
@@ -638,5 +701,14 @@ mod tests {
         assert!(!error(Code::Aborted, "TRANSACTION_ABORTED").outcome_unknown());
         assert!(!error(Code::NotFound, "STREAM_NOT_FOUND").outcome_unknown());
         assert!(!ClientError::NoNodes.outcome_unknown());
+    }
+
+    #[test]
+    fn a_silent_node_is_unreachable_and_a_refusing_one_is_not() {
+        assert!(unreachable(&Status::unavailable("transport error")), "no answer from the node");
+        assert!(unreachable(&Status::deadline_exceeded("timeout")));
+        assert!(!unreachable(&crate::status::not_leader(None)), "the node answered: it does not lead");
+        assert!(!unreachable(&crate::status::unavailable("MEMBERSHIP_CHANGING", "busy", 200)));
+        assert!(!unreachable(&Status::invalid_argument("bad")));
     }
 }

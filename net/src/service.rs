@@ -12,7 +12,7 @@ use cellog_raft::storage::Storage;
 use cellog_raft::{Answer, CellNode, Node, NodeId, ProposeError, Replica};
 use futures::{Stream, StreamExt};
 use openraft::ChangeMembers;
-use openraft::error::{ClientWriteError, RaftError};
+use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -62,6 +62,10 @@ fn membership_error(error: RaftError<NodeId, ClientWriteError<NodeId, Node>>) ->
     match error {
         RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => {
             not_leader(forward.leader_id.zip(forward.leader_node).as_ref())
+        }
+        // Another change (or a new leader's own membership) is still being committed: retry shortly.
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(error @ ChangeMembershipError::InProgress(_))) => {
+            status::unavailable("MEMBERSHIP_CHANGING", error.to_string(), 200)
         }
         RaftError::APIError(ClientWriteError::ChangeMembershipError(error)) => status::status(
             tonic::Code::FailedPrecondition,

@@ -105,7 +105,7 @@ async fn membership_changes_online_and_clients_follow_the_leader() {
     // A follower refuses a write it cannot forward, naming the leader.
     let direct = Client::new(
         [third.client_addr.to_string()],
-        ClientOptions { retry_for: Duration::ZERO, ..ClientOptions::default() },
+        ClientOptions { retry_for: Duration::ZERO, discover: false, ..ClientOptions::default() },
     )
     .expect("a client");
     match direct.publish(message("s.a", "no retries")).await {

@@ -106,8 +106,37 @@ impl<S: Storage + Clone> RaftLogReader<TypeConfig> for LogStore<S> {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, RaftStorageError> {
-        let records = self.storage.scan(Space::Log, range_of(range), usize::MAX).map_err(read_error)?;
-        records.into_iter().map(|(index, bytes)| decode_entry(index, &bytes).map_err(read_error)).collect()
+        let range = range_of(range);
+        let records = self.storage.scan(Space::Log, range.clone(), usize::MAX).map_err(read_error)?;
+        // Entries come back contiguous from the start of the range, or from the first stored entry when the range
+        // reaches back into the purged part (a shorter tail is fine: the log may end sooner).
+        // A hole is damage (a write that went astray), never something to skip: an entry applied or replicated past
+        // a hole would make this replica differ from the others without any checksum failing.
+        if records.is_empty()
+            && range.start < range.end
+            && let Some((first, last)) = self.storage.key_bounds(Space::Log).map_err(read_error)?
+            && (first..=last).contains(&range.start)
+        {
+            let reason = format!("entry {} is missing (the log holds {first} to {last})", range.start);
+            return Err(read_error(StorageError::Corrupt { space: Space::Log, key: range.start, reason }));
+        }
+        let mut start = range.start;
+        if let Some(&(first, _)) = records.first()
+            && first > start
+            && self.storage.key_bounds(Space::Log).map_err(read_error)?.is_some_and(|(stored, _)| stored == first)
+        {
+            // What comes before the first stored entry was purged: the entries start there.
+            start = first;
+        }
+        let mut entries = Vec::with_capacity(records.len());
+        for (expected, (index, bytes)) in (start..).zip(records) {
+            if index != expected {
+                let reason = format!("entry {expected} is missing (the next stored is {index})");
+                return Err(read_error(StorageError::Corrupt { space: Space::Log, key: expected, reason }));
+            }
+            entries.push(decode_entry(index, &bytes).map_err(read_error)?);
+        }
+        Ok(entries)
     }
 }
 
@@ -160,8 +189,13 @@ impl<S: Storage + Clone> RaftLogStorage<TypeConfig> for LogStore<S> {
         I::IntoIter: OptionalSend,
     {
         let mut batch = Batch::new();
+        let mut last = None;
         for entry in entries {
             batch.put(Space::Log, entry.log_id.index, &encode(&entry));
+            last = Some(entry.log_id.index);
+        }
+        if let Some(last) = last {
+            batch.put(Space::Meta, MetaKey::SyncedLog as u64, &encode(&last));
         }
         let result = self.write_synced(batch).await;
         callback.log_io_completed(result.clone().map_err(|error| std::io::Error::other(error.to_string())));
@@ -171,6 +205,10 @@ impl<S: Storage + Clone> RaftLogStorage<TypeConfig> for LogStore<S> {
     async fn truncate(&mut self, log_id: LogId) -> Result<(), RaftStorageError> {
         let mut batch = Batch::new();
         batch.delete_range(Space::Log, log_id.index..u64::MAX);
+        match log_id.index.checked_sub(1) {
+            Some(last) => batch.put(Space::Meta, MetaKey::SyncedLog as u64, &encode(&last)),
+            None => batch.delete_range(Space::Meta, MetaKey::SyncedLog as u64..MetaKey::SyncedLog as u64 + 1),
+        };
         self.write_synced(batch).await.map_err(write_error)
     }
 

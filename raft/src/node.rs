@@ -21,8 +21,10 @@ use crate::types::{Node, NodeId, Raft, Request, Response, TypeConfig};
 
 /// Where a leader reads the time it stamps on commands.
 pub trait Clock: Send + Sync + 'static {
-    /// Milliseconds on this node's clock.
+    /// Milliseconds on this node's wall clock (which may be set, or jump).
     fn now(&self) -> Millis;
+    /// Time elapsed since some fixed point, from a clock that only ever runs forward at a steady rate.
+    fn elapsed(&self) -> Duration;
 }
 
 /// The wall clock, in milliseconds since the Unix epoch (madsim's simulated clock under `--cfg madsim`).
@@ -34,6 +36,34 @@ impl Clock for SystemClock {
     fn now(&self) -> Millis {
         let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         Millis(u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    #[allow(clippy::disallowed_methods, reason = "the steady clock that keeps cell time moving")]
+    fn elapsed(&self) -> Duration {
+        static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        START.get_or_init(std::time::Instant::now).elapsed()
+    }
+}
+
+/// The time a node stamps on what it proposes: its wall clock, but never earlier than the cell's last time nor than
+/// its own last stamp plus the steady time elapsed since. A wall clock set back therefore cannot freeze cell time
+/// (and with it ack deadlines, transaction timeouts and retention); one set forward still moves it forward.
+struct CellClock {
+    clock: Arc<dyn Clock>,
+    /// The last stamp, and the steady clock's reading when it was made.
+    last: Mutex<Option<(Millis, Duration)>>,
+}
+
+impl CellClock {
+    fn now(&self, cell_last_at: Millis) -> Millis {
+        let (wall, steady) = (self.clock.now(), self.clock.elapsed());
+        let mut last = self.last.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let carried = last.map_or(Millis::ZERO, |(at, then)| {
+            Millis(at.0.saturating_add(u64::try_from(steady.saturating_sub(then).as_millis()).unwrap_or(u64::MAX)))
+        });
+        let now = wall.max(cell_last_at).max(carried);
+        *last = Some((now, steady));
+        now
     }
 }
 
@@ -90,7 +120,7 @@ pub struct CellNode<S> {
     pub recovery: Recovery,
     storage: S,
     repairing: Arc<AtomicBool>,
-    clock: Arc<dyn Clock>,
+    clock: Arc<CellClock>,
     stopped: Arc<AtomicBool>,
     proposals: mpsc::Sender<Proposal>,
 }
@@ -171,6 +201,7 @@ impl<S: Storage + Clone> CellNode<S> {
         }
         let stopped = Arc::new(AtomicBool::new(false));
         let (proposals, queue) = mpsc::channel(PROPOSAL_QUEUE);
+        let clock = Arc::new(CellClock { clock, last: Mutex::new(None) });
         tokio::spawn(tick(raft.clone(), replica.clone(), clock.clone(), stopped.clone(), proposals.clone()));
         tokio::spawn(pack_proposals(raft.clone(), queue));
         Ok(CellNode { id, raft, replica, recovery, storage, repairing, clock, stopped, proposals })
@@ -206,7 +237,7 @@ impl<S: Storage + Clone> CellNode<S> {
     /// know their order in the log.
     pub async fn submit_now(&self, command: Command) -> Result<Answer, ProposeError> {
         let last_at = self.replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).cell.last_at();
-        self.submit(self.clock.now().max(last_at), command).await
+        self.submit(self.clock.now(last_at), command).await
     }
 
     /// Queues a command stamped with the leader's time `at` for the next entry (waiting for room in the queue), and
@@ -264,7 +295,7 @@ impl<S: Storage + Clone> CellNode<S> {
 async fn tick(
     raft: Raft,
     replica: Arc<Mutex<Replica>>,
-    clock: Arc<dyn Clock>,
+    clock: Arc<CellClock>,
     stopped: Arc<AtomicBool>,
     proposals: mpsc::Sender<Proposal>,
 ) {
@@ -275,7 +306,7 @@ async fn tick(
             let replica = replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             (replica.cell.next_deadline(), replica.cell.last_at())
         };
-        let now = clock.now();
+        let now = clock.now(last_at);
         let idle_until = Millis(last_at.0.saturating_add(IDLE_TICK_MS));
         let deadline = Some(deadline.map_or(idle_until, |deadline| deadline.min(idle_until)));
         let due = deadline.is_some_and(|deadline| deadline <= now);

@@ -3,7 +3,7 @@
 //! A log suffix that does not verify (a flipped bit, a torn or misdirected write, a hole) is cut off, and one past
 //! the last index the node held is recorded as its *repair target*: until its log reaches that index from a leader,
 //! the node must neither vote nor campaign, because it may have acknowledged entries it no longer has. (A damaged
-//! last record alone is a torn write of an unsynced entry and is cut without a target.) A snapshot
+//! last record past the last synced append is a torn write of an unsynced entry and is cut without a target.) A snapshot
 //! that does not verify is dropped; if the log no longer reaches back to the start, the log goes too and the node
 //! gets everything from the leader. A vote that does not verify is dropped and the node repairs: it may have
 //! voted in a term it no longer knows, so it votes in none until a leader has brought its log past everything it
@@ -105,6 +105,34 @@ fn meta_or_damaged<S: Storage, T: serde::de::DeserializeOwned>(
 pub fn open_stores<S: Storage + Clone>(
     storage: S,
 ) -> Result<(LogStore<S>, StateMachineStore<S>, Recovery), StorageError> {
+    // A repair is itself a write, which a failing disk can damage too: verify again until a pass finds nothing to
+    // repair. What each pass found adds up.
+    let mut recovery = Recovery::default();
+    for _ in 0..MAX_REPAIR_PASSES {
+        let (pass, repaired) = repair_pass(&storage)?;
+        recovery.log_cut_from = match (recovery.log_cut_from, pass.log_cut_from) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        recovery.log_cut_reason = recovery.log_cut_reason.or(pass.log_cut_reason);
+        recovery.vote_dropped |= pass.vote_dropped;
+        recovery.snapshot_dropped |= pass.snapshot_dropped;
+        recovery.repair_target = recovery.repair_target.max(pass.repair_target);
+        recovery.n_entries_verified = pass.n_entries_verified;
+        if !repaired {
+            let state_machine = StateMachineStore::open(storage.clone())?;
+            return Ok((LogStore::new(storage), state_machine, recovery));
+        }
+    }
+    Err(StorageError::Io { reason: format!("storage still needs repair after {MAX_REPAIR_PASSES} passes") })
+}
+
+/// Verification passes before a node gives up on its storage.
+const MAX_REPAIR_PASSES: usize = 8;
+
+/// One verification pass: what it found, and whether it wrote a repair.
+fn repair_pass<S: Storage + Clone>(storage: &S) -> Result<(Recovery, bool), StorageError> {
+    let storage = storage.clone();
     let mut recovery = Recovery::default();
     let mut batch = Batch::new();
     let highest_held = storage.key_bounds(Space::Log)?.map(|(_, last)| last);
@@ -112,6 +140,7 @@ pub fn open_stores<S: Storage + Clone>(
 
     let mut target_damaged = false;
     let mut repair_target: Option<u64> = meta_or_damaged(&storage, MetaKey::RepairTarget, &mut target_damaged)?;
+    let stored_target = repair_target.filter(|_| !target_damaged);
     if recovery.vote_dropped {
         // See the module doc: the node may have voted in a term it no longer knows, so it votes in none until a
         // leader has brought it up to date (and so taught it the current term).
@@ -124,6 +153,8 @@ pub fn open_stores<S: Storage + Clone>(
     }
     let mut committed_damaged = false;
     let _: Option<Option<LogId>> = meta_or_damaged(&storage, MetaKey::Committed, &mut committed_damaged)?;
+    let mut synced_damaged = false;
+    let synced: Option<u64> = meta_or_damaged(&storage, MetaKey::SyncedLog, &mut synced_damaged)?;
     let mut purged_damaged = false;
     let mut last_purged: Option<LogId> = meta_or_damaged(&storage, MetaKey::LastPurged, &mut purged_damaged)?;
 
@@ -168,7 +199,11 @@ pub fn open_stores<S: Storage + Clone>(
             // never synced, so never acknowledged: cutting it costs nothing. Damage anywhere else may have taken
             // acknowledged entries, and a misdirected write may have moved the last one: the node must get at least
             // one entry past everything it held before it votes again.
-            if !scan.torn_tail {
+            // A damaged last record is torn only if no synced append reached it: a synced record that fails to
+            // verify was damaged after the fact (a flipped bit, a write that went astray) and may have been
+            // acknowledged.
+            let never_synced = !synced_damaged && synced.is_some_and(|synced| index > synced);
+            if !(scan.torn_tail && never_synced) {
                 repair_target = Some(repair_target.unwrap_or(0).max(last + 1));
             }
         }
@@ -179,20 +214,22 @@ pub fn open_stores<S: Storage + Clone>(
         batch.put(Space::Meta, MetaKey::Committed as u64, &encoded(&None::<LogId>));
     }
     if let Some(target) = repair_target {
-        batch.put(Space::Meta, MetaKey::RepairTarget as u64, &encoded(&target));
+        if repair_target != stored_target {
+            batch.put(Space::Meta, MetaKey::RepairTarget as u64, &encoded(&target));
+        }
         // A node that led with the entries it lost must not come back as leader of that term: it would hand out
         // the lost indexes again. An uncommitted vote makes it start as a follower.
         if let Some(vote) = vote.filter(|vote| vote.committed) {
             batch.put(Space::Meta, MetaKey::Vote as u64, &encoded(&openraft::Vote { committed: false, ..vote }));
         }
     }
-    if !batch.is_empty() {
+    let repaired = !batch.is_empty();
+    if repaired {
         storage.write(batch)?;
         storage.sync()?;
     }
     recovery.repair_target = repair_target;
-    let state_machine = StateMachineStore::open(storage.clone())?;
-    Ok((LogStore::new(storage), state_machine, recovery))
+    Ok((recovery, repaired))
 }
 
 /// Records that the node holds its log up to its repair target again: it may vote and campaign.

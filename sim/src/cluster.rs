@@ -41,6 +41,11 @@ impl Clock for SimClock {
     fn now(&self) -> Millis {
         Millis(SystemClock.now().0.saturating_add_signed(self.offset_ms.load(Ordering::Relaxed)))
     }
+
+    /// Jumps move the wall clock only; the steady clock runs on.
+    fn elapsed(&self) -> Duration {
+        SystemClock.elapsed()
+    }
 }
 
 struct SimNode {
@@ -116,10 +121,15 @@ fn config(id: SimNodeId, peers: &[SimNodeId], bootstrap: bool, snapshot_every: u
     }
 }
 
-/// The command that replays the running test with this seed.
+/// The command that replays the running test with this seed (madsim runs a test's body on a thread of its own, so
+/// the test's name is known only when that thread carries it).
 fn test_replay(seed: u64) -> String {
-    let test = std::thread::current().name().unwrap_or("<test name>").to_string();
-    format!("MADSIM_TEST_SEED={seed} RUSTFLAGS=\"--cfg madsim\" cargo test -p cellog-sim -- --exact {test}")
+    let command =
+        format!("MADSIM_TEST_SEED={seed} RUSTFLAGS=\"--cfg madsim\" cargo test -p cellog-sim --test scenarios");
+    match std::thread::current().name().filter(|name| !name.is_empty() && *name != "main") {
+        Some(test) => format!("{command} -- --exact {test}"),
+        None => command,
+    }
 }
 
 impl Cluster {
@@ -233,7 +243,7 @@ impl Cluster {
 
     /// A client of one node only, never redirected (for local reads and status).
     pub fn client_of(&self, id: SimNodeId) -> Client {
-        let options = ClientOptions { retry_for: Duration::ZERO, ..ClientOptions::default() };
+        let options = ClientOptions { retry_for: Duration::ZERO, discover: false, ..ClientOptions::default() };
         Client::new([self.get(id).config.client_addr.to_string()], options).expect("a valid address")
     }
 
@@ -367,14 +377,16 @@ impl Cluster {
                         && status.state == "Leader"
                         && status.applied_index.is_some()
                     {
-                        return *id;
+                        return Some(*id);
                     }
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            panic!("no leader within 60 simulated seconds");
+            None
         })
         .await
+        // Panics here, in the harness's task, so that the failure report (trace and history) is written.
+        .unwrap_or_else(|| panic!("no leader within 60 simulated seconds"))
     }
 
     /// Waits until every running node has applied the same index with the same state digest; returns them.
@@ -393,14 +405,15 @@ impl Cluster {
                     && seen.windows(2).all(|pair| (&pair[0].1, &pair[0].2) == (&pair[1].1, &pair[1].2))
                 {
                     let (_, index, digest) = seen.remove(0);
-                    return (index, digest);
+                    return Ok((index, digest));
                 }
                 last = seen;
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            panic!("replicas did not converge within 120 simulated seconds: {last:?}");
+            Err(last)
         })
         .await
+        .unwrap_or_else(|last| panic!("replicas did not converge within 120 simulated seconds: {last:?}"))
     }
 }
 

@@ -1,6 +1,6 @@
 //! The mixed workload that `ci/sim-run` and the chaos sweeps run: a producer (which may duplicate requests), a durable
-//! consumer and two work-queue workers that ack, nack or ignore, and a transactional producer; faults from a schedule
-//! meanwhile; then heal, drain and converge.
+//! consumer and two work-queue workers that ack, nack or ignore, and a transactional producer that is replaced midway,
+//! its old instance going on as a zombie; faults from a schedule meanwhile; then heal, drain and converge.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -29,6 +29,8 @@ pub const WORKERS: &str = "workers";
 pub const TXNS: usize = 5;
 /// Messages per transaction.
 pub const TXN_SIZE: usize = 4;
+/// Before this transaction, the transactional producer is replaced, and the old instance goes on as a zombie.
+pub const ZOMBIE_ROUND: usize = 2;
 
 /// What a run leaves to check, besides the cluster's history.
 #[derive(Clone, Debug)]
@@ -128,11 +130,23 @@ pub async fn run(cluster: &mut Cluster, schedule: &[Step]) -> Outcome {
         consumers
     });
     let mut txn = TxnProducer::new(cluster, "txn", "orders-txn");
+    let mut zombie = TxnProducer::new(cluster, "zombie", "orders-txn");
     let transacting = cluster.spawn_on_client(async move {
         let mut committed = Vec::new();
         for round in 0..TXNS {
+            if round == ZOMBIE_ROUND {
+                // A new instance takes over the transactional id; the old one carries on as a zombie, which must be
+                // fenced: nothing it stages may ever become visible.
+                zombie.producer = txn.producer;
+                txn.producer = None;
+            }
             if txn.producer.is_none() && txn.init().await.is_err() {
                 continue;
+            }
+            if round == ZOMBIE_ROUND && zombie.producer.is_some() {
+                let _ = zombie.begin().await;
+                let _ = zombie.publish(request("orders.0".to_string(), "zombie-0".to_string())).await;
+                let _ = zombie.commit().await;
             }
             let mut staged = txn.begin().await.is_ok();
             for index in 0..TXN_SIZE {
@@ -203,6 +217,9 @@ pub fn check(cluster: &Cluster, outcome: &Outcome) {
             assert!(n == 0 || n == TXN_SIZE, "node {node}: transaction {round} is partly visible ({n} of {TXN_SIZE})");
             assert!(n == TXN_SIZE || !outcome.committed.contains(&round), "committed transaction {round} is missing");
         }
+    }
+    for (node, stored) in &outcome.stored {
+        assert!(!stored.contains_key("zombie-0"), "node {node} holds a message staged by a fenced producer");
     }
     let (audited, worked) = (history.delivered(AUDIT), history.delivered(WORKERS));
     for msg_id in history.acknowledged().keys() {

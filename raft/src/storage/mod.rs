@@ -69,6 +69,9 @@ pub enum MetaKey {
     /// After a corrupt log suffix was cut off: the last index this node once held, which it must hold again before
     /// it votes or campaigns.
     RepairTarget = 4,
+    /// The last log index an append wrote, synced together with that append. A damaged record past it was never
+    /// synced (a torn write); one at or before it was synced, maybe acknowledged, and damaged since.
+    SyncedLog = 5,
 }
 
 /// What can go wrong in storage.

@@ -1,0 +1,153 @@
+//! The chaos runner.
+//!
+//! ```sh
+//! ci/chaos --seeds 0..500              # a sweep: one line per failure with its replay command; non-zero if any
+//! ci/chaos --seed 17 [--drop 2,5]      # one seed (less some steps): its mix, schedule, verdicts, trace_hash
+//!          [--trace FILE] [--history FILE]
+//! ci/chaos --seed 17 --shrink          # the fewest steps of seed 17's schedule that still fail
+//! ```
+
+#[cfg(madsim)]
+mod runner {
+    use std::collections::BTreeSet;
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+
+    use cellog_chaos::run::{Report, replay, run};
+
+    const USAGE: &str = "usage: chaos --seeds A..B | --seed N [--drop I,J] [--shrink] [--trace FILE] [--history FILE]";
+
+    fn usage() -> ! {
+        eprintln!("{USAGE}");
+        std::process::exit(2)
+    }
+
+    /// Runs a seed; a panic (the cell never converged, or the harness gave up) is a failure too.
+    fn attempt(seed: u64, dropped: &BTreeSet<usize>) -> Result<Report, String> {
+        catch_unwind(AssertUnwindSafe(|| run(seed, dropped))).map_err(|panic| {
+            panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(ToString::to_string))
+                .unwrap_or_else(|| "panicked".to_string())
+        })
+    }
+
+    fn failure(result: &Result<Report, String>) -> Option<String> {
+        match result {
+            Err(panic) => Some(format!("liveness or harness: {panic}")),
+            Ok(report) => report.violations.first().map(|(property, found)| format!("{property}: {found}")),
+        }
+    }
+
+    fn sweep(range: std::ops::Range<u64>) {
+        // Failures are reported below, one line each; the default hook would print every panic in full.
+        std::panic::set_hook(Box::new(|_| {}));
+        let mut failures = 0;
+        for seed in range.clone() {
+            if let Some(why) = failure(&attempt(seed, &BTreeSet::new())) {
+                failures += 1;
+                println!("FAIL seed={seed} {why}\n  replay: {}", replay(seed, &BTreeSet::new()));
+            }
+        }
+        println!("seeds={} failures={failures}", range.end - range.start);
+        if failures > 0 {
+            std::process::exit(1);
+        }
+    }
+
+    fn shrink(seed: u64) {
+        std::panic::set_hook(Box::new(|_| {}));
+        let mut dropped = BTreeSet::new();
+        let Some(why) = failure(&attempt(seed, &dropped)) else {
+            println!("seed {seed} passes; nothing to shrink");
+            return;
+        };
+        println!("seed {seed} fails: {why}");
+        let n_steps = cellog_chaos::run::plan(seed, &[1, 2, 3]).1.len();
+        for step in 0..n_steps {
+            dropped.insert(step);
+            match failure(&attempt(seed, &dropped)) {
+                Some(why) => println!("  without step {step} it still fails: {why}"),
+                None => {
+                    dropped.remove(&step);
+                    println!("  step {step} is needed");
+                }
+            }
+        }
+        println!("shrunk to {} of {n_steps} steps\n  replay: {}", n_steps - dropped.len(), replay(seed, &dropped));
+    }
+
+    fn one(seed: u64, dropped: &BTreeSet<usize>, trace: Option<String>, history: Option<String>) {
+        let (swarm, schedule) = cellog_chaos::run::plan(seed, &[1, 2, 3]);
+        println!("seed={seed}\nswarm: {swarm}\nschedule:");
+        for (index, step) in schedule.iter().enumerate() {
+            let dropped = if dropped.contains(&index) { " (dropped)" } else { "" };
+            println!("  [{index}] {step}{dropped}");
+        }
+        let result = attempt(seed, dropped);
+        let report = match result {
+            Ok(report) => report,
+            Err(panic) => {
+                println!("FAIL seed={seed} liveness or harness: {panic}\n  replay: {}", replay(seed, dropped));
+                std::process::exit(1);
+            }
+        };
+        println!("acknowledged={}", report.acknowledged);
+        for (path, text) in [(trace, &report.trace), (history, &report.history)] {
+            if let Some(path) = path {
+                std::fs::write(&path, text).unwrap_or_else(|error| panic!("writing {path}: {error}"));
+            }
+        }
+        for (property, found) in &report.violations {
+            println!("VIOLATED {property}: {found}");
+        }
+        if !report.violations.is_empty() {
+            println!("  replay: {}", replay(seed, dropped));
+        }
+        println!("trace_hash={}", cellog_sim::trace::hash(&report.trace));
+        if !report.violations.is_empty() {
+            std::process::exit(1);
+        }
+    }
+
+    pub fn main() {
+        let mut args = std::env::args().skip(1);
+        let (mut seeds, mut seed, mut dropped, mut shrinking) = (None, None, BTreeSet::new(), false);
+        let (mut trace, mut history) = (None, None);
+        while let Some(arg) = args.next() {
+            match arg.as_str() {
+                "--seeds" => {
+                    let range = args.next().unwrap_or_else(|| usage());
+                    let (from, to) = range.split_once("..").unwrap_or_else(|| usage());
+                    seeds = Some(from.parse().unwrap_or_else(|_| usage())..to.parse().unwrap_or_else(|_| usage()));
+                }
+                "--seed" => seed = Some(args.next().and_then(|value| value.parse().ok()).unwrap_or_else(|| usage())),
+                "--drop" => {
+                    let list = args.next().unwrap_or_else(|| usage());
+                    dropped = list.split(',').map(|index| index.parse().unwrap_or_else(|_| usage())).collect();
+                }
+                "--shrink" => shrinking = true,
+                "--trace" => trace = args.next(),
+                "--history" => history = args.next(),
+                _ => usage(),
+            }
+        }
+        match (seeds, seed) {
+            (Some(range), None) => sweep(range),
+            (None, Some(seed)) if shrinking => shrink(seed),
+            (None, Some(seed)) => one(seed, &dropped, trace, history),
+            _ => usage(),
+        }
+    }
+}
+
+#[cfg(madsim)]
+fn main() {
+    runner::main();
+}
+
+#[cfg(not(madsim))]
+fn main() {
+    eprintln!("chaos runs only in the simulation build: RUSTFLAGS=\"--cfg madsim\" (or use ci/chaos)");
+    std::process::exit(2);
+}

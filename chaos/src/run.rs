@@ -1,0 +1,78 @@
+//! One seed of a chaos sweep.
+
+use std::collections::BTreeSet;
+
+use cellog_sim::fault::Step;
+use cellog_sim::seeds::{Concern, Seeds};
+use cellog_sim::{Cluster, mixed};
+
+use crate::checkers::{Evidence, check_all};
+use crate::nemesis::Swarm;
+
+/// What one seed did.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// The seed.
+    pub seed: u64,
+    /// Its mix of faults.
+    pub swarm: Swarm,
+    /// The steps that ran (the seed's schedule less the dropped ones), with their index in the full schedule.
+    pub schedule: Vec<(usize, Step)>,
+    /// The properties violated, with what was found.
+    pub violations: Vec<(&'static str, String)>,
+    /// Publishes acknowledged.
+    pub acknowledged: usize,
+    /// The run's trace, rendered.
+    pub trace: String,
+    /// The run's history, rendered.
+    pub history: String,
+}
+
+/// The seed's mix and full schedule, for a cell of `nodes`.
+pub fn plan(seed: u64, nodes: &[u64]) -> (Swarm, Vec<Step>) {
+    let seeds = Seeds(seed);
+    let (mut faults, mut network) = (seeds.rng(Concern::Faults), seeds.rng(Concern::Network));
+    let swarm = Swarm::draw(&mut faults);
+    let schedule = swarm.schedule(&mut faults, &mut network, nodes);
+    (swarm, schedule)
+}
+
+/// The command that replays this seed with these steps dropped.
+pub fn replay(seed: u64, dropped: &BTreeSet<usize>) -> String {
+    if dropped.is_empty() {
+        format!("ci/chaos --seed {seed}")
+    } else {
+        let dropped: Vec<String> = dropped.iter().map(ToString::to_string).collect();
+        format!("ci/chaos --seed {seed} --drop {}", dropped.join(","))
+    }
+}
+
+/// Runs `seed` without the steps in `dropped`. Panics when the harness does (a liveness failure: the cell did not
+/// converge within its budget, or a workload call the harness needs never succeeded).
+pub fn run(seed: u64, dropped: &BTreeSet<usize>) -> Report {
+    let runtime = madsim::runtime::Runtime::with_seed_and_config(seed, madsim::Config::default());
+    let dropped = dropped.clone();
+    runtime.block_on(async move {
+        let mut cluster = Cluster::new(3);
+        cluster.set_replay(replay(seed, &dropped));
+        let (swarm, full) = plan(seed, &cluster.ids());
+        let schedule: Vec<(usize, Step)> =
+            full.into_iter().enumerate().filter(|(index, _)| !dropped.contains(index)).collect();
+        let steps: Vec<Step> = schedule.iter().map(|(_, step)| step.clone()).collect();
+        let outcome = mixed::run(&mut cluster, &steps).await;
+        let evidence = Evidence {
+            operations: cluster.history().operations(),
+            stored: outcome.stored,
+            committed: outcome.committed,
+        };
+        Report {
+            seed,
+            swarm,
+            schedule,
+            violations: check_all(&evidence),
+            acknowledged: cluster.history().acknowledged_in(mixed::STREAM).len(),
+            trace: cluster.trace().render(),
+            history: cluster.history().render(),
+        }
+    })
+}
