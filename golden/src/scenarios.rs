@@ -1,0 +1,236 @@
+//! The named scenarios. Each runs a small workload on a three-node cell at a fixed seed and returns the run's trace;
+//! `golden/tests/golden.rs` keeps each trace as an insta snapshot.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use cellog_net::proto as v1;
+use cellog_sim::workload::{Behaviour, Consumer, Producer, TxnProducer};
+use cellog_sim::{Cluster, SIM_SNAPSHOT_EVERY};
+
+/// A named scenario.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scenario {
+    /// The leader crashes while a batch is being published; the batch lands whole, once, at the new leader.
+    LeaderFailoverDuringBatchPublish,
+    /// A transactional producer is replaced; the old instance's publish and commit are fenced.
+    ZombieProducerFenced,
+    /// A transaction across two subjects commits while a follower is down; the follower catches up.
+    TransactionAcrossSubjectsWhileAFollowerRestarts,
+    /// A message refused twice goes to the dead-letter stream.
+    DeadLetterAfterMaxDeliver,
+    /// A follower down while the leader snapshots and purges catches up by snapshot.
+    SnapshotCatchUp,
+    /// Every node loses power; acknowledged messages survive.
+    PowerFailure,
+    /// A node joins, and another leaves.
+    MembershipChange,
+}
+
+/// Every scenario.
+pub const ALL: [Scenario; 7] = [
+    Scenario::LeaderFailoverDuringBatchPublish,
+    Scenario::ZombieProducerFenced,
+    Scenario::TransactionAcrossSubjectsWhileAFollowerRestarts,
+    Scenario::DeadLetterAfterMaxDeliver,
+    Scenario::SnapshotCatchUp,
+    Scenario::PowerFailure,
+    Scenario::MembershipChange,
+];
+
+/// The seed every scenario runs at.
+pub const SEED: u64 = 1;
+const STREAM: &str = "orders";
+
+impl Scenario {
+    /// Its name, as its snapshot is named.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::LeaderFailoverDuringBatchPublish => "leader_failover_during_batch_publish",
+            Scenario::ZombieProducerFenced => "zombie_producer_fenced",
+            Scenario::TransactionAcrossSubjectsWhileAFollowerRestarts => {
+                "transaction_across_subjects_while_a_follower_restarts"
+            }
+            Scenario::DeadLetterAfterMaxDeliver => "dead_letter_after_max_deliver",
+            Scenario::SnapshotCatchUp => "snapshot_catch_up",
+            Scenario::PowerFailure => "power_failure",
+            Scenario::MembershipChange => "membership_change",
+        }
+    }
+
+    /// Runs it at [`SEED`] and returns the rendered trace.
+    pub fn trace(self) -> String {
+        let runtime = madsim::runtime::Runtime::with_seed_and_config(SEED, madsim::Config::default());
+        runtime.block_on(async move {
+            let snapshot_every = if self == Scenario::SnapshotCatchUp { 20 } else { SIM_SNAPSHOT_EVERY };
+            let mut cluster = Cluster::with_snapshot_every(3, snapshot_every);
+            cluster.set_replay(format!(
+                "RUSTFLAGS=\"--cfg madsim\" cargo test -p cellog-golden --test golden -- {}",
+                self.name()
+            ));
+            setup(&cluster, self == Scenario::DeadLetterAfterMaxDeliver).await;
+            self.play(&mut cluster).await;
+            cluster.converge().await;
+            cluster.trace().render()
+        })
+    }
+
+    async fn play(self, cluster: &mut Cluster) {
+        match self {
+            Scenario::LeaderFailoverDuringBatchPublish => {
+                let mut producer = Producer::new(cluster, "producer");
+                let batch = cluster.spawn_on_client(async move {
+                    producer.publish((0..40).map(|index| message("orders.created", "m", index)).collect(), 8).await
+                });
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                let leader = cluster.wait_leader().await;
+                cluster.node(leader).crash();
+                let acked = batch.await.expect("the batch finished");
+                assert_eq!(acked.len(), 40, "every message of the batch is acknowledged");
+                cluster.node(leader).restart();
+                check(cluster).await;
+            }
+            Scenario::ZombieProducerFenced => {
+                let mut zombie = TxnProducer::new(cluster, "zombie", "worker");
+                let mut successor = TxnProducer::new(cluster, "successor", "worker");
+                cluster
+                    .on_client(async move {
+                        zombie.init().await.expect("the first instance");
+                        zombie.begin().await.expect("begun");
+                        zombie.publish(message("orders.created", "zombie", 0)).await.expect("staged");
+                        successor.init().await.expect("the successor fences it");
+                        successor.begin().await.expect("begun");
+                        successor.publish(message("orders.created", "successor", 0)).await.expect("staged");
+                        successor.commit().await.expect("committed");
+                        let fenced = zombie.commit().await.expect_err("the zombie is fenced");
+                        assert_eq!(fenced.reason(), Some("FENCED"));
+                    })
+                    .await;
+            }
+            Scenario::TransactionAcrossSubjectsWhileAFollowerRestarts => {
+                let leader = cluster.wait_leader().await;
+                let follower = cluster.ids().into_iter().find(|&id| id != leader).expect("a follower");
+                let mut txn = TxnProducer::new(cluster, "txn", "orders-txn");
+                let mut txn = cluster
+                    .on_client(async move {
+                        txn.init().await.expect("a producer");
+                        txn.begin().await.expect("begun");
+                        txn
+                    })
+                    .await;
+                cluster.node(follower).crash();
+                let committed = cluster
+                    .on_client(async move {
+                        for (index, subject) in ["orders.created", "orders.paid"].into_iter().enumerate() {
+                            txn.publish(message(subject, "t", index)).await.expect("staged");
+                        }
+                        txn.prepare().await.expect("prepared");
+                        txn.commit().await.expect("committed")
+                    })
+                    .await;
+                assert_eq!(committed.messages.len(), 2);
+                cluster.node(follower).restart();
+            }
+            Scenario::DeadLetterAfterMaxDeliver => {
+                let producer = Producer::new(cluster, "producer");
+                cluster
+                    .on_client(async move { producer.publish_one(message("orders.created", "m", 0)).await })
+                    .await
+                    .expect("published");
+                let refuse = Behaviour { ack_percent: 0, nack_percent: 100 };
+                let rng = cluster.seeds().rng(cellog_sim::seeds::Concern::Workload);
+                let mut consumer = Consumer::new(cluster, "consumer", (STREAM, "billing"), refuse, rng);
+                cluster
+                    .on_client(async move {
+                        for _ in 0..10 {
+                            consumer.round(1).await;
+                            tokio::time::sleep(Duration::from_millis(300)).await;
+                        }
+                    })
+                    .await;
+                let client = cluster.client();
+                let dead =
+                    cluster.on_client(async move { client.read("dead", 0, 1, 10, false).await.expect("a read") }).await;
+                assert_eq!(dead.messages.len(), 1, "the message went to the dead-letter stream");
+            }
+            Scenario::SnapshotCatchUp => {
+                let leader = cluster.wait_leader().await;
+                let follower = cluster.ids().into_iter().find(|&id| id != leader).expect("a follower");
+                cluster.node(follower).crash();
+                let producer = Producer::new(cluster, "producer");
+                cluster
+                    .on_client(async move {
+                        for index in 0..50 {
+                            producer.publish_one(message("orders.created", "m", index)).await.expect("published");
+                        }
+                    })
+                    .await;
+                cluster.node(follower).restart();
+                check(cluster).await;
+            }
+            Scenario::PowerFailure => {
+                let mut producer = Producer::new(cluster, "producer");
+                cluster
+                    .on_client(async move {
+                        producer.publish((0..10).map(|index| message("orders.created", "m", index)).collect(), 4).await
+                    })
+                    .await;
+                cluster.power_fail();
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                for node in cluster.ids() {
+                    cluster.node(node).restart();
+                }
+                cluster.wait_leader().await;
+                check(cluster).await;
+            }
+            Scenario::MembershipChange => {
+                let joined = cluster.add_node().await;
+                let leader = cluster.wait_leader().await;
+                let leaving = cluster.ids().into_iter().find(|&id| id != leader && id != joined).expect("a node");
+                cluster.remove_node(leaving).await;
+                let producer = Producer::new(cluster, "producer");
+                cluster
+                    .on_client(async move { producer.publish_one(message("orders.created", "m", 0)).await })
+                    .await
+                    .expect("published");
+            }
+        }
+    }
+}
+
+fn message(subject: &str, prefix: &str, index: usize) -> v1::PublishRequest {
+    v1::PublishRequest {
+        subject: subject.to_string(),
+        payload: Bytes::from(format!("{prefix}-{index}")),
+        msg_id: Some(format!("{prefix}-{index}")),
+        ..v1::PublishRequest::default()
+    }
+}
+
+async fn setup(cluster: &Cluster, with_dead_letters: bool) {
+    cluster.wait_leader().await;
+    let client = cluster.client();
+    cluster
+        .on_client(async move {
+            let mut config = v1::StreamConfig { subjects: vec!["orders.>".to_string()], ..v1::StreamConfig::default() };
+            if with_dead_letters {
+                let dead = v1::StreamConfig { subjects: vec!["dead.>".to_string()], ..v1::StreamConfig::default() };
+                client.create_stream("dead", dead).await.expect("the dead-letter stream");
+                config.dead_letter_stream = Some("dead".to_string());
+            }
+            client.create_stream(STREAM, config).await.expect("the stream");
+            if with_dead_letters {
+                let consumer = v1::ConsumerConfig {
+                    ack_wait_ms: Some(500),
+                    max_deliver: Some(2),
+                    ..v1::ConsumerConfig::default()
+                };
+                client.create_consumer(STREAM, "billing", consumer).await.expect("the consumer");
+            }
+        })
+        .await;
+}
+
+async fn check(cluster: &Cluster) {
+    cluster.check_acknowledged(STREAM, 1, |msg_id| Bytes::from(msg_id.to_string())).await;
+}
