@@ -39,12 +39,15 @@ pub fn plan(seed: u64, nodes: &[u64]) -> (Swarm, Vec<Step>) {
 
 /// The command that replays this seed with these steps dropped.
 pub fn replay(seed: u64, dropped: &BTreeSet<usize>) -> String {
-    if dropped.is_empty() {
-        format!("ci/chaos --seed {seed}")
-    } else {
+    let mut command = format!("ci/chaos --seed {seed}");
+    if !dropped.is_empty() {
         let dropped: Vec<String> = dropped.iter().map(ToString::to_string).collect();
-        format!("ci/chaos --seed {seed} --drop {}", dropped.join(","))
+        command.push_str(&format!(" --drop {}", dropped.join(",")));
     }
+    if let Some(mutant) = cellog_core::mutant::current() {
+        command.push_str(&format!(" --mutant {}", <&'static str>::from(mutant)));
+    }
+    command
 }
 
 /// Runs `seed` without the steps in `dropped`. Panics when the harness does (a liveness failure: the cell did not

@@ -220,6 +220,10 @@ fn stream_in<'a>(streams: &'a mut BTreeMap<Arc<str>, Stream>, name: &str) -> Res
 fn current_producer(producers: &mut BTreeMap<u64, Producer>, r: ProducerRef) -> Result<&mut Producer, Rejection> {
     let producer =
         producers.get_mut(&r.producer_id).ok_or(Rejection::ProducerNotFound { producer_id: r.producer_id })?;
+    #[cfg(madsim)]
+    if crate::mutant::active(crate::mutant::Mutant::EpochOffByOne) && r.epoch.checked_add(1) == Some(producer.epoch) {
+        return Ok(producer);
+    }
     if producer.epoch != r.epoch || producer.epoch == u32::MAX {
         return Err(Rejection::Fenced { current_epoch: producer.epoch });
     }
@@ -693,6 +697,15 @@ impl Cell {
         for (p, seq, reason) in plan {
             stream.remove(p, seq, reason, &mut self.effects);
         }
+        #[cfg(madsim)]
+        if crate::mutant::active(crate::mutant::Mutant::Canary)
+            && request.msg_id.as_deref() == Some("m-0")
+            && at.0 % 100 == 7
+        {
+            let seq = stream.partitions[partition as usize].last_seq() + 1;
+            let stream = stream.name.clone();
+            return Ok(Outcome::Published(PublishAck { stream, partition, seq, duplicate: false, original: None }));
+        }
         let seq = append_message(stream, &mut self.timers, &mut self.effects, partition, request, at);
         Ok(Outcome::Published(PublishAck {
             stream: stream.name.clone(),
@@ -942,6 +955,10 @@ impl Cell {
             for (p, seq, reason) in plan {
                 stream.remove(p, seq, reason, &mut self.effects);
             }
+            #[cfg(madsim)]
+            if crate::mutant::active(crate::mutant::Mutant::CommitAppliedTwice) {
+                self.append_message(&message.stream, message.partition, request.clone(), at);
+            }
             let seq = self.append_message(&message.stream, message.partition, request, at);
             acks.push(PublishAck {
                 stream: message.stream.clone(),
@@ -1154,7 +1171,13 @@ impl Cell {
         let mut timer = None;
         let state = match kind {
             AckKind::Applied | AckKind::Replicated => {
-                c.forget(partition, seq);
+                #[cfg(madsim)]
+                let forget = !crate::mutant::active(crate::mutant::Mutant::RedeliveryAfterAck);
+                #[cfg(not(madsim))]
+                let forget = true;
+                if forget {
+                    c.forget(partition, seq);
+                }
                 c.n_acked += 1;
                 if kind == AckKind::Applied { AckState::Applied } else { AckState::Replicated }
             }

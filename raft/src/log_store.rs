@@ -197,6 +197,13 @@ impl<S: Storage + Clone> RaftLogStorage<TypeConfig> for LogStore<S> {
         if let Some(last) = last {
             batch.put(Space::Meta, MetaKey::SyncedLog as u64, &encode(&last));
         }
+        #[cfg(madsim)]
+        let result = if cellog_core::mutant::active(cellog_core::mutant::Mutant::AckBeforeFsync) {
+            self.storage.write(batch)
+        } else {
+            self.write_synced(batch).await
+        };
+        #[cfg(not(madsim))]
         let result = self.write_synced(batch).await;
         callback.log_io_completed(result.clone().map_err(|error| std::io::Error::other(error.to_string())));
         result.map_err(write_error)

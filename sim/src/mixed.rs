@@ -146,6 +146,7 @@ pub async fn run(cluster: &mut Cluster, schedule: &[Step]) -> Outcome {
             if round == ZOMBIE_ROUND && zombie.producer.is_some() {
                 let _ = zombie.begin().await;
                 let _ = zombie.publish(request("orders.0".to_string(), "zombie-0".to_string())).await;
+                let _ = zombie.prepare().await;
                 let _ = zombie.commit().await;
             }
             let mut staged = txn.begin().await.is_ok();
@@ -171,11 +172,15 @@ pub async fn run(cluster: &mut Cluster, schedule: &[Step]) -> Outcome {
     publishing.await.expect("the producer finished");
     let mut consumers = consuming.await.expect("the consumers finished");
     let committed = transacting.await.expect("the transactions finished");
-    // The consumers go on until nothing comes for two seconds.
+    // The consumers go on until nothing comes for two seconds (or for at most a minute: a cell that keeps handing
+    // out messages must not keep the run going forever).
     cluster
         .on_client(async move {
             let mut idle = 0;
-            while idle < 20 {
+            for _ in 0..600 {
+                if idle >= 20 {
+                    break;
+                }
                 let mut got = 0;
                 for consumer in &mut consumers {
                     got += consumer.round(64).await;

@@ -5,6 +5,8 @@
 //! ci/chaos --seed 17 [--drop 2,5]      # one seed (less some steps): its mix, schedule, verdicts, trace_hash
 //!          [--trace FILE] [--history FILE]
 //! ci/chaos --seed 17 --shrink          # the fewest steps of seed 17's schedule that still fail
+//! ci/chaos --mutant epoch-off-by-one --seeds 0..50   # a sweep with one planted bug switched on
+//! ci/chaos --planted [--max-seeds 200]  # every planted bug: seeds until caught; writes chaos/PLANTED.md
 //! ```
 
 #[cfg(madsim)]
@@ -12,9 +14,14 @@ mod runner {
     use std::collections::BTreeSet;
     use std::panic::{AssertUnwindSafe, catch_unwind};
 
-    use cellog_chaos::run::{Report, replay, run};
+    use std::str::FromStr;
 
-    const USAGE: &str = "usage: chaos --seeds A..B | --seed N [--drop I,J] [--shrink] [--trace FILE] [--history FILE]";
+    use cellog_chaos::run::{Report, replay, run};
+    use cellog_core::mutant::Mutant;
+    use strum::IntoEnumIterator;
+
+    const USAGE: &str = "usage: chaos [--mutant NAME] (--seeds A..B | --seed N [--drop I,J] [--shrink] [--trace FILE] \
+                         [--history FILE]) | --planted [--max-seeds N]";
 
     fn usage() -> ! {
         eprintln!("{USAGE}");
@@ -110,12 +117,68 @@ mod runner {
         }
     }
 
+    /// Seeds until the first failure of `mutant`, at most `max`: the number of seeds it took, if caught.
+    fn seeds_to_catch(mutant: Mutant, max: u64) -> Option<(u64, String)> {
+        cellog_core::mutant::set(Some(mutant));
+        let caught = (0..max).find_map(|seed| failure(&attempt(seed, &BTreeSet::new())).map(|why| (seed + 1, why)));
+        cellog_core::mutant::set(None);
+        caught
+    }
+
+    /// Every planted bug, swept until caught; writes the table to `chaos/PLANTED.md` and prints it.
+    fn planted(max: u64) {
+        std::panic::set_hook(Box::new(|_| {}));
+        let mut table = format!(
+            "# Planted bugs\n\nEach row is a bug planted in the production code (compiled only into simulation builds, \
+             `cellog_core::mutant`), switched on alone, and the chaos sweep run from seed 0 until a checker caught it \
+             (at most {max} seeds). Regenerate with `ci/chaos --planted --max-seeds {max}`.\n\n\
+             | mutant | seeds to catch | caught by |\n| --- | --- | --- |\n"
+        );
+        let mut missed = 0;
+        for mutant in Mutant::iter().filter(|mutant| *mutant != Mutant::Canary) {
+            let name: &'static str = mutant.into();
+            let row = match seeds_to_catch(mutant, max) {
+                Some((n, why)) => format!("| `{name}` | {n} | {} |\n", why.split(':').next().unwrap_or(&why)),
+                None => {
+                    missed += 1;
+                    format!("| `{name}` | not within {max} | |\n")
+                }
+            };
+            print!("{row}");
+            table.push_str(&row);
+        }
+        // The canary should fail about one seed in a hundred: how many did.
+        cellog_core::mutant::set(Some(Mutant::Canary));
+        let failed = (0..max).filter(|&seed| failure(&attempt(seed, &BTreeSet::new())).is_some()).count();
+        cellog_core::mutant::set(None);
+        let row = format!("\nCanary (`canary`, meant to fail about 1 seed in 100): {failed} of {max} seeds failed.\n");
+        print!("{row}");
+        table.push_str(&row);
+        std::fs::write("chaos/PLANTED.md", table).unwrap_or_else(|error| panic!("writing chaos/PLANTED.md: {error}"));
+        if missed > 0 {
+            std::process::exit(1);
+        }
+    }
+
     pub fn main() {
         let mut args = std::env::args().skip(1);
         let (mut seeds, mut seed, mut dropped, mut shrinking) = (None, None, BTreeSet::new(), false);
         let (mut trace, mut history) = (None, None);
+        let (mut planted_max, mut plant) = (None, None);
         while let Some(arg) = args.next() {
             match arg.as_str() {
+                "--planted" => planted_max = Some(200),
+                "--max-seeds" => {
+                    planted_max = Some(args.next().and_then(|value| value.parse().ok()).unwrap_or_else(|| usage()));
+                }
+                "--mutant" => {
+                    let name = args.next().unwrap_or_else(|| usage());
+                    plant = Some(Mutant::from_str(&name).unwrap_or_else(|_| {
+                        let names: Vec<&'static str> = Mutant::iter().map(Into::into).collect();
+                        eprintln!("no mutant {name:?}; there are: {}", names.join(", "));
+                        std::process::exit(2)
+                    }));
+                }
                 "--seeds" => {
                     let range = args.next().unwrap_or_else(|| usage());
                     let (from, to) = range.split_once("..").unwrap_or_else(|| usage());
@@ -132,6 +195,10 @@ mod runner {
                 _ => usage(),
             }
         }
+        if let Some(max) = planted_max {
+            return planted(max);
+        }
+        cellog_core::mutant::set(plant);
         match (seeds, seed) {
             (Some(range), None) => sweep(range),
             (None, Some(seed)) if shrinking => shrink(seed),

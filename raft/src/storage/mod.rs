@@ -252,6 +252,10 @@ pub fn open(space: Space, key: u64, sealed: &[u8]) -> Result<&[u8], StorageError
         return Err(corrupt(format!("length says {length} bytes, {} are stored", payload.len())));
     }
     let computed = checksum(space, key, payload);
+    #[cfg(madsim)]
+    if cellog_core::mutant::active(cellog_core::mutant::Mutant::CrcNotChecked) {
+        return Ok(payload);
+    }
     if stored != computed {
         return Err(corrupt(format!("checksum {stored:08x} stored, {computed:08x} computed")));
     }
