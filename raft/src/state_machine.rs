@@ -37,6 +37,22 @@ pub struct Replica {
     pub n_effects_dropped: u64,
 }
 
+/// Queues the effects of entry `index` for the host, dropping (and counting) those past [`MAX_PENDING_EFFECTS`].
+fn keep_effects(
+    pending: &mut Vec<(u64, Effect)>,
+    dropped: &mut u64,
+    index: u64,
+    effects: impl IntoIterator<Item = Effect>,
+) {
+    for effect in effects {
+        if pending.len() >= MAX_PENDING_EFFECTS {
+            *dropped += 1;
+        } else {
+            pending.push((index, effect));
+        }
+    }
+}
+
 /// What a snapshot holds.
 #[derive(Debug, Serialize, Deserialize)]
 struct SnapshotFile {
@@ -184,16 +200,14 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
                     Response::Empty
                 }
             };
-            let effects: Vec<Effect> = replica.cell.drain_effects().collect();
+            let index = entry.log_id.index;
+            // Collected only to be traced; otherwise the effects go straight from the cell to the host's queue.
             if traced {
-                transition::effects(entry.log_id.index, &effects);
-            }
-            for effect in effects {
-                if replica.effects.len() >= MAX_PENDING_EFFECTS {
-                    replica.n_effects_dropped += 1;
-                } else {
-                    replica.effects.push((entry.log_id.index, effect));
-                }
+                let effects: Vec<Effect> = replica.cell.drain_effects().collect();
+                transition::effects(index, &effects);
+                keep_effects(&mut replica.effects, &mut replica.n_effects_dropped, index, effects);
+            } else {
+                keep_effects(&mut replica.effects, &mut replica.n_effects_dropped, index, replica.cell.drain_effects());
             }
             responses.push(response);
         }
