@@ -544,6 +544,36 @@ impl Client {
         Ok(())
     }
 
+    /// Registers a peer of `stream` (a mirror, another cell): retention keeps what it has not received. Registering
+    /// a registered peer changes nothing.
+    pub async fn register_peer(&self, stream: &str, peer: &str) -> Result<(), ClientError> {
+        let request = v1::RegisterPeerRequest { stream: stream.to_string(), peer: peer.to_string() };
+        self.call(true, request, |mut c, r| async move { c.register_peer(r).await }).await?;
+        Ok(())
+    }
+
+    /// Records that `peer` has received `partition` of `stream` up to `received_seq` (the watermark never goes back,
+    /// so a repeat is harmless).
+    pub async fn peer_progress(
+        &self,
+        stream: &str,
+        peer: &str,
+        partition: u32,
+        received_seq: u64,
+    ) -> Result<(), ClientError> {
+        let request =
+            v1::PeerProgressRequest { stream: stream.to_string(), peer: peer.to_string(), partition, received_seq };
+        self.call(true, request, |mut c, r| async move { c.peer_progress(r).await }).await?;
+        Ok(())
+    }
+
+    /// Removes a peer; retention no longer waits for it.
+    pub async fn unregister_peer(&self, stream: &str, peer: &str) -> Result<(), ClientError> {
+        let request = v1::UnregisterPeerRequest { stream: stream.to_string(), peer: peer.to_string() };
+        self.call(false, request, |mut c, r| async move { c.unregister_peer(r).await }).await?;
+        Ok(())
+    }
+
     /// Every consumer of a stream.
     pub async fn list_consumers(&self, stream: &str) -> Result<Vec<v1::ConsumerInfo>, ClientError> {
         let request = v1::ListConsumersRequest { stream: stream.to_string() };

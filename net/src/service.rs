@@ -525,6 +525,45 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         }
     }
 
+    async fn register_peer(
+        &self,
+        request: Request<v1::RegisterPeerRequest>,
+    ) -> Result<Response<v1::RegisterPeerResponse>, Status> {
+        let request = request.into_inner();
+        match self.write(Command::RegisterPeer { stream: request.stream, peer: request.peer }).await? {
+            Outcome::PeerRegistered => Ok(Response::new(v1::RegisterPeerResponse {})),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn peer_progress(
+        &self,
+        request: Request<v1::PeerProgressRequest>,
+    ) -> Result<Response<v1::PeerProgressResponse>, Status> {
+        let request = request.into_inner();
+        let command = Command::PeerProgress {
+            stream: request.stream,
+            peer: request.peer,
+            partition: request.partition,
+            received_seq: request.received_seq,
+        };
+        match self.write(command).await? {
+            Outcome::PeerProgressed => Ok(Response::new(v1::PeerProgressResponse {})),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn unregister_peer(
+        &self,
+        request: Request<v1::UnregisterPeerRequest>,
+    ) -> Result<Response<v1::UnregisterPeerResponse>, Status> {
+        let request = request.into_inner();
+        match self.write(Command::UnregisterPeer { stream: request.stream, peer: request.peer }).await? {
+            Outcome::PeerUnregistered => Ok(Response::new(v1::UnregisterPeerResponse {})),
+            other => Err(unexpected(&other)),
+        }
+    }
+
     async fn init_producer(
         &self,
         request: Request<v1::InitProducerRequest>,

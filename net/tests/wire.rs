@@ -261,3 +261,57 @@ async fn health_reflection_and_metrics_answer() {
     }
     node.stop().await.expect("a clean stop");
 }
+
+#[tokio::test]
+async fn a_lagging_peer_holds_retention_back_until_it_reports_progress() {
+    let (node, client) = one_node().await;
+    let mut config = stream_config(&["feed.>"]);
+    config.max_messages = Some(3);
+    client.create_stream("feed", config).await.expect("created");
+    client.register_peer("feed", "mirror").await.expect("registered");
+    client.register_peer("feed", "mirror").await.expect("registering again changes nothing");
+    for i in 1..=3 {
+        client.publish(publish("feed.a", format!("m{i}").as_bytes())).await.expect("published");
+    }
+
+    // Full, and the oldest message is one the mirror has not received: refused, naming the mirror (a client that
+    // gives up quickly sees the refusal instead of waiting for room).
+    let impatient = Client::new(
+        [node.client_addr.to_string()],
+        ClientOptions { retry_for: std::time::Duration::from_millis(300), ..ClientOptions::default() },
+    )
+    .expect("a client");
+    let detail =
+        expect_error(impatient.publish(publish("feed.a", b"m4")).await, Code::ResourceExhausted, "STORAGE_FULL");
+    assert_eq!(detail.lagging_peer, "mirror");
+    assert!(detail.message.contains("mirror"), "{detail:?}");
+
+    // Bad progress reports change nothing.
+    expect_error(client.peer_progress("feed", "nobody", 0, 1).await, Code::NotFound, "PEER_NOT_FOUND");
+    expect_error(client.peer_progress("feed", "mirror", 0, 99).await, Code::InvalidArgument, "INVALID_ARGUMENT");
+    expect_error(client.peer_progress("feed", "mirror", 5, 1).await, Code::InvalidArgument, "INVALID_ARGUMENT");
+    expect_error(client.peer_progress("missing", "mirror", 0, 1).await, Code::NotFound, "STREAM_NOT_FOUND");
+    expect_error(client.register_peer("feed", "bad name!").await, Code::InvalidArgument, "INVALID_NAME");
+
+    // The mirror has the first two: room for two more, and the two it has are the ones that go.
+    client.peer_progress("feed", "mirror", 0, 2).await.expect("progress");
+    client.peer_progress("feed", "mirror", 0, 1).await.expect("an older report is harmless");
+    client.publish(publish("feed.a", b"m4")).await.expect("room now");
+    client.publish(publish("feed.a", b"m5")).await.expect("room now");
+    let seqs: Vec<u64> =
+        client.read("feed", 0, 1, 100, false).await.expect("read").messages.iter().map(|m| m.seq).collect();
+    assert_eq!(seqs, vec![3, 4, 5]);
+    let info = client.stream_info("feed").await.expect("info");
+    assert_eq!(info.peers.len(), 1);
+    assert_eq!((info.peers[0].name.as_str(), info.peers[0].received.as_slice()), ("mirror", &[2u64][..]));
+    expect_error(impatient.publish(publish("feed.a", b"m6")).await, Code::ResourceExhausted, "STORAGE_FULL");
+
+    // Once unregistered, retention no longer waits for it.
+    client.unregister_peer("feed", "mirror").await.expect("unregistered");
+    expect_error(client.unregister_peer("feed", "mirror").await, Code::NotFound, "PEER_NOT_FOUND");
+    client.publish(publish("feed.a", b"m6")).await.expect("the oldest goes");
+    let seqs: Vec<u64> =
+        client.read("feed", 0, 1, 100, false).await.expect("read").messages.iter().map(|m| m.seq).collect();
+    assert_eq!(seqs, vec![4, 5, 6]);
+    node.stop().await.expect("a clean stop");
+}

@@ -45,6 +45,9 @@ enum Command {
     /// Create, update, list, inspect and delete consumers.
     #[command(subcommand)]
     Consumer(admin::ConsumerCommand),
+    /// Register peers of a stream, whose received watermark holds retention back.
+    #[command(subcommand)]
+    Peer(admin::PeerCommand),
     /// Publish messages.
     Pub(admin::PubArgs),
     /// Receive messages through a durable consumer, acknowledging each.
@@ -84,6 +87,7 @@ async fn main() -> std::process::ExitCode {
             match command {
                 Command::Stream(command) => admin::stream(command).await,
                 Command::Consumer(command) => admin::consumer(command).await,
+                Command::Peer(command) => admin::peer(command).await,
                 Command::Pub(args) => admin::publish(args).await,
                 Command::Sub(args) => admin::subscribe(args).await,
                 Command::Txn(command) => admin::txn(command).await,
