@@ -4,6 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use cellog_net::RaftTiming;
 use cellog_raft::storage::DiskFaults;
 use cellog_sim::fault::{Fault, Step};
 use cellog_sim::{NetworkFaults, SimNodeId};
@@ -68,20 +69,31 @@ pub struct Swarm {
     pub max_gap_ms: u64,
     /// Highest packet loss rate a lossy step draws.
     pub max_loss: f64,
+    /// Entries between snapshots.
+    pub snapshot_every: u64,
+    /// Log entries kept behind a snapshot (a follower further behind is sent the snapshot).
+    pub keep_logs: u64,
 }
 
 impl fmt::Display for Swarm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "kinds={:?} steps={} max_hold={}ms max_gap={}ms max_loss={:.2}",
-            self.kinds, self.steps, self.max_hold_ms, self.max_gap_ms, self.max_loss
+            "kinds={:?} steps={} max_hold={}ms max_gap={}ms max_loss={:.2} snapshot_every={} keep_logs={}",
+            self.kinds,
+            self.steps,
+            self.max_hold_ms,
+            self.max_gap_ms,
+            self.max_loss,
+            self.snapshot_every,
+            self.keep_logs
         )
     }
 }
 
 impl Swarm {
-    /// Draws a mix: each kind enabled with even odds (at least one), 3 to 10 steps.
+    /// Draws a mix: each kind enabled with even odds (at least one), 3 to 10 steps, and how often snapshots are taken
+    /// and how much log they leave (so that some runs catch followers up by snapshot, and restart from one).
     pub fn draw(rng: &mut ChaCha8Rng) -> Swarm {
         let mut kinds: Vec<Kind> = KINDS.iter().copied().filter(|_| rng.gen_bool(0.5)).collect();
         if kinds.is_empty() {
@@ -93,7 +105,14 @@ impl Swarm {
             max_hold_ms: rng.gen_range(500..4_000),
             max_gap_ms: rng.gen_range(100..2_000),
             max_loss: rng.gen_range(0.01..0.3),
+            snapshot_every: *[100, 250, 500].choose(rng).expect("choices"),
+            keep_logs: *[5, 100, 1000].choose(rng).expect("choices"),
         }
+    }
+
+    /// The Raft timing of this mix: production's, with its snapshot interval and log kept.
+    pub fn timing(&self) -> RaftTiming {
+        RaftTiming { snapshot_every: self.snapshot_every, keep_logs: self.keep_logs, ..RaftTiming::default() }
     }
 
     /// A schedule of this mix over `nodes`: one fault at a time.

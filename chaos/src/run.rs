@@ -4,10 +4,13 @@ use std::collections::BTreeSet;
 
 use cellog_sim::fault::Step;
 use cellog_sim::seeds::{Concern, Seeds};
-use cellog_sim::{Cluster, mixed};
+use cellog_sim::{Cluster, SimNodeId, mixed};
 
 use crate::checkers::{Evidence, check_all};
 use crate::nemesis::Swarm;
+
+/// The founding nodes of every run's cell.
+pub const NODES: [SimNodeId; 3] = [1, 2, 3];
 
 /// What one seed did.
 #[derive(Clone, Debug)]
@@ -56,9 +59,9 @@ pub fn run(seed: u64, dropped: &BTreeSet<usize>) -> Report {
     let runtime = madsim::runtime::Runtime::with_seed_and_config(seed, madsim::Config::default());
     let dropped = dropped.clone();
     runtime.block_on(async move {
-        let mut cluster = Cluster::new(3);
+        let (swarm, full) = plan(seed, &NODES);
+        let mut cluster = Cluster::with_timing(3, swarm.timing());
         cluster.set_replay(replay(seed, &dropped));
-        let (swarm, full) = plan(seed, &cluster.ids());
         let schedule: Vec<(usize, Step)> =
             full.into_iter().enumerate().filter(|(index, _)| !dropped.contains(index)).collect();
         let steps: Vec<Step> = schedule.iter().map(|(_, step)| step.clone()).collect();
@@ -66,6 +69,8 @@ pub fn run(seed: u64, dropped: &BTreeSet<usize>) -> Report {
         let evidence = Evidence {
             operations: cluster.history().operations(),
             stored: outcome.stored,
+            feed: outcome.feed,
+            stamps: outcome.stamps,
             committed: outcome.committed,
         };
         Report {

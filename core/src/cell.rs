@@ -438,11 +438,37 @@ impl Cell {
 
     // ----- the one way in -----
 
+    /// This cell without its dedup indexes (a planted bug's snapshot).
+    #[cfg(madsim)]
+    pub(crate) fn without_dedup(&self) -> Cell {
+        let mut cell = self.clone();
+        for stream in cell.streams.values_mut() {
+            stream.dedup.clear();
+            stream.dedup_expiry.clear();
+        }
+        cell
+    }
+
+    /// Drops every consumer (a planted bug's snapshot install).
+    #[cfg(madsim)]
+    pub fn forget_consumers(&mut self) {
+        for stream in self.streams.values_mut() {
+            stream.consumers.clear();
+        }
+    }
+
     /// Applies one command at the leader-stamped time `at`. Timers due at `at` fire first. A rejection leaves the
     /// state as it was (timers that fired stay fired: they depend on time alone).
     pub fn apply(&mut self, at: Millis, command: Command) -> Result<Outcome, Rejection> {
         // The leader stamps monotonic times; a replica clamps rather than trusting that, so state never sees time
         // go backwards.
+        #[cfg(madsim)]
+        let at = if crate::mutant::active(crate::mutant::Mutant::LeaderTimeNotMonotonic) {
+            at
+        } else {
+            at.max(self.last_at)
+        };
+        #[cfg(not(madsim))]
         let at = at.max(self.last_at);
         self.last_at = at;
         self.n_applied += 1;

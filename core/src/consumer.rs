@@ -209,7 +209,11 @@ impl Consumer {
                 if !matches {
                     continue;
                 }
-                if let Some(deliver_at) = message.deliver_at().filter(|deliver_at| *deliver_at > at) {
+                #[cfg(madsim)]
+                let early = crate::mutant::active(crate::mutant::Mutant::DelayedVisibleEarly);
+                #[cfg(not(madsim))]
+                let early = false;
+                if let Some(deliver_at) = message.deliver_at().filter(|deliver_at| *deliver_at > at && !early) {
                     self.outstanding.insert(
                         (partition, seq),
                         Outstanding {

@@ -18,6 +18,23 @@ pub enum Mutant {
     RedeliveryAfterAck,
     /// A stored record's checksum is not compared on read (crc not checked on read).
     CrcNotChecked,
+    /// A snapshot leaves out the dedup index (dedup index missing from snapshots).
+    DedupNotInSnapshot,
+    /// A log purge deletes every committed entry, not only those a durable snapshot covers (purge past durable
+    /// state).
+    PurgePastDurable,
+    /// Retention removes messages a registered peer has not received (retention ignores peer watermark).
+    RetentionIgnoresPeerWatermark,
+    /// A leader deposed while committing applies the writes to its own state and acknowledges them (stale leader
+    /// serves a write).
+    StaleLeaderWrite,
+    /// A node installing a snapshot drops the consumers in it (snapshot install skips consumers).
+    SnapshotSkipsConsumers,
+    /// A delayed message is handed out before its time (delayed message visible early).
+    DelayedVisibleEarly,
+    /// The leader stamps its raw wall clock on entries and replicas take the stamp as it is (leader time not
+    /// monotonic).
+    LeaderTimeNotMonotonic,
     /// A message whose publish is applied at a cell time ending in 07 (about 1 in 100) is acknowledged but not kept:
     /// the canary, which shows the sweep reports failures at about the rate it should.
     Canary,

@@ -32,6 +32,13 @@ impl Cell {
     /// The whole state, versioned and checksummed. `Cell::restore(&cell.snapshot())` equals `cell` (pending effects
     /// aside, which are not state).
     pub fn snapshot(&self) -> Vec<u8> {
+        #[cfg(madsim)]
+        let body = if crate::mutant::active(crate::mutant::Mutant::DedupNotInSnapshot) {
+            encode_body(&self.without_dedup())
+        } else {
+            encode_body(self)
+        };
+        #[cfg(not(madsim))]
         let body = encode_body(self);
         let mut bytes = Vec::with_capacity(HEADER_BYTES + body.len());
         bytes.extend_from_slice(MAGIC);

@@ -346,6 +346,10 @@ impl Stream {
 
     /// The first registered peer that has not received `(partition, seq)`, with what it has received.
     pub fn lagging_peer(&self, partition: u32, seq: u64) -> Option<(&str, u64)> {
+        #[cfg(madsim)]
+        if crate::mutant::active(crate::mutant::Mutant::RetentionIgnoresPeerWatermark) {
+            return None;
+        }
         self.peers.iter().find_map(|(peer, received)| {
             let received = received[partition as usize];
             (received < seq).then_some((peer.as_str(), received))

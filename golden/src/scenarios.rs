@@ -25,10 +25,13 @@ pub enum Scenario {
     PowerFailure,
     /// A node joins, and another leaves.
     MembershipChange,
+    /// A stream at its limit cannot drop what a registered peer has not received: publishes are refused until the
+    /// peer reports progress, and then the messages it has go.
+    RetentionBlockedByALaggingPeer,
 }
 
 /// Every scenario.
-pub const ALL: [Scenario; 7] = [
+pub const ALL: [Scenario; 8] = [
     Scenario::LeaderFailoverDuringBatchPublish,
     Scenario::ZombieProducerFenced,
     Scenario::TransactionAcrossSubjectsWhileAFollowerRestarts,
@@ -36,6 +39,7 @@ pub const ALL: [Scenario; 7] = [
     Scenario::SnapshotCatchUp,
     Scenario::PowerFailure,
     Scenario::MembershipChange,
+    Scenario::RetentionBlockedByALaggingPeer,
 ];
 
 /// The seed every scenario runs at.
@@ -55,6 +59,7 @@ impl Scenario {
             Scenario::SnapshotCatchUp => "snapshot_catch_up",
             Scenario::PowerFailure => "power_failure",
             Scenario::MembershipChange => "membership_change",
+            Scenario::RetentionBlockedByALaggingPeer => "retention_blocked_by_a_lagging_peer",
         }
     }
 
@@ -193,6 +198,36 @@ impl Scenario {
                     .on_client(async move { producer.publish_one(message("orders.created", "m", 0)).await })
                     .await
                     .expect("published");
+            }
+            Scenario::RetentionBlockedByALaggingPeer => {
+                let client = cluster.client();
+                let producer = Producer::new(cluster, "producer");
+                let kept = cluster
+                    .on_client(async move {
+                        let feed = v1::StreamConfig {
+                            subjects: vec!["feed.>".to_string()],
+                            max_messages: Some(3),
+                            ..v1::StreamConfig::default()
+                        };
+                        client.create_stream("feed", feed).await.expect("the feed");
+                        client.register_peer("feed", "mirror").await.expect("the mirror registered");
+                        for index in 0..3 {
+                            producer.publish_one(message("feed.a", "f", index)).await.expect("published");
+                        }
+                        // Full, and the oldest message is one the mirror lacks: the next publish is refused with
+                        // STORAGE_FULL naming the mirror, and the client tries again after the advised second.
+                        let blocked = tokio::spawn({
+                            let producer = producer.clone();
+                            async move { producer.publish_one(message("feed.a", "f", 3)).await }
+                        });
+                        tokio::time::sleep(Duration::from_millis(1_500)).await;
+                        client.peer_progress("feed", "mirror", 0, 2).await.expect("the mirror has 1 and 2");
+                        blocked.await.expect("joined").expect("published once the mirror caught up");
+                        let read = client.read("feed", 0, 1, 10, false).await.expect("a read");
+                        read.messages.iter().map(|m| m.seq).collect::<Vec<u64>>()
+                    })
+                    .await;
+                assert_eq!(kept, vec![2, 3, 4], "only the oldest message the mirror has is gone");
             }
         }
     }

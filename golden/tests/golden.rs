@@ -14,7 +14,7 @@ fn golden(scenario: Scenario) {
 
 #[test]
 fn every_scenario_is_listed() {
-    assert_eq!(ALL.len(), 7);
+    assert_eq!(ALL.len(), 8);
 }
 
 #[test]
@@ -50,6 +50,11 @@ fn power_failure() {
 #[test]
 fn membership_change() {
     golden(Scenario::MembershipChange);
+}
+
+#[test]
+fn retention_blocked_by_a_lagging_peer() {
+    golden(Scenario::RetentionBlockedByALaggingPeer);
 }
 
 #[test]

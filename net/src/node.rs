@@ -64,11 +64,13 @@ pub struct RaftTiming {
     pub election_timeout_ms: u64,
     /// Entries between snapshots.
     pub snapshot_every: u64,
+    /// Log entries kept behind a snapshot: a follower further behind than that is sent the snapshot.
+    pub keep_logs: u64,
 }
 
 impl Default for RaftTiming {
     fn default() -> Self {
-        RaftTiming { heartbeat_ms: 100, election_timeout_ms: 600, snapshot_every: 50_000 }
+        RaftTiming { heartbeat_ms: 100, election_timeout_ms: 600, snapshot_every: 50_000, keep_logs: 1000 }
     }
 }
 
@@ -123,7 +125,7 @@ impl NodeConfig {
             election_timeout_max: self.timing.election_timeout_ms * 2,
             install_snapshot_timeout: 10_000,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(self.timing.snapshot_every),
-            max_in_snapshot_log_to_keep: 1000,
+            max_in_snapshot_log_to_keep: self.timing.keep_logs,
             max_payload_entries: 16,
             ..Config::default()
         }

@@ -222,7 +222,16 @@ impl<S: Storage + Clone> RaftLogStorage<TypeConfig> for LogStore<S> {
     async fn purge(&mut self, log_id: LogId) -> Result<(), RaftStorageError> {
         let mut batch = Batch::new();
         batch.put(Space::Meta, MetaKey::LastPurged as u64, &encode(&log_id));
-        batch.delete_range(Space::Log, 0..log_id.index.saturating_add(1));
+        #[cfg(madsim)]
+        let up_to = if cellog_core::mutant::active(cellog_core::mutant::Mutant::PurgePastDurable) {
+            let committed = read_meta::<_, Option<LogId>>(&self.storage, MetaKey::Committed).ok().flatten().flatten();
+            committed.map_or(log_id.index, |committed| committed.index.max(log_id.index))
+        } else {
+            log_id.index
+        };
+        #[cfg(not(madsim))]
+        let up_to = log_id.index;
+        batch.delete_range(Space::Log, 0..up_to.saturating_add(1));
         self.write_synced(batch).await.map_err(write_error)
     }
 }

@@ -61,6 +61,10 @@ impl CellClock {
         let carried = last.map_or(Millis::ZERO, |(at, then)| {
             Millis(at.0.saturating_add(u64::try_from(steady.saturating_sub(then).as_millis()).unwrap_or(u64::MAX)))
         });
+        #[cfg(madsim)]
+        if cellog_core::mutant::active(cellog_core::mutant::Mutant::LeaderTimeNotMonotonic) {
+            return wall;
+        }
         let now = wall.max(cell_last_at).max(carried);
         *last = Some((now, steady));
         now
@@ -203,6 +207,9 @@ impl<S: Storage + Clone> CellNode<S> {
         let (proposals, queue) = mpsc::channel(PROPOSAL_QUEUE);
         let clock = Arc::new(CellClock { clock, last: Mutex::new(None) });
         tokio::spawn(tick(raft.clone(), replica.clone(), clock.clone(), stopped.clone(), proposals.clone()));
+        #[cfg(madsim)]
+        tokio::spawn(pack_proposals(raft.clone(), queue, replica.clone()));
+        #[cfg(not(madsim))]
         tokio::spawn(pack_proposals(raft.clone(), queue));
         Ok(CellNode { id, raft, replica, recovery, storage, repairing, clock, stopped, proposals })
     }
@@ -337,7 +344,7 @@ fn payload_bytes(command: &Command) -> usize {
 /// Packs waiting proposals into entries: while entries are being committed, the next proposals gather, so one fsync
 /// on each node commits many commands. Up to [`ENTRIES_IN_FLIGHT`] entries are committed at once (pipelining); they
 /// are handed to Raft one after another from this one task, so the log keeps the order the proposals arrived in.
-async fn pack_proposals(raft: Raft, mut queue: mpsc::Receiver<Proposal>) {
+async fn pack_proposals(raft: Raft, mut queue: mpsc::Receiver<Proposal>, #[cfg(madsim)] replica: Arc<Mutex<Replica>>) {
     let in_flight = Arc::new(tokio::sync::Semaphore::new(ENTRIES_IN_FLIGHT));
     // The last time stamped on an entry: proposals are stamped when submitted, and one submitted earlier may be packed
     // later, so an entry never carries a time before the previous entry's.
@@ -356,11 +363,22 @@ async fn pack_proposals(raft: Raft, mut queue: mpsc::Receiver<Proposal>) {
                 Err(_) => break,
             }
         }
-        let at = batch.iter().map(|proposal| proposal.at).max().expect("a batch has a first proposal").max(last_at);
+        let at = batch.iter().map(|proposal| proposal.at).max().expect("a batch has a first proposal");
+        #[cfg(madsim)]
+        let at = if cellog_core::mutant::active(cellog_core::mutant::Mutant::LeaderTimeNotMonotonic) {
+            at
+        } else {
+            at.max(last_at)
+        };
+        #[cfg(not(madsim))]
+        let at = at.max(last_at);
         last_at = at;
         let (commands, replies): (Vec<Command>, Vec<oneshot::Sender<ProposeResult>>) =
             batch.into_iter().map(|proposal| (proposal.command, proposal.reply)).unzip();
         let n_commands = commands.len();
+        #[cfg(madsim)]
+        let stale = cellog_core::mutant::active(cellog_core::mutant::Mutant::StaleLeaderWrite)
+            .then(|| (commands.clone(), replica.clone()));
         let committed = raft.client_write_ff(Request { at, commands }).await;
         tokio::spawn(async move {
             let answers: Vec<ProposeResult> = match committed {
@@ -378,7 +396,13 @@ async fn pack_proposals(raft: Raft, mut queue: mpsc::Receiver<Proposal>) {
                     },
                     Ok(Err(ClientWriteError::ForwardToLeader(forward))) => {
                         let leader = forward.leader_id.zip(forward.leader_node);
-                        vec![Err(ProposeError::LeaderChanged { leader }); n_commands]
+                        let answers = vec![Err(ProposeError::LeaderChanged { leader }); n_commands];
+                        #[cfg(madsim)]
+                        let answers = stale.map_or(answers, |(commands, replica)| {
+                            let mut replica = replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                            commands.into_iter().map(|command| Ok(replica.cell.apply(at, command))).collect()
+                        });
+                        answers
                     }
                     Ok(Err(error)) => vec![Err(ProposeError::Raft(error.to_string())); n_commands],
                     Err(_) => vec![Err(ProposeError::Raft("raft stopped before answering".to_string())); n_commands],

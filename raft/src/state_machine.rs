@@ -247,6 +247,10 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
         }
         let mut current = self.lock();
         current.cell = replica.cell;
+        #[cfg(madsim)]
+        if cellog_core::mutant::active(cellog_core::mutant::Mutant::SnapshotSkipsConsumers) {
+            current.cell.forget_consumers();
+        }
         current.last_applied = replica.last_applied;
         current.membership = replica.membership;
         Ok(())

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use cellog_core::Millis;
-use cellog_net::{Client, ClientOptions, NodeConfig, Peer, RaftTiming, RunningNode};
+use cellog_net::{Client, ClientOptions, NodeConfig, Peer, RaftTiming, RunningNode, proto as v1};
 use cellog_raft::storage::{DiskFaults, SimDisk};
 use cellog_raft::{Clock, Node, SystemClock};
 use madsim::net::NetSim;
@@ -79,7 +79,7 @@ pub struct Cluster {
     seeds: Seeds,
     nodes: BTreeMap<SimNodeId, SimNode>,
     client_machine: NodeHandle,
-    snapshot_every: u64,
+    timing: RaftTiming,
     trace: Trace,
     history: History,
     replay: String,
@@ -95,13 +95,13 @@ fn node_addrs(id: SimNodeId) -> Node {
     Node::new(SocketAddr::new(ip(id), RAFT_PORT).to_string(), SocketAddr::new(ip(id), CLIENT_PORT).to_string())
 }
 
-/// Raft timing in simulation: heartbeats and elections as in production.
+/// Raft timing in simulation: heartbeats, elections and the log kept behind a snapshot as in production.
 fn timing(snapshot_every: u64) -> RaftTiming {
-    RaftTiming { heartbeat_ms: 100, election_timeout_ms: 600, snapshot_every }
+    RaftTiming { snapshot_every, ..RaftTiming::default() }
 }
 
 /// Node `id`'s configuration; `bootstrap` founds the cell with `peers` and itself.
-fn config(id: SimNodeId, peers: &[SimNodeId], bootstrap: bool, snapshot_every: u64) -> NodeConfig {
+fn config(id: SimNodeId, peers: &[SimNodeId], bootstrap: bool, timing: &RaftTiming) -> NodeConfig {
     NodeConfig {
         cell: "sim".to_string(),
         id,
@@ -117,7 +117,7 @@ fn config(id: SimNodeId, peers: &[SimNodeId], bootstrap: bool, snapshot_every: u
             .map(|&peer| Peer { id: peer, node: node_addrs(peer) })
             .collect(),
         bootstrap,
-        timing: timing(snapshot_every),
+        timing: timing.clone(),
     }
 }
 
@@ -140,6 +140,11 @@ impl Cluster {
 
     /// The same, taking a snapshot every `snapshot_every` entries.
     pub fn with_snapshot_every(n: u64, snapshot_every: u64) -> Self {
+        Cluster::with_timing(n, timing(snapshot_every))
+    }
+
+    /// The same, with this Raft timing (snapshot interval and log kept behind a snapshot included).
+    pub fn with_timing(n: u64, timing: RaftTiming) -> Self {
         // First, so that the trace knows the nodes' spans from their creation on.
         let (trace, trace_guard) = Trace::install();
         let handle = Handle::current();
@@ -151,14 +156,15 @@ impl Cluster {
             seeds,
             nodes: BTreeMap::new(),
             client_machine,
-            snapshot_every,
+            timing,
             trace,
             history: History::new(),
             replay: test_replay(seeds.0),
             _trace_guard: trace_guard,
         };
         for &id in &founders {
-            cluster.start_node(id, config(id, &founders, true, snapshot_every));
+            let config = config(id, &founders, true, &cluster.timing);
+            cluster.start_node(id, config);
         }
         cluster
     }
@@ -347,7 +353,7 @@ impl Cluster {
         let id = self.nodes.keys().max().copied().unwrap_or_default() + 1;
         trace::harness(Some(id), "add-node", "");
         let peers = self.ids();
-        self.start_node(id, config(id, &peers, false, self.snapshot_every));
+        self.start_node(id, config(id, &peers, false, &self.timing));
         let client = self.client();
         let addrs = node_addrs(id);
         self.on_client(async move {
@@ -421,26 +427,33 @@ impl Cluster {
 pub type Stored = BTreeMap<String, Vec<(u32, u64, Bytes)>>;
 
 impl Cluster {
-    /// Every message node `id` holds in `stream`'s partitions `0..partitions`, read locally.
+    /// Every message node `id` holds in `stream`'s partitions `0..partitions`, read locally, by id.
     pub async fn stored_on(&self, id: SimNodeId, stream: &str, partitions: u32) -> Stored {
+        let mut stored = Stored::new();
+        for message in self.messages_on(id, stream, partitions).await {
+            let key = message.msg_id.unwrap_or_else(|| format!("<no id {}/{}>", message.partition, message.seq));
+            stored.entry(key).or_default().push((message.partition, message.seq, message.payload));
+        }
+        stored
+    }
+
+    /// Every message node `id` holds in `stream`'s partitions `0..partitions`, read locally, in partition and
+    /// sequence order.
+    pub async fn messages_on(&self, id: SimNodeId, stream: &str, partitions: u32) -> Vec<v1::Message> {
         let client = self.client_of(id);
         let stream = stream.to_string();
         self.on_client(async move {
-            let mut stored = Stored::new();
+            let mut messages = Vec::new();
             for partition in 0..partitions {
                 let mut from = 1;
                 loop {
                     let response = client.read(&stream, partition, from, 1000, true).await.expect("a local read");
                     let Some(last) = response.messages.last().map(|message| message.seq) else { break };
-                    for message in response.messages {
-                        let key =
-                            message.msg_id.clone().unwrap_or_else(|| format!("<no id {partition}/{}>", message.seq));
-                        stored.entry(key).or_default().push((message.partition, message.seq, message.payload));
-                    }
+                    messages.extend(response.messages);
                     from = last + 1;
                 }
             }
-            stored
+            messages
         })
         .await
     }

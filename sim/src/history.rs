@@ -45,10 +45,23 @@ pub enum Op {
     },
     /// Read committed messages from a partition.
     Read {
+        /// The stream.
+        stream: String,
         /// The partition.
         partition: u32,
         /// From this sequence.
         from: u64,
+    },
+    /// Tell the cell that a peer has received a partition up to a sequence.
+    PeerProgress {
+        /// The stream.
+        stream: String,
+        /// The peer.
+        peer: String,
+        /// The partition.
+        partition: u32,
+        /// The last sequence received.
+        received_seq: u64,
     },
     /// Register (or re-register, fencing the older instance) a transactional producer.
     InitProducer {

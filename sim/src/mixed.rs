@@ -1,8 +1,11 @@
-//! The mixed workload that `ci/sim-run` and the chaos sweeps run: a producer (which may duplicate requests), a durable
-//! consumer and two work-queue workers that ack, nack or ignore, and a transactional producer that is replaced midway,
-//! its old instance going on as a zombie; faults from a schedule meanwhile; then heal, drain and converge.
+//! The mixed workload that `ci/sim-run` and the chaos sweeps run: a producer (which may duplicate requests, and
+//! delays some messages by a day), a durable consumer and two work-queue workers that ack, nack or ignore, a
+//! transactional producer that is replaced midway, its old instance going on as a zombie, and a feed held full by a
+//! slow registered mirror; faults from a schedule meanwhile; then heal, drain and converge.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -13,7 +16,7 @@ use rand_chacha::ChaCha8Rng;
 use crate::cluster::{Cluster, SimNodeId, Stored};
 use crate::fault::Step;
 use crate::seeds::Concern;
-use crate::workload::{Behaviour, Consumer, Producer, TxnProducer};
+use crate::workload::{Behaviour, Consumer, Mirror, Producer, TxnProducer};
 
 /// The stream every message of the producer goes to.
 pub const STREAM: &str = "orders";
@@ -31,6 +34,16 @@ pub const TXNS: usize = 5;
 pub const TXN_SIZE: usize = 4;
 /// Before this transaction, the transactional producer is replaced, and the old instance goes on as a zombie.
 pub const ZOMBIE_ROUND: usize = 2;
+/// A stream kept at [`FEED_LIMIT`] messages (discarding the oldest), copied by the registered peer [`MIRROR`]:
+/// retention may only remove what the mirror has received, so a publish that would need more is refused.
+pub const FEED: &str = "feed";
+/// Most messages [`FEED`] keeps.
+pub const FEED_LIMIT: u64 = 12;
+/// The registered peer of [`FEED`].
+pub const MIRROR: &str = "mirror";
+/// How long a delayed message of the producer waits before its first delivery: longer than any run, clock jumps
+/// included, so a delivery of one is always early.
+pub const DELAY_MS: u64 = 24 * 60 * 60 * 1000;
 
 /// What a run leaves to check, besides the cluster's history.
 #[derive(Clone, Debug)]
@@ -39,11 +52,20 @@ pub struct Outcome {
     pub committed: Vec<usize>,
     /// What each running node holds in [`STREAM`], read locally after convergence.
     pub stored: BTreeMap<SimNodeId, Stored>,
+    /// What each running node holds in [`FEED`].
+    pub feed: BTreeMap<SimNodeId, Stored>,
+    /// Per running node, each message of [`STREAM`] as (partition, sequence, cell time it was stored at), in order.
+    pub stamps: BTreeMap<SimNodeId, Vec<(u32, u64, u64)>>,
 }
 
-/// The id (and body) of message `index` of the producer.
+/// The id (and body) of message `index` of the producer: one in ten is delayed by [`DELAY_MS`].
 pub fn message_id(index: usize) -> String {
-    format!("m-{index}")
+    if index % 10 == 9 { format!("d-{index}") } else { format!("m-{index}") }
+}
+
+/// Whether the producer's message `msg_id` is delayed by [`DELAY_MS`] (so never due within a run).
+pub fn is_delayed(msg_id: &str) -> bool {
+    msg_id.starts_with("d-")
 }
 
 /// The id (and body) of message `index` of transaction `round`.
@@ -55,6 +77,7 @@ fn request(subject: String, msg_id: String) -> v1::PublishRequest {
     v1::PublishRequest {
         subject,
         payload: Bytes::from(msg_id.clone()),
+        deliver_after_ms: is_delayed(&msg_id).then_some(DELAY_MS),
         msg_id: Some(msg_id),
         ..v1::PublishRequest::default()
     }
@@ -80,6 +103,13 @@ async fn setup(cluster: &Cluster) {
             };
             admin.create_stream(JOBS, jobs).await.expect("stream created");
             admin.create_consumer(JOBS, WORKERS, consumer).await.expect("consumer created");
+            let feed = v1::StreamConfig {
+                subjects: vec!["feed.>".to_string()],
+                max_messages: Some(FEED_LIMIT),
+                ..v1::StreamConfig::default()
+            };
+            admin.create_stream(FEED, feed).await.expect("stream created");
+            admin.register_peer(FEED, MIRROR).await.expect("peer registered");
         })
         .await;
 }
@@ -129,6 +159,27 @@ pub async fn run(cluster: &mut Cluster, schedule: &[Step]) -> Outcome {
         }
         consumers
     });
+    let feeder = Producer::new(cluster, "feeder");
+    let fed = Arc::new(AtomicBool::new(false));
+    let feeding = cluster.spawn_on_client({
+        let fed = fed.clone();
+        async move {
+            for index in 0..60 {
+                let _ = feeder.publish_one(request("feed.a".to_string(), format!("f-{index}"))).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            fed.store(true, Ordering::Release);
+        }
+    });
+    let mut mirror = Mirror::new(cluster, MIRROR, FEED, 1);
+    let mirroring = cluster.spawn_on_client(async move {
+        // Slower than the feeder: the feed fills, and retention must wait for the mirror.
+        while !fed.load(Ordering::Acquire) {
+            mirror.round(2).await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        mirror
+    });
     let mut txn = TxnProducer::new(cluster, "txn", "orders-txn");
     let mut zombie = TxnProducer::new(cluster, "zombie", "orders-txn");
     let transacting = cluster.spawn_on_client(async move {
@@ -170,6 +221,8 @@ pub async fn run(cluster: &mut Cluster, schedule: &[Step]) -> Outcome {
     cluster.heal_all();
 
     publishing.await.expect("the producer finished");
+    feeding.await.expect("the feeder finished");
+    let mut mirror = mirroring.await.expect("the mirror finished");
     let mut consumers = consuming.await.expect("the consumers finished");
     let committed = transacting.await.expect("the transactions finished");
     // The consumers go on until nothing comes for two seconds (or for at most a minute: a cell that keeps handing
@@ -185,17 +238,21 @@ pub async fn run(cluster: &mut Cluster, schedule: &[Step]) -> Outcome {
                 for consumer in &mut consumers {
                     got += consumer.round(64).await;
                 }
+                got += mirror.round(64).await;
                 idle = if got == 0 { idle + 1 } else { 0 };
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         })
         .await;
     cluster.converge().await;
-    let mut stored = BTreeMap::new();
+    let (mut stored, mut feed, mut stamps) = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
     for node in cluster.running() {
         stored.insert(node, cluster.stored_on(node, STREAM, PARTITIONS).await);
+        feed.insert(node, cluster.stored_on(node, FEED, 1).await);
+        let messages = cluster.messages_on(node, STREAM, PARTITIONS).await;
+        stamps.insert(node, messages.iter().map(|m| (m.partition, m.seq, m.stored_at_ms)).collect());
     }
-    Outcome { committed, stored }
+    Outcome { committed, stored, feed, stamps }
 }
 
 /// The checks `ci/sim-run` makes (the chaos checkers make finer ones): every acknowledged publish held once, where it
@@ -227,7 +284,10 @@ pub fn check(cluster: &Cluster, outcome: &Outcome) {
         assert!(!stored.contains_key("zombie-0"), "node {node} holds a message staged by a fenced producer");
     }
     let (audited, worked) = (history.delivered(AUDIT), history.delivered(WORKERS));
-    for msg_id in history.acknowledged().keys() {
+    if let Some(early) = audited.iter().find(|msg_id| is_delayed(msg_id)) {
+        panic!("{early} was delivered before its delay ended");
+    }
+    for msg_id in history.acknowledged().keys().filter(|msg_id| !is_delayed(msg_id) && !msg_id.starts_with("f-")) {
         let delivered = if msg_id.starts_with("j-") { &worked } else { &audited };
         assert!(delivered.contains(msg_id), "acknowledged {msg_id} was never delivered");
     }

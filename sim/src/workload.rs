@@ -5,6 +5,8 @@
 //! - [`Consumer`]: a durable or work-queue consumer that fetches, then acks, nacks or ignores each delivery, as its
 //!   random stream decides.
 //! - [`TxnProducer`]: a transactional producer; two with one transactional id make the older a zombie to be fenced.
+//! - [`Mirror`]: a registered peer of a stream that copies it slowly and reports how far it got, holding retention
+//!   back.
 
 use std::collections::BTreeMap;
 
@@ -298,5 +300,66 @@ impl TxnProducer {
     /// Aborts it.
     pub async fn abort(&mut self) -> Result<v1::TransactionResponse, ClientError> {
         self.step("abort").await
+    }
+}
+
+/// A registered peer of a stream (a mirror, another cell): it reads the stream from the leader, a little at a time,
+/// and reports how far it got. Retention must never remove a message it has not received, so each read must go on
+/// exactly where the previous one ended.
+pub struct Mirror {
+    process: String,
+    client: Client,
+    history: History,
+    stream: String,
+    /// What it has received, per partition (the last sequence).
+    pub received: Vec<u64>,
+}
+
+impl Mirror {
+    /// Peer `process` of `stream`, with `partitions` partitions, nothing received yet. Register it first.
+    pub fn new(cluster: &Cluster, process: &str, stream: &str, partitions: u32) -> Mirror {
+        Mirror {
+            process: process.to_string(),
+            client: cluster.client(),
+            history: cluster.history().clone(),
+            stream: stream.to_string(),
+            received: vec![0; partitions as usize],
+        }
+    }
+
+    /// Reads up to `max` messages of each partition past what it has received, then reports its progress; returns how
+    /// many messages came.
+    pub async fn round(&mut self, max: u32) -> usize {
+        let mut got = 0;
+        for partition in 0..u32::try_from(self.received.len()).expect("few partitions") {
+            let from = self.received[partition as usize] + 1;
+            let op = Op::Read { stream: self.stream.clone(), partition, from };
+            let op_id = self.history.invoke(&self.process, op);
+            let read = self.client.read(&self.stream, partition, from, max, false).await;
+            let value = read.as_ref().map(|response| {
+                Value::Messages(
+                    response
+                        .messages
+                        .iter()
+                        .map(|m| Seen { partition, seq: m.seq, msg_id: m.msg_id.clone(), delivery_count: 0 })
+                        .collect(),
+                )
+            });
+            self.history.complete(&self.process, op_id, Completion::of(value));
+            let Ok(response) = read else { continue };
+            let Some(last) = response.messages.last().map(|m| m.seq) else { continue };
+            got += response.messages.len();
+            self.received[partition as usize] = last;
+            let op = Op::PeerProgress {
+                stream: self.stream.clone(),
+                peer: self.process.clone(),
+                partition,
+                received_seq: last,
+            };
+            let op_id = self.history.invoke(&self.process, op);
+            let reported = self.client.peer_progress(&self.stream, &self.process, partition, last).await;
+            self.history.complete(&self.process, op_id, Completion::of(reported.as_ref().map(|()| Value::Done)));
+        }
+        got
     }
 }

@@ -70,7 +70,7 @@ mod runner {
             return;
         };
         println!("seed {seed} fails: {why}");
-        let n_steps = cellog_chaos::run::plan(seed, &[1, 2, 3]).1.len();
+        let n_steps = cellog_chaos::run::plan(seed, &cellog_chaos::run::NODES).1.len();
         for step in 0..n_steps {
             dropped.insert(step);
             match failure(&attempt(seed, &dropped)) {
@@ -85,7 +85,7 @@ mod runner {
     }
 
     fn one(seed: u64, dropped: &BTreeSet<usize>, trace: Option<String>, history: Option<String>) {
-        let (swarm, schedule) = cellog_chaos::run::plan(seed, &[1, 2, 3]);
+        let (swarm, schedule) = cellog_chaos::run::plan(seed, &cellog_chaos::run::NODES);
         println!("seed={seed}\nswarm: {swarm}\nschedule:");
         for (index, step) in schedule.iter().enumerate() {
             let dropped = if dropped.contains(&index) { " (dropped)" } else { "" };
@@ -125,6 +125,12 @@ mod runner {
         caught
     }
 
+    /// The property a failure names (for a liveness or harness failure, also what went wrong), without its details.
+    fn caught_by(why: &str) -> String {
+        let parts = if why.starts_with("liveness or harness") { 2 } else { 1 };
+        why.splitn(parts + 1, ": ").take(parts).collect::<Vec<_>>().join(": ")
+    }
+
     /// Every planted bug, swept until caught; writes the table to `chaos/PLANTED.md` and prints it.
     fn planted(max: u64) {
         std::panic::set_hook(Box::new(|_| {}));
@@ -138,7 +144,7 @@ mod runner {
         for mutant in Mutant::iter().filter(|mutant| *mutant != Mutant::Canary) {
             let name: &'static str = mutant.into();
             let row = match seeds_to_catch(mutant, max) {
-                Some((n, why)) => format!("| `{name}` | {n} | {} |\n", why.split(':').next().unwrap_or(&why)),
+                Some((n, why)) => format!("| `{name}` | {n} | {} |\n", caught_by(&why)),
                 None => {
                     missed += 1;
                     format!("| `{name}` | not within {max} | |\n")

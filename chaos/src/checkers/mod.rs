@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use cellog_sim::history::{Completion, Op, Value};
 use cellog_sim::{SimNodeId, Stored};
 
+mod cell_time;
+mod delayed;
 mod delivery;
 mod duplicate;
 mod fenced;
@@ -16,6 +18,7 @@ mod position;
 mod replicas;
 mod transactions;
 mod unknown;
+mod watermark;
 
 /// What a run leaves to check.
 #[derive(Clone, Debug)]
@@ -24,6 +27,10 @@ pub struct Evidence {
     pub operations: Vec<(String, Op, Option<Completion>)>,
     /// What each node holds in the checked stream, after convergence.
     pub stored: BTreeMap<SimNodeId, Stored>,
+    /// What each node holds in the feed a registered peer holds back.
+    pub feed: BTreeMap<SimNodeId, Stored>,
+    /// Per node, each message of the checked stream as (partition, sequence, cell time stored at), in order.
+    pub stamps: BTreeMap<SimNodeId, Vec<(u32, u64, u64)>>,
     /// The transactions whose commit was acknowledged.
     pub committed: Vec<usize>,
 }
@@ -49,6 +56,9 @@ pub const ALL: &[Checker] = &[
     transactions::CHECKER,
     fenced::CHECKER,
     unknown::CHECKER,
+    watermark::CHECKER,
+    delayed::CHECKER,
+    cell_time::CHECKER,
 ];
 
 /// Runs every checker; returns the violated properties with what was found.

@@ -19,7 +19,7 @@ fn check(evidence: &Evidence) -> Result<(), String> {
             *may_exist.entry(msg_id).or_default() |= possible;
         }
     }
-    for (node, stored) in &evidence.stored {
+    for (node, stored) in evidence.stored.iter().chain(&evidence.feed) {
         for msg_id in stored.keys() {
             if may_exist.get(msg_id.as_str()) == Some(&false) {
                 return Err(format!("node {node} holds {msg_id}, though every publish of it was refused"));

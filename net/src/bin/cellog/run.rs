@@ -121,6 +121,7 @@ impl NodeArgs {
                     .or(file.election_timeout_ms)
                     .unwrap_or(defaults.election_timeout_ms),
                 snapshot_every: self.snapshot_every.or(file.snapshot_every).unwrap_or(defaults.snapshot_every),
+                keep_logs: defaults.keep_logs,
             },
         };
         if config.peers.iter().any(|peer| peer.id == config.id) {
