@@ -58,6 +58,9 @@ enum Command {
     /// Cell membership and status.
     #[command(subcommand)]
     Cluster(admin::ClusterCommand),
+    /// This cell's key and the keyring of other cells' keys (in the data directory; no server needed).
+    #[command(subcommand)]
+    Keys(admin::KeysCommand),
     /// Measure publish and consume throughput and latency.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -92,6 +95,7 @@ async fn main() -> std::process::ExitCode {
                 Command::Sub(args) => admin::subscribe(args).await,
                 Command::Txn(command) => admin::txn(command).await,
                 Command::Cluster(command) => admin::cluster(command).await,
+                Command::Keys(command) => admin::keys(command),
                 Command::Bench(command) => bench::run(command).await,
                 Command::Node(_) | Command::Dev(_) => unreachable!("handled above"),
             }

@@ -134,6 +134,9 @@ impl NodeArgs {
 /// Opens the node's store and starts it.
 async fn start(config: &NodeConfig) -> anyhow::Result<RunningNode<Arc<RocksStorage>>> {
     cellog_net::node::claim_data_dir(config)?;
+    let (key, created) = cellog_envelope::CellKey::load_or_create(&config.data_dir, &config.cell)?;
+    let verb = if created { "made" } else { "found" };
+    tracing::info!(fingerprint = %key.fingerprint(), "{verb} the cell key in {}", config.data_dir.join("keys").display());
     let store_dir = config.data_dir.join("store");
     let storage = RocksStorage::open(&store_dir).with_context(|| format!("opening {}", store_dir.display()))?;
     let storage = Arc::new(storage);

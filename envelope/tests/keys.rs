@@ -1,0 +1,94 @@
+//! The cell key in the data directory and the keyring of other cells' keys; and envelopes of every earlier version
+//! still opening.
+
+use cellog_envelope::{CellKey, Envelope, KeyError, Keyring, open, seal};
+
+#[test]
+fn the_cell_key_is_made_once_and_kept() {
+    let dir = tempfile::tempdir().expect("a directory");
+    let (key, created) = CellKey::load_or_create(dir.path(), "alpha").expect("made");
+    assert!(created);
+    let (again, created) = CellKey::load_or_create(dir.path(), "alpha").expect("loaded");
+    assert!(!created);
+    assert_eq!(key.fingerprint(), again.fingerprint());
+    let path = dir.path().join("keys").join("cell.tsk");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).expect("the key file").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "only its owner reads a secret key");
+    }
+    let error = CellKey::load_or_create(dir.path(), "bravo").expect_err("another cell's key");
+    assert!(matches!(error, KeyError::OtherCell { .. }), "{error}");
+    assert!(key.public_armored().starts_with("-----BEGIN PGP PUBLIC KEY BLOCK-----"));
+    assert!(!key.public_armored().contains("PRIVATE"));
+}
+
+#[test]
+fn the_keyring_keeps_other_cells_public_keys() {
+    let dir = tempfile::tempdir().expect("a directory");
+    let (own, _) = CellKey::load_or_create(dir.path(), "alpha").expect("made");
+    let bravo = CellKey::generate("bravo").expect("a key");
+    let charlie = CellKey::generate("charlie").expect("a key");
+
+    let mut keyring = Keyring::open(dir.path()).expect("an empty keyring");
+    assert_eq!(keyring.list().count(), 0);
+    let imported = keyring.import(bravo.public_armored().as_bytes(), Some(&own)).expect("imported");
+    assert_eq!((imported.cell.as_str(), imported.fingerprint.clone()), ("bravo", bravo.fingerprint()));
+    // A key handed over with its secret parts is kept without them.
+    keyring.import(&charlie.to_tsk(), Some(&own)).expect("imported");
+    keyring.import(bravo.public_armored().as_bytes(), Some(&own)).expect("the same key again changes nothing");
+
+    let reopened = Keyring::open(dir.path()).expect("reopened");
+    let cells: Vec<&str> = reopened.list().map(|peer| peer.cell.as_str()).collect();
+    assert_eq!(cells, vec!["bravo", "charlie"]);
+    assert!(reopened.list().all(|peer| !peer.cert.is_tsk()), "no secret key material in the keyring");
+    assert_eq!(reopened.by_fingerprint(&charlie.fingerprint()).map(|peer| peer.cell.as_str()), Some("charlie"));
+
+    // Refused: this cell's own key, a different key for a known cell, garbage.
+    let error = keyring.import(own.public_armored().as_bytes(), Some(&own)).expect_err("own key");
+    assert!(matches!(error, KeyError::OwnKey { .. }), "{error}");
+    let other_bravo = CellKey::generate("bravo").expect("a key");
+    let error = keyring.import(other_bravo.public_armored().as_bytes(), Some(&own)).expect_err("changed");
+    assert!(matches!(error, KeyError::KeyChanged { .. }), "{error}");
+    assert!(error.to_string().contains("bravo"));
+    let error = keyring.import(b"not a key", Some(&own)).expect_err("garbage");
+    assert!(matches!(error, KeyError::Unusable { .. }), "{error}");
+
+    // A damaged file in the keyring is an error naming it, not a silently missing peer.
+    std::fs::write(dir.path().join("keys").join("peers").join("junk.pgp"), b"junk").expect("written");
+    let error = Keyring::open(dir.path()).expect_err("damaged");
+    assert!(error.to_string().contains("junk.pgp"), "{error}");
+}
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+
+/// Envelopes written by earlier versions, with the keys that open them: each must keep opening.
+#[test]
+fn envelopes_of_earlier_versions_still_open() {
+    let read = |name: &str| std::fs::read(format!("{FIXTURES}/{name}")).expect("a fixture");
+    let sender = CellKey::from_tsk(&read("v1-sender.tsk")).expect("the sender's key");
+    let receiver = CellKey::from_tsk(&read("v1-receiver.tsk")).expect("the receiver's key");
+    let mut keyring = Keyring::in_memory();
+    keyring.import(sender.public_armored().as_bytes(), Some(&receiver)).expect("imported");
+    let opened = open(&receiver, &keyring, &read("v1.envelope"), 0).expect("a version 1 envelope opens");
+    assert_eq!(&opened.payload[..], b"version 1 payload");
+    assert_eq!(opened.header.id, "fixture-v1");
+}
+
+/// Writes the fixtures above; run by hand (`cargo test -p cellog-envelope --test keys -- --ignored`) only when a new
+/// envelope version is introduced, to keep the previous version's files.
+#[test]
+#[ignore = "writes fixtures"]
+fn write_v1_fixture() {
+    let sender = CellKey::generate("fixture-sender").expect("a key");
+    let receiver = CellKey::generate("fixture-receiver").expect("a key");
+    let mut keyring = Keyring::in_memory();
+    keyring.import(receiver.public_armored().as_bytes(), Some(&sender)).expect("imported");
+    let sealed = seal(&sender, &keyring, &["fixture-receiver"], "fixture-v1".to_string(), 0, b"version 1 payload")
+        .expect("sealed");
+    assert_eq!(Envelope::decode(&sealed.envelope.encode()).expect("decodes"), sealed.envelope);
+    std::fs::write(format!("{FIXTURES}/v1-sender.tsk"), sender.to_tsk()).expect("written");
+    std::fs::write(format!("{FIXTURES}/v1-receiver.tsk"), receiver.to_tsk()).expect("written");
+    std::fs::write(format!("{FIXTURES}/v1.envelope"), sealed.envelope.encode()).expect("written");
+}
