@@ -77,12 +77,18 @@ fn unusable(reason: impl std::fmt::Display) -> KeyError {
     KeyError::Unusable { reason: reason.to_string() }
 }
 
-/// The cell a certificate names in its `cellog-cell:` user id.
-fn cell_of(cert: &Cert) -> Option<String> {
-    cert.userids().find_map(|uid| {
+/// The cell a certificate names in its one `cellog-cell:` user id, counting only user ids its owner bound (valid
+/// under the policy): anyone can attach an unsigned user id to a key on its way.
+fn cell_of(valid: &openpgp::cert::ValidCert<'_>) -> Result<String, KeyError> {
+    let mut cells = valid.userids().filter_map(|uid| {
         let text = std::str::from_utf8(uid.userid().value()).ok()?;
         text.strip_prefix(USER_ID_PREFIX).map(str::to_string)
-    })
+    });
+    match (cells.next(), cells.next()) {
+        (Some(cell), None) => Ok(cell),
+        (None, _) => Err(unusable(format!("no valid user id of the form {USER_ID_PREFIX}<cell>"))),
+        (Some(_), Some(_)) => Err(unusable(format!("more than one {USER_ID_PREFIX} user id"))),
+    }
 }
 
 /// Checks that `cert` is valid now under the standard policy and has live signing and transport encryption keys.
@@ -93,33 +99,48 @@ fn check_usable(cert: &Cert) -> Result<String, KeyError> {
         return Err(unusable("the key is revoked"));
     }
     valid.alive().map_err(|error| unusable(format!("the key is not alive: {error}")))?;
-    let live = || valid.keys().alive().revoked(false);
+    let live = || valid.keys().supported().alive().revoked(false);
     if live().for_signing().next().is_none() {
         return Err(unusable("no live signing key"));
     }
     if live().for_transport_encryption().next().is_none() {
         return Err(unusable("no live transport encryption key"));
     }
-    let cell = cell_of(cert).ok_or_else(|| unusable(format!("no user id of the form {USER_ID_PREFIX}<cell>")))?;
+    let cell = cell_of(&valid)?;
     if cell.is_empty() || !cell.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.') {
         return Err(unusable(format!("{cell:?} is not a cell name")));
     }
     Ok(cell)
 }
 
-/// Writes `bytes` to `path` through a temporary file, synced, then renamed, with `mode` on Unix.
+/// Writes `bytes` to `path` through a fresh temporary file (never one found in place: it could be a link, or carry
+/// looser permissions), synced, then renamed, with `mode` on Unix. Directories are made owner-only.
 fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), KeyError> {
     let dir = path.parent().expect("a key file has a directory");
-    std::fs::create_dir_all(dir).map_err(io_error(dir))?;
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir).map_err(io_error(dir))?;
     let temporary = path.with_extension("tmp");
+    match std::fs::remove_file(&temporary) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => return Err(KeyError::Io { path: temporary, error }),
+    }
     {
         let mut options = std::fs::OpenOptions::new();
-        options.write(true).create(true).truncate(true);
+        options.write(true).create_new(true);
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut options, mode);
+        let mut file = options.open(&temporary).map_err(io_error(&temporary))?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            file.set_permissions(std::fs::Permissions::from_mode(mode)).map_err(io_error(&temporary))?;
+        }
         #[cfg(not(unix))]
         let _ = mode;
-        let mut file = options.open(&temporary).map_err(io_error(&temporary))?;
         file.write_all(bytes).map_err(io_error(&temporary))?;
         file.sync_all().map_err(io_error(&temporary))?;
     }
@@ -263,29 +284,49 @@ impl Keyring {
         for path in paths {
             let bytes = std::fs::read(&path).map_err(io_error(&path))?;
             let peer = peer_key(&bytes).map_err(|error| unusable(format!("{}: {error}", path.display())))?;
+            if path.file_stem().and_then(|stem| stem.to_str()) != Some(peer.fingerprint.as_str()) {
+                return Err(unusable(format!(
+                    "{} holds key {}, not the one it is named for",
+                    path.display(),
+                    peer.fingerprint
+                )));
+            }
+            if let Some(known) = keyring.by_cell.get(&peer.cell) {
+                return Err(unusable(format!(
+                    "{} is a second key ({}) for cell {:?}, which has {}",
+                    path.display(),
+                    peer.fingerprint,
+                    peer.cell,
+                    known.fingerprint
+                )));
+            }
             keyring.by_cell.insert(peer.cell.clone(), peer);
         }
         Ok(keyring)
     }
 
     /// Adds another cell's public key (armored or binary), refusing secret parts' storage, unusable keys, this
-    /// cell's own key (`own`), and a different key for a cell already known. Importing a known key again refreshes
-    /// it (new signatures, say) and changes nothing else.
+    /// cell's own key or name (`own`), and a different key for a cell already known. Importing a known key again
+    /// merges what is new in it (new signatures, a revocation) into what is kept: an older copy cannot undo a
+    /// revocation.
     pub fn import(&mut self, bytes: &[u8], own: Option<&CellKey>) -> Result<PeerKey, KeyError> {
-        let peer = peer_key(bytes)?;
+        let mut peer = peer_key(bytes)?;
         if let Some(own) = own
-            && own.fingerprint() == peer.fingerprint
+            && (own.fingerprint() == peer.fingerprint || own.cell() == peer.cell)
         {
             return Err(KeyError::OwnKey { fingerprint: peer.fingerprint });
         }
-        if let Some(known) = self.by_cell.get(&peer.cell)
-            && known.fingerprint != peer.fingerprint
-        {
-            return Err(KeyError::KeyChanged {
-                cell: peer.cell,
-                known: known.fingerprint.clone(),
-                offered: peer.fingerprint,
-            });
+        if let Some(known) = self.by_cell.get(&peer.cell) {
+            if known.fingerprint != peer.fingerprint {
+                return Err(KeyError::KeyChanged {
+                    cell: peer.cell,
+                    known: known.fingerprint.clone(),
+                    offered: peer.fingerprint,
+                });
+            }
+            let merged = known.cert.clone().merge_public(peer.cert).map_err(unusable)?;
+            let cell = check_usable(&merged)?;
+            peer = PeerKey { cell, fingerprint: merged.fingerprint().to_hex(), cert: merged };
         }
         if let Some(dir) = &self.dir {
             let mut serialized = Vec::new();

@@ -22,6 +22,10 @@ use crate::provenance::{Direction, ProvenanceRow};
 /// The scheme provenance rows name: OpenPGP (RFC 9580), signed then encrypted, envelope version 1.
 pub const SCHEME: &str = "openpgp-sign-encrypt/v1";
 
+/// Largest sealed contents (header and payload) opened: a compressed message could otherwise expand without bound
+/// before its signature is checked.
+pub const MAX_SEALED_BYTES: u64 = 64 * 1024 * 1024;
+
 /// Why an envelope was not sealed. Nothing was sealed for anyone.
 #[derive(Debug, thiserror::Error)]
 pub enum SealError {
@@ -152,11 +156,18 @@ pub fn seal(
     let mut encryption_keys = Vec::new();
     for (recipient, cert) in &certs {
         let valid = cert.with_policy(&policy, None).map_err(crypto)?;
-        let before = encryption_keys.len();
-        encryption_keys.extend(valid.keys().supported().alive().revoked(false).for_transport_encryption());
-        if encryption_keys.len() == before {
-            return Err(SealError::Crypto { reason: format!("{}'s key has no live encryption key", recipient.cell) });
-        }
+        // One key packet per recipient: its newest live encryption key.
+        let newest = valid
+            .keys()
+            .supported()
+            .alive()
+            .revoked(false)
+            .for_transport_encryption()
+            .max_by_key(|ka| ka.key().creation_time())
+            .ok_or_else(|| SealError::Crypto {
+                reason: format!("{}'s key has no live encryption key", recipient.cell),
+            })?;
+        encryption_keys.push(newest);
     }
     let signing_key = sender
         .cert()
@@ -205,7 +216,8 @@ pub fn open(receiver: &CellKey, keyring: &Keyring, bytes: &[u8], now_ms: u64) ->
     let envelope = Envelope::decode(bytes)?;
     let header = &envelope.header;
     let id = header.id.clone();
-    if !header.recipients.iter().any(|recipient| recipient.cell == receiver.cell()) {
+    let own = receiver.fingerprint();
+    if !header.recipients.iter().any(|recipient| recipient.cell == receiver.cell() && recipient.fingerprint == own) {
         return Err(OpenError::NotForUs { id, cell: receiver.cell().to_string() });
     }
     let signer = if header.sender == receiver.cell() {
@@ -226,15 +238,21 @@ pub fn open(receiver: &CellKey, keyring: &Keyring, bytes: &[u8], now_ms: u64) ->
     let result = DecryptorBuilder::from_bytes(&envelope.sealed[..])
         .and_then(|builder| builder.with_policy(&policy, None, helper))
         .and_then(|mut decryptor| {
-            decryptor.read_to_end(&mut plaintext)?;
+            (&mut decryptor).take(MAX_SEALED_BYTES + 1).read_to_end(&mut plaintext)?;
             Ok(decryptor.into_helper())
         });
     let helper = match result {
         Ok(helper) => helper,
         Err(error) => return Err(classify(id, receiver, error)),
     };
-    if let Some(Err(reason)) = helper.verdict {
-        return Err(OpenError::BadSignature { id, reason });
+    if u64::try_from(plaintext.len()).unwrap_or(u64::MAX) > MAX_SEALED_BYTES {
+        return Err(OpenError::Tampered { id, reason: format!("sealed contents exceed {MAX_SEALED_BYTES} bytes") });
+    }
+    // `check` has run (sequoia releases no plaintext before it); require its verdict anyway.
+    match helper.verdict {
+        Some(Ok(())) if helper.decrypted => {}
+        Some(Err(reason)) => return Err(OpenError::BadSignature { id, reason }),
+        _ => return Err(OpenError::BadSignature { id, reason: "the signature was not checked".to_string() }),
     }
     let inner: Inner = decode_all(&plaintext)
         .map_err(|error| OpenError::Tampered { id: id.clone(), reason: format!("sealed contents: {error}") })?;

@@ -2,6 +2,7 @@
 //! still opening.
 
 use cellog_envelope::{CellKey, Envelope, KeyError, Keyring, open, seal};
+use sequoia_openpgp::serialize::SerializeInto;
 
 #[test]
 fn the_cell_key_is_made_once_and_kept() {
@@ -52,11 +53,28 @@ fn the_keyring_keeps_other_cells_public_keys() {
     let error = keyring.import(other_bravo.public_armored().as_bytes(), Some(&own)).expect_err("changed");
     assert!(matches!(error, KeyError::KeyChanged { .. }), "{error}");
     assert!(error.to_string().contains("bravo"));
+    let impostor = CellKey::generate("alpha").expect("a key naming this cell");
+    let error = keyring.import(impostor.public_armored().as_bytes(), Some(&own)).expect_err("this cell's name");
+    assert!(matches!(error, KeyError::OwnKey { .. }), "{error}");
     let error = keyring.import(b"not a key", Some(&own)).expect_err("garbage");
     assert!(matches!(error, KeyError::Unusable { .. }), "{error}");
 
+    // A file named for another key, or a second key for a known cell, is an error naming it.
+    let peers = dir.path().join("keys").join("peers");
+    let misnamed = peers.join(format!("{}.pgp", bravo.fingerprint()));
+    let renamed = peers.join("0000.pgp");
+    std::fs::rename(&misnamed, &renamed).expect("renamed");
+    let error = Keyring::open(dir.path()).expect_err("misnamed");
+    assert!(error.to_string().contains("0000.pgp"), "{error}");
+    std::fs::rename(&renamed, &misnamed).expect("renamed back");
+    let second = peers.join(format!("{}.pgp", other_bravo.fingerprint()));
+    std::fs::write(&second, other_bravo.public().armored().to_vec().expect("armored")).expect("written");
+    let error = Keyring::open(dir.path()).expect_err("two keys for bravo");
+    assert!(error.to_string().contains("second key"), "{error}");
+    std::fs::remove_file(&second).expect("removed");
+
     // A damaged file in the keyring is an error naming it, not a silently missing peer.
-    std::fs::write(dir.path().join("keys").join("peers").join("junk.pgp"), b"junk").expect("written");
+    std::fs::write(peers.join("junk.pgp"), b"junk").expect("written");
     let error = Keyring::open(dir.path()).expect_err("damaged");
     assert!(error.to_string().contains("junk.pgp"), "{error}");
 }

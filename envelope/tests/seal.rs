@@ -123,13 +123,21 @@ fn tampering_with_any_part_is_refused() {
     h.created_ms += 1;
     headers.push(("created_ms", h));
     let mut h = clean.header.clone();
-    h.recipients[0].fingerprint = h.recipients[0].fingerprint.to_lowercase();
-    headers.push(("recipient fingerprint", h));
+    h.recipients.push(cellog_envelope::Recipient { cell: "zulu".to_string(), fingerprint: "00".repeat(20) });
+    headers.push(("recipients", h));
+    let mut h = clean.header.clone();
+    h.sender = "zulu".to_string();
+    headers.push(("sender", h));
     for (field, header) in headers {
         let tampered = Envelope { header, sealed: clean.sealed.clone() };
         let error = open_as(1, &tampered.encode()).expect_err(field);
-        assert!(matches!(error, OpenError::Tampered { .. }), "{field}: {error}");
+        assert!(matches!(error, OpenError::Tampered { .. } | OpenError::UnknownSigner { .. }), "{field}: {error}");
     }
+    // A recipient's fingerprint changed: no longer addressed to this cell's key.
+    let mut header = clean.header.clone();
+    header.recipients[0].fingerprint = header.recipients[0].fingerprint.to_lowercase();
+    let tampered = Envelope { header, sealed: clean.sealed.clone() };
+    assert!(matches!(open_as(1, &tampered.encode()), Err(OpenError::NotForUs { .. })));
 
     // The wire form itself: truncated, a newer version, garbage.
     assert!(matches!(open_as(1, &bytes[..bytes.len() - 1]), Err(OpenError::Decode(_))));
