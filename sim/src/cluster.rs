@@ -426,15 +426,20 @@ impl Cluster {
 /// Every message a node holds, by message id: (partition, seq, body) for each copy.
 pub type Stored = BTreeMap<String, Vec<(u32, u64, Bytes)>>;
 
+/// Messages by id (a message without one under `<no id P/S>`), each with where it is and its body.
+pub fn by_id(messages: impl IntoIterator<Item = v1::Message>) -> Stored {
+    let mut stored = Stored::new();
+    for message in messages {
+        let key = message.msg_id.unwrap_or_else(|| format!("<no id {}/{}>", message.partition, message.seq));
+        stored.entry(key).or_default().push((message.partition, message.seq, message.payload));
+    }
+    stored
+}
+
 impl Cluster {
     /// Every message node `id` holds in `stream`'s partitions `0..partitions`, read locally, by id.
     pub async fn stored_on(&self, id: SimNodeId, stream: &str, partitions: u32) -> Stored {
-        let mut stored = Stored::new();
-        for message in self.messages_on(id, stream, partitions).await {
-            let key = message.msg_id.unwrap_or_else(|| format!("<no id {}/{}>", message.partition, message.seq));
-            stored.entry(key).or_default().push((message.partition, message.seq, message.payload));
-        }
-        stored
+        by_id(self.messages_on(id, stream, partitions).await)
     }
 
     /// Every message node `id` holds in `stream`'s partitions `0..partitions`, read locally, in partition and

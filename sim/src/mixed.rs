@@ -13,7 +13,7 @@ use cellog_net::proto as v1;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::cluster::{Cluster, SimNodeId, Stored};
+use crate::cluster::{Cluster, SimNodeId, Stored, by_id};
 use crate::fault::Step;
 use crate::seeds::Concern;
 use crate::workload::{Behaviour, Consumer, Mirror, Producer, TxnProducer};
@@ -247,10 +247,11 @@ pub async fn run(cluster: &mut Cluster, schedule: &[Step]) -> Outcome {
     cluster.converge().await;
     let (mut stored, mut feed, mut stamps) = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
     for node in cluster.running() {
-        stored.insert(node, cluster.stored_on(node, STREAM, PARTITIONS).await);
-        feed.insert(node, cluster.stored_on(node, FEED, 1).await);
+        // One read of each stream per node: what it holds by id, and the cell time each message was stored at.
         let messages = cluster.messages_on(node, STREAM, PARTITIONS).await;
         stamps.insert(node, messages.iter().map(|m| (m.partition, m.seq, m.stored_at_ms)).collect());
+        stored.insert(node, by_id(messages));
+        feed.insert(node, cluster.stored_on(node, FEED, 1).await);
     }
     Outcome { committed, stored, feed, stamps }
 }
