@@ -1,6 +1,6 @@
 //! The cell: every stream, consumer and producer of one Raft group, and the single entry point that changes them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -20,6 +20,12 @@ use crate::time::Millis;
 use crate::transaction::{
     MAX_TRANSACTION_BYTES, MAX_TRANSACTION_MESSAGES, Producer, Staged, Transaction, TransactionEnd, TransactionState,
 };
+
+/// The header that makes a message pin another: `STREAM/PARTITION/SEQ` of a stored message in another stream.
+/// Retention, recall and stream deletion keep a pinned message until every message pinning it is gone (removed by
+/// its own stream's retention, or its stream deleted). Removals by age and by limits go oldest first and stop at a
+/// pinned message, as they stop at a registered peer's watermark. Provenance rows pin the envelopes they describe.
+pub const PIN_HEADER: &str = "Cellog-Pin";
 
 /// Most streams in a cell.
 pub const MAX_STREAMS: usize = 10_000;
@@ -143,6 +149,8 @@ pub struct Cell {
     transactional_ids: BTreeMap<Arc<str>, u64>,
     next_producer_id: u64,
     timers: Timers,
+    /// Pinning messages (stream, partition, seq) and the message each pins. See [`PIN_HEADER`].
+    pinned_by: BTreeMap<(Arc<str>, u32, u64), (Arc<str>, u32, u64)>,
     /// Transient: not part of the state, not in snapshots, not compared.
     #[serde(skip)]
     effects: Vec<Effect>,
@@ -258,6 +266,7 @@ impl Cell {
             transactional_ids: BTreeMap::new(),
             next_producer_id: 1,
             timers: Timers::default(),
+            pinned_by: BTreeMap::new(),
             effects: Vec::new(),
         }
     }
@@ -472,11 +481,12 @@ impl Cell {
         let at = at.max(self.last_at);
         self.last_at = at;
         self.n_applied += 1;
+        let first_effect = self.effects.len();
         self.fire_timers(at);
-        match command {
+        let result = match command {
             Command::CreateStream { name, config } => self.create_stream(at, name, config),
             Command::UpdateStream { name, config } => self.update_stream(at, &name, config),
-            Command::DeleteStream { name } => self.delete_stream(&name),
+            Command::DeleteStream { name } => self.delete_stream(at, &name),
             Command::Publish(request) => self.publish(at, request),
             Command::Recall { stream, partition, seq } => self.recall(at, &stream, partition, seq),
             Command::CreateConsumer { stream, name, config } => self.create_consumer(at, &stream, name, config),
@@ -502,6 +512,60 @@ impl Cell {
             Command::UnregisterPeer { stream, peer } => self.unregister_peer(at, &stream, &peer),
             Command::Tick => Ok(Outcome::Ticked),
             Command::UpdateConsumer { stream, name, config } => self.update_consumer(&stream, &name, config),
+        };
+        if !self.pinned_by.is_empty() {
+            self.release_pins(at, first_effect);
+        }
+        result
+    }
+
+    // ----- pins -----
+
+    /// The message a publish pins, checked: its header names a stored message of another stream.
+    fn check_pin(&self, request: &PublishRequest) -> Result<Option<(Arc<str>, u32, u64)>, Rejection> {
+        let Some(value) = request.headers.get(PIN_HEADER) else { return Ok(None) };
+        let bad = || invalid(format!("{PIN_HEADER} {value:?}: expected STREAM/PARTITION/SEQ of a stored message"));
+        let mut parts = value.split('/');
+        let (Some(name), Some(partition), Some(seq), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(bad());
+        };
+        let (Ok(partition), Ok(seq)) = (partition.parse::<u32>(), seq.parse::<u64>()) else { return Err(bad()) };
+        let target = self.stream(name)?;
+        if request.transaction.is_some() {
+            return Err(invalid(format!("a message with {PIN_HEADER} cannot be published in a transaction")));
+        }
+        if target.message(partition, seq).is_none() {
+            return Err(Rejection::MessageNotFound { stream: name.to_string(), partition, seq });
+        }
+        Ok(Some((target.name.clone(), partition, seq)))
+    }
+
+    /// Releases what removed pinning messages pinned (every removal since effect `from` is looked at), and lets
+    /// retention take what it may now, which can remove further pinning messages in turn.
+    fn release_pins(&mut self, at: Millis, mut from: usize) {
+        while from < self.effects.len() {
+            let end = self.effects.len();
+            let mut released: BTreeSet<Arc<str>> = BTreeSet::new();
+            for effect in &self.effects[from..end] {
+                let Effect::Removed { stream, partition, seq, .. } = effect else { continue };
+                let Some((target, p, s)) = self.pinned_by.remove(&(stream.clone(), *partition, *seq)) else {
+                    continue;
+                };
+                if let Some(target_stream) = self.streams.get_mut(&target)
+                    && let Some(count) = target_stream.pins.get_mut(&(p, s))
+                {
+                    *count -= 1;
+                    if *count == 0 {
+                        target_stream.pins.remove(&(p, s));
+                        released.insert(target);
+                    }
+                }
+            }
+            from = end;
+            for name in released {
+                self.enforce_retention(at, &name, None);
+            }
         }
     }
 
@@ -638,7 +702,7 @@ impl Cell {
         Ok(Outcome::StreamUpdated)
     }
 
-    fn delete_stream(&mut self, name: &str) -> Result<Outcome, Rejection> {
+    fn delete_stream(&mut self, at: Millis, name: &str) -> Result<Outcome, Rejection> {
         self.stream(name)?;
         if let Some((user, _)) = self.streams.iter().find(|(_, s)| s.config.dead_letter_stream.as_deref() == Some(name))
         {
@@ -647,9 +711,40 @@ impl Cell {
                 by: format!("it is the dead-letter stream of {user:?}"),
             });
         }
+        if let Some((&(partition, seq), _)) = self.streams[name].pins.first_key_value() {
+            let by = self.pinned_by.iter().find(|(_, target)| **target == (Arc::from(name), partition, seq));
+            return Err(Rejection::InUse {
+                stream: name.to_string(),
+                by: match by {
+                    Some(((stream, p, s), _)) => {
+                        format!("its message {partition}/{seq} is pinned by {stream:?} {p}/{s}")
+                    }
+                    None => format!("its message {partition}/{seq} is pinned"),
+                },
+            });
+        }
         let stream = self.streams.remove(name).expect("checked above");
         self.stream_names.remove(&stream.id);
+        let mut released: BTreeSet<Arc<str>> = BTreeSet::new();
+        self.pinned_by.retain(|(pinning, _, _), (target, p, s)| {
+            if **pinning != *name {
+                return true;
+            }
+            if let Some(target_stream) = self.streams.get_mut(&*target)
+                && let Some(count) = target_stream.pins.get_mut(&(*p, *s))
+            {
+                *count -= 1;
+                if *count == 0 {
+                    target_stream.pins.remove(&(*p, *s));
+                    released.insert(target.clone());
+                }
+            }
+            false
+        });
         self.effects.push(Effect::StreamDeleted { stream: stream.name });
+        for target in released {
+            self.enforce_retention(at, &target, None);
+        }
         Ok(Outcome::StreamDeleted)
     }
 
@@ -686,7 +781,13 @@ impl Cell {
 
     fn publish(&mut self, at: Millis, request: PublishRequest) -> Result<Outcome, Rejection> {
         check_request(&request)?;
+        let pin = self.check_pin(&request)?;
         let stream = Self::route(&mut self.streams, &request.subject)?;
+        if let Some((target, ..)) = &pin
+            && *target == stream.name
+        {
+            return Err(invalid(format!("a message may not pin a message of its own stream {target:?}")));
+        }
         if let Some(r) = request.transaction {
             let name = stream.name.clone();
             return self.stage(name, r, request, at);
@@ -733,13 +834,12 @@ impl Cell {
             return Ok(Outcome::Published(PublishAck { stream, partition, seq, duplicate: false, original: None }));
         }
         let seq = append_message(stream, &mut self.timers, &mut self.effects, partition, request, at);
-        Ok(Outcome::Published(PublishAck {
-            stream: stream.name.clone(),
-            partition,
-            seq,
-            duplicate: false,
-            original: None,
-        }))
+        let name = stream.name.clone();
+        if let Some((target, p, s)) = pin {
+            *self.streams.get_mut(&target).expect("checked above").pins.entry((p, s)).or_insert(0) += 1;
+            self.pinned_by.insert((name.clone(), partition, seq), (target, p, s));
+        }
+        Ok(Outcome::Published(PublishAck { stream: name, partition, seq, duplicate: false, original: None }))
     }
 
     /// Appends to a stream named by a message already checked against it.

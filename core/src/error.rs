@@ -171,6 +171,17 @@ pub enum Rejection {
         /// The last sequence the peer has received.
         received: u64,
     },
+    /// The message is pinned by a message in another stream (a provenance row referencing it): retention and recall
+    /// keep it until every pinning message is gone, so making room this way is refused.
+    #[error("message {partition}/{seq} of stream {stream:?} is pinned (a provenance row references it)")]
+    Pinned {
+        /// The pinned message's stream.
+        stream: String,
+        /// Its partition.
+        partition: u32,
+        /// Its sequence.
+        seq: u64,
+    },
     /// The producer epoch is not the current one: a newer instance exists, or the transaction ended.
     #[error("producer fenced: current epoch is {current_epoch}")]
     Fenced {

@@ -38,7 +38,7 @@ mod transaction;
 
 pub use cell::{
     Cell, MAX_CONSUMERS_PER_STREAM, MAX_FETCH, MAX_HEADER_BYTES, MAX_ID_BYTES, MAX_PEERS_PER_STREAM, MAX_READ,
-    MAX_STREAMS,
+    MAX_STREAMS, PIN_HEADER,
 };
 pub use command::{
     AbortReason, AckKind, AckState, Body, Command, Delivery, Effect, Headers, Outcome, ProducerRef, PublishAck,

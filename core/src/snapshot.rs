@@ -11,7 +11,8 @@ use crate::error::SnapshotError;
 
 const MAGIC: &[u8; 8] = b"CELLOGSN";
 /// The encoding version this build writes and reads.
-pub const SNAPSHOT_VERSION: u32 = 1;
+/// Version 2 added pins (messages that keep others from retention); a version 1 snapshot is refused as unsupported.
+pub const SNAPSHOT_VERSION: u32 = 2;
 const HEADER_BYTES: usize = 16;
 
 /// A SHA-256 digest of a cell's whole state.

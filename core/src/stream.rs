@@ -248,6 +248,9 @@ pub(crate) struct Stream {
     pub next_consumer_id: u64,
     /// Registered peers and, per partition, the last sequence each has received.
     pub peers: BTreeMap<String, Vec<u64>>,
+    /// Messages another stream's messages pin (see [`crate::PIN_HEADER`]), with how many pin each: retention keeps
+    /// them until every pin is gone.
+    pub pins: BTreeMap<(u32, u64), u32>,
     /// When the stream's sweep timer is set for.
     pub sweep_at: Option<Millis>,
 }
@@ -274,6 +277,7 @@ impl Stream {
             consumers: BTreeMap::new(),
             next_consumer_id: 1,
             peers: BTreeMap::new(),
+            pins: BTreeMap::new(),
             sweep_at: None,
         }
     }
@@ -356,12 +360,21 @@ impl Stream {
         })
     }
 
+    /// Whether a pinning message elsewhere references `(partition, seq)`.
+    pub fn is_pinned(&self, partition: u32, seq: u64) -> bool {
+        self.pins.contains_key(&(partition, seq))
+    }
+
+    /// Whether retention must keep `(partition, seq)` for now: a registered peer lacks it, or it is pinned.
+    pub fn held(&self, partition: u32, seq: u64) -> bool {
+        self.lagging_peer(partition, seq).is_some() || self.is_pinned(partition, seq)
+    }
+
     fn storage_full(&self, partition: u32, seq: u64) -> Option<Rejection> {
-        self.lagging_peer(partition, seq).map(|(peer, received)| Rejection::StorageFull {
-            lagging_peer: peer.to_string(),
-            partition,
-            received,
-        })
+        if let Some((peer, received)) = self.lagging_peer(partition, seq) {
+            return Some(Rejection::StorageFull { lagging_peer: peer.to_string(), partition, received });
+        }
+        self.is_pinned(partition, seq).then(|| Rejection::Pinned { stream: self.name.to_string(), partition, seq })
     }
 
     /// Checks discard-new limits for one more message on top of what `tally` already promises.
@@ -465,7 +478,7 @@ impl Stream {
                     return Err(rejection);
                 }
             }
-            RoomMode::Lenient => plan.retain(|&(p, s, _)| self.lagging_peer(p, s).is_none()),
+            RoomMode::Lenient => plan.retain(|&(p, s, _)| !self.held(p, s)),
         }
         Ok(plan)
     }
@@ -574,6 +587,9 @@ impl Stream {
     /// Replaces a message's payload with a tombstone; its id stays remembered so a retry does not republish it.
     pub fn recall(&mut self, partition: u32, seq: u64, at: Millis) -> Result<bool, Rejection> {
         let not_found = || Rejection::MessageNotFound { stream: self.name.to_string(), partition, seq };
+        if self.is_pinned(partition, seq) {
+            return Err(Rejection::Pinned { stream: self.name.to_string(), partition, seq });
+        }
         let partition_state = self.partitions.get_mut(partition as usize).ok_or_else(not_found)?;
         let message = partition_state.get_mut(seq).ok_or_else(not_found)?;
         if message.recalled_at().is_some() {
@@ -605,7 +621,7 @@ impl Stream {
             return;
         }
         let Some(message) = self.message(partition, seq) else { return };
-        if self.all_consumers_done(partition, seq, &message.subject) && self.lagging_peer(partition, seq).is_none() {
+        if self.all_consumers_done(partition, seq, &message.subject) && !self.held(partition, seq) {
             self.remove(partition, seq, RemovalReason::Interest, effects);
         }
     }
@@ -642,7 +658,7 @@ impl Stream {
                 && subject_over(state)
             {
                 let &(partition, seq) = state.order.front().expect("a subject with messages has a live front");
-                if self.lagging_peer(partition, seq).is_some() {
+                if self.held(partition, seq) {
                     break;
                 }
                 self.remove(partition, seq, RemovalReason::SubjectLimit, effects);
@@ -655,7 +671,7 @@ impl Stream {
                 break;
             }
             let Some((partition, seq, _)) = OldestFirst::new(self).next() else { break };
-            if self.lagging_peer(partition, seq).is_some() {
+            if self.held(partition, seq) {
                 break;
             }
             self.remove(partition, seq, RemovalReason::StreamLimit, effects);
@@ -686,7 +702,7 @@ impl Stream {
                 break;
             }
             self.ttl_index.pop_first();
-            if self.lagging_peer(partition, seq).is_some() {
+            if self.held(partition, seq) {
                 self.ttl_held.insert((partition, seq));
             } else {
                 self.remove(partition, seq, RemovalReason::Ttl, effects);
@@ -695,7 +711,7 @@ impl Stream {
         if let Some(max_age_ms) = self.config.max_age_ms {
             for partition in 0..self.config.partitions {
                 while let Some((seq, message)) = self.partitions[partition as usize].front() {
-                    if message.stored_at.plus(max_age_ms) > at || self.lagging_peer(partition, seq).is_some() {
+                    if message.stored_at.plus(max_age_ms) > at || self.held(partition, seq) {
                         break;
                     }
                     self.remove(partition, seq, RemovalReason::Age, effects);
@@ -707,12 +723,8 @@ impl Stream {
     /// Removes expired messages that a lagging peer held back and has now received (after a peer's progress or
     /// removal).
     pub fn release_held(&mut self, effects: &mut Vec<Effect>) {
-        let released: Vec<(u32, u64)> = self
-            .ttl_held
-            .iter()
-            .copied()
-            .filter(|&(partition, seq)| self.lagging_peer(partition, seq).is_none())
-            .collect();
+        let released: Vec<(u32, u64)> =
+            self.ttl_held.iter().copied().filter(|&(partition, seq)| !self.held(partition, seq)).collect();
         for (partition, seq) in released {
             self.ttl_held.remove(&(partition, seq));
             self.remove(partition, seq, RemovalReason::Ttl, effects);
@@ -729,7 +741,7 @@ impl Stream {
             (0..self.config.partitions)
                 .filter_map(|partition| {
                     let (seq, message) = self.partitions[partition as usize].front()?;
-                    self.lagging_peer(partition, seq).is_none().then(|| message.stored_at.plus(max_age_ms))
+                    (!self.held(partition, seq)).then(|| message.stored_at.plus(max_age_ms))
                 })
                 .min()
         });

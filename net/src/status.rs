@@ -115,6 +115,7 @@ pub fn rejection_parts(rejection: &Rejection) -> (Code, ErrorDetail) {
         ),
         Rejection::RateLimited { .. } => (Code::ResourceExhausted, "RATE_LIMITED"),
         Rejection::StorageFull { .. } => (Code::ResourceExhausted, "STORAGE_FULL"),
+        Rejection::Pinned { .. } => (Code::FailedPrecondition, "PINNED"),
         Rejection::Fenced { .. } => (Code::FailedPrecondition, "FENCED"),
         Rejection::TransactionState { .. } => (Code::FailedPrecondition, "TRANSACTION_STATE"),
         Rejection::TransactionAborted { .. } => (Code::Aborted, "TRANSACTION_ABORTED"),
