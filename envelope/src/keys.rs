@@ -149,10 +149,17 @@ fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), KeyError> {
 }
 
 /// This cell's key pair.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct CellKey {
     cert: Cert,
     cell: String,
+}
+
+impl std::fmt::Debug for CellKey {
+    /// The cell and the fingerprint only: the certificate's own `Debug` may show secret material.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CellKey").field("cell", &self.cell).field("fingerprint", &self.fingerprint()).finish()
+    }
 }
 
 impl CellKey {
@@ -189,6 +196,22 @@ impl CellKey {
                 Ok((key, true))
             }
             Err(error) => Err(KeyError::Io { path, error }),
+        }
+    }
+
+    /// Stores this key pair as `data_dir/keys/cell.tsk`, for another node of the same cell: every node of a cell
+    /// holds the one cell key, so that whichever leads can open what was sealed for the cell. A node that already
+    /// holds it is left as it is; a different key there is refused, never overwritten.
+    pub fn store(&self, data_dir: &Path) -> Result<(), KeyError> {
+        let path = data_dir.join("keys").join(CELL_KEY_FILE);
+        match CellKey::load(data_dir)? {
+            Some(found) if found.fingerprint() == self.fingerprint() => Ok(()),
+            Some(found) => Err(KeyError::KeyChanged {
+                cell: found.cell.clone(),
+                known: found.fingerprint(),
+                offered: self.fingerprint(),
+            }),
+            None => write_file(&path, &self.to_tsk(), 0o600),
         }
     }
 

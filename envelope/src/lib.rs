@@ -25,5 +25,5 @@ mod seal;
 pub use envelope::{ENVELOPE_VERSION, Envelope, EnvelopeId, Header, Recipient};
 pub use keys::{CellKey, KeyError, Keyring, PeerKey};
 pub use policy::{PolicyError, PrincipalKind};
-pub use provenance::{Direction, ProvenanceLedger, ProvenanceRow};
+pub use provenance::{Direction, ProvenanceRow};
 pub use seal::{OpenError, Opened, SCHEME, SealError, Sealed, open, seal};

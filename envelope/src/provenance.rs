@@ -2,9 +2,8 @@
 //! it (the receiver's row, after checking the signature). Rows hold public fingerprints and SHA-256 references only:
 //! no key material, no plaintext, no signature bytes.
 //!
-//! Writing a row is fail-soft: [`ProvenanceLedger::record_soft`] logs and counts a failure, and delivery goes on.
-
-use std::sync::atomic::{AtomicU64, Ordering};
+//! The ledger that keeps rows is the node's (`cellog_net::mail`): a replicated stream where each row pins the envelope
+//! it describes. Writing a row there is fail-soft: a failure is logged and counted, and delivery goes on.
 
 use serde::{Deserialize, Serialize};
 
@@ -38,26 +37,4 @@ pub struct ProvenanceRow {
     pub envelope_sha256: String,
     /// When the row was made (milliseconds since the Unix epoch).
     pub at_ms: u64,
-}
-
-/// Where provenance rows go.
-pub trait ProvenanceLedger: Send + Sync {
-    /// Records a row; an error says why it was not recorded.
-    fn record(&self, row: &ProvenanceRow) -> Result<(), String>;
-
-    /// Rows that could not be recorded so far.
-    fn failures(&self) -> &AtomicU64;
-
-    /// Records a row without letting a failure stop the caller: the failure is logged and counted.
-    fn record_soft(&self, row: &ProvenanceRow) {
-        if let Err(reason) = self.record(row) {
-            self.failures().fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(
-                envelope = %row.envelope_id,
-                direction = ?row.direction,
-                %reason,
-                "provenance row not recorded; the message goes on"
-            );
-        }
-    }
 }

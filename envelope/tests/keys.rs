@@ -110,3 +110,25 @@ fn write_v1_fixture() {
     std::fs::write(format!("{FIXTURES}/v1-receiver.tsk"), receiver.to_tsk()).expect("written");
     std::fs::write(format!("{FIXTURES}/v1.envelope"), sealed.envelope.encode()).expect("written");
 }
+
+#[test]
+fn a_cell_key_is_shared_by_storing_it_on_another_node_never_over_a_different_one() {
+    let (first, second) = (tempfile::tempdir().expect("a dir"), tempfile::tempdir().expect("a dir"));
+    let (key, _) = CellKey::load_or_create(first.path(), "alpha").expect("made");
+    key.store(second.path()).expect("stored on the second node");
+    key.store(second.path()).expect("storing it again changes nothing");
+    let (loaded, created) = CellKey::load_or_create(second.path(), "alpha").expect("loaded");
+    assert!(!created);
+    assert_eq!(loaded.fingerprint(), key.fingerprint());
+
+    let other = CellKey::generate("alpha").expect("another key");
+    let refused = other.store(second.path()).expect_err("a different key is never written over the one there");
+    assert!(matches!(refused, KeyError::KeyChanged { .. }), "{refused}");
+    assert_eq!(CellKey::load(second.path()).expect("reads").expect("a key").fingerprint(), key.fingerprint());
+}
+
+#[test]
+fn a_cell_key_prints_as_its_cell_and_fingerprint_only() {
+    let key = CellKey::generate("alpha").expect("a key");
+    assert_eq!(format!("{key:?}"), format!("CellKey {{ cell: \"alpha\", fingerprint: \"{}\" }}", key.fingerprint()));
+}

@@ -2,12 +2,10 @@
 //! tampering refused; size per recipient; provenance rows, and a failing ledger that does not stop delivery.
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use cellog_envelope::envelope::DecodeError;
 use cellog_envelope::{
-    CellKey, Direction, Envelope, Keyring, OpenError, PrincipalKind, ProvenanceLedger, ProvenanceRow, SCHEME,
-    SealError, open, seal,
+    CellKey, Direction, Envelope, Keyring, OpenError, PrincipalKind, ProvenanceRow, SCHEME, SealError, open, seal,
 };
 
 /// Five cells, each with its key and a keyring holding the other four.
@@ -197,30 +195,6 @@ fn provenance_rows_hold_fingerprints_and_hashes_only() {
             assert!(text.chars().all(|c| c.is_ascii_hexdigit()), "{text}");
         }
     }
-}
-
-struct FailingLedger {
-    failures: AtomicU64,
-}
-
-impl ProvenanceLedger for FailingLedger {
-    fn record(&self, _row: &ProvenanceRow) -> Result<(), String> {
-        Err("the ledger is down".to_string())
-    }
-
-    fn failures(&self) -> &AtomicU64 {
-        &self.failures
-    }
-}
-
-#[test]
-fn a_failing_provenance_ledger_does_not_stop_delivery() {
-    let ledger = FailingLedger { failures: AtomicU64::new(0) };
-    let bytes = sealed_by_alpha(&["bravo"], b"deliver me");
-    let opened = open_as(1, &bytes).expect("opens");
-    ledger.record_soft(&opened.provenance);
-    assert_eq!(&opened.payload[..], b"deliver me", "the message is still there to deliver");
-    assert_eq!(ledger.failures.load(Ordering::Relaxed), 1);
 }
 
 #[test]

@@ -15,6 +15,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
 use cellog_proto::v1::{self, cellog_client::CellogClient};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -316,6 +317,47 @@ impl Client {
                 return Err(status.into());
             }
         }
+    }
+
+    /// Seals `payload` for `recipients` (cells) and stores it in this cell's outbox for delivery. An `envelope_id`
+    /// makes a retry safe: the same id is stored once.
+    pub async fn send_sealed(
+        &self,
+        recipients: &[String],
+        payload: Bytes,
+        envelope_id: Option<&str>,
+    ) -> Result<v1::SendSealedResponse, ClientError> {
+        let request = v1::SendSealedRequest {
+            recipients: recipients.to_vec(),
+            payload,
+            envelope_id: envelope_id.unwrap_or_default().to_string(),
+        };
+        self.call(envelope_id.is_some(), request, |mut c, r| async move { c.send_sealed(r).await }).await
+    }
+
+    /// Each recipient's result for an envelope this cell sent.
+    pub async fn delivery_status(&self, envelope_id: &str) -> Result<v1::DeliveryStatusResponse, ClientError> {
+        let request = v1::DeliveryStatusRequest { envelope_id: envelope_id.to_string() };
+        self.call(true, request, |mut c, r| async move { c.delivery_status(r).await }).await
+    }
+
+    /// Hands an envelope to this cell (cell to cell; a repeat is stored once).
+    pub async fn deliver(&self, envelope: Bytes) -> Result<v1::DeliverResponse, ClientError> {
+        let request = v1::DeliverRequest { envelope };
+        self.call(true, request, |mut c, r| async move { c.deliver(r).await }).await
+    }
+
+    /// This cell's inbox from `from_seq` on, opened.
+    pub async fn read_mail(&self, from_seq: u64, max: u32) -> Result<Vec<v1::Mail>, ClientError> {
+        let request = v1::ReadMailRequest { from_seq, max };
+        Ok(self.call(true, request, |mut c, r| async move { c.read_mail(r).await }).await?.mail)
+    }
+
+    /// Replaces a stored message's payload with a tombstone (its id stays remembered).
+    pub async fn recall(&self, stream: &str, partition: u32, seq: u64) -> Result<(), ClientError> {
+        let request = v1::RecallRequest { stream: stream.to_string(), partition, seq };
+        self.call(true, request, |mut c, r| async move { c.recall(r).await }).await?;
+        Ok(())
     }
 
     /// Creates a stream (the same config again is a success with `created` false).

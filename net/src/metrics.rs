@@ -25,6 +25,10 @@ pub struct Metrics {
     pub commit_latency: Histogram,
     /// One fsync of this node's storage.
     pub fsync_latency: Histogram,
+    /// Sealed-mail delivery attempts made by this node, successful or not.
+    pub mail_attempts: Counter,
+    /// Provenance rows that could not be recorded (the mail went on).
+    pub provenance_failures: Counter,
     consumer_lag_max: Gauge,
     consumer_lag_sum: Gauge,
     consumers_behind: Gauge,
@@ -60,6 +64,8 @@ impl Metrics {
             acked: Counter::default(),
             commit_latency: Histogram::new(latency_buckets()),
             fsync_latency: Histogram::new(latency_buckets()),
+            mail_attempts: Counter::default(),
+            provenance_failures: Counter::default(),
             consumer_lag_max: Gauge::default(),
             consumer_lag_sum: Gauge::default(),
             consumers_behind: Gauge::default(),
@@ -81,6 +87,16 @@ impl Metrics {
             metrics.commit_latency.clone(),
         );
         registry.register("fsync_latency_seconds", "One fsync of this node's storage", metrics.fsync_latency.clone());
+        registry.register(
+            "mail_attempts",
+            "Sealed-mail delivery attempts made by this node",
+            metrics.mail_attempts.clone(),
+        );
+        registry.register(
+            "provenance_failures",
+            "Provenance rows that could not be recorded (the mail went on)",
+            metrics.provenance_failures.clone(),
+        );
         registry.register(
             "consumer_lag_max",
             "Largest lag of any consumer, in messages",

@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::listen::Listeners;
+use crate::mail::{MailConfig, Mailroom, deliver_loop};
 use crate::metrics::{Metered, Metrics};
 use crate::service::CellogService;
 use crate::transport::{GrpcNetwork, MAX_RAFT_MESSAGE, RaftService};
@@ -100,6 +101,8 @@ pub struct NodeConfig {
     pub bootstrap: bool,
     /// Raft timing.
     pub timing: RaftTiming,
+    /// The cell key, keyring and other cells' addresses, for sealed mail; `None`: this node has no mail.
+    pub mail: Option<MailConfig>,
 }
 
 impl NodeConfig {
@@ -225,13 +228,20 @@ impl<S: Storage + Clone> RunningNode<S> {
         }
 
         let (stop, stopped) = watch::channel(false);
-        let client_service = CellogServer::new(CellogService::new(node.clone(), metrics.clone()))
+        let mail = config.mail.clone().map(|mail| Arc::new(Mailroom::new(mail, metrics.clone())));
+        let mut tasks = Vec::new();
+        if let Some(mail) = &mail {
+            tracing::info!(cell = mail.cell(), "sealed mail on");
+            tasks.push(tokio::spawn(deliver_loop(mail.clone(), node.clone(), stopped.clone())));
+        }
+        let client_service = CellogServer::new(CellogService::new(node.clone(), metrics.clone(), mail))
             .max_decoding_message_size(MAX_CLIENT_MESSAGE)
             .max_encoding_message_size(MAX_CLIENT_MESSAGE);
         let raft_service = RaftServer::new(RaftService::new(config.cell.clone(), node.clone()))
             .max_decoding_message_size(MAX_RAFT_MESSAGE)
             .max_encoding_message_size(MAX_RAFT_MESSAGE);
-        let servers = listeners.serve(client_service, raft_service, node.clone(), metrics.clone(), stopped);
+        let mut servers = listeners.serve(client_service, raft_service, node.clone(), metrics.clone(), stopped);
+        servers.extend(tasks);
         tracing::info!(id = config.id, %client_addr, %raft_addr, ?metrics_addr, "node serving");
         Ok(RunningNode { node, metrics, client_addr, raft_addr, metrics_addr, stop, servers })
     }

@@ -17,6 +17,7 @@ use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::convert::{self, DEFAULT_TRANSACTION_TIMEOUT_MS};
+use crate::mail::Mailroom;
 use crate::metrics::Metrics;
 use crate::status::{self, from_propose, from_rejection, invalid_argument, not_leader};
 
@@ -33,11 +34,12 @@ type ServerStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'st
 pub struct CellogService<S> {
     node: Arc<CellNode<S>>,
     metrics: Arc<Metrics>,
+    mail: Option<Arc<Mailroom>>,
 }
 
 impl<S> Clone for CellogService<S> {
     fn clone(&self) -> Self {
-        CellogService { node: self.node.clone(), metrics: self.metrics.clone() }
+        CellogService { node: self.node.clone(), metrics: self.metrics.clone(), mail: self.mail.clone() }
     }
 }
 
@@ -81,8 +83,21 @@ fn membership_error(error: RaftError<NodeId, ClientWriteError<NodeId, Node>>) ->
 
 impl<S: Storage + Clone> CellogService<S> {
     /// The API of `node`, recording into `metrics`.
-    pub fn new(node: Arc<CellNode<S>>, metrics: Arc<Metrics>) -> Self {
-        CellogService { node, metrics }
+    pub fn new(node: Arc<CellNode<S>>, metrics: Arc<Metrics>, mail: Option<Arc<Mailroom>>) -> Self {
+        CellogService { node, metrics, mail }
+    }
+
+    fn mailroom(&self) -> Result<&Mailroom, Status> {
+        self.mail.as_deref().ok_or_else(|| {
+            status::status(
+                tonic::Code::FailedPrecondition,
+                v1::ErrorDetail {
+                    reason: "NO_CELL_KEY".to_string(),
+                    message: "this node has no cell key, so it neither sends nor receives sealed mail".to_string(),
+                    ..v1::ErrorDetail::default()
+                },
+            )
+        })
     }
 
     /// Proposes a command and waits for its outcome.
@@ -606,6 +621,37 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         request: Request<v1::ProducerRef>,
     ) -> Result<Response<v1::TransactionResponse>, Status> {
         self.transaction(Command::AbortTransaction(convert::producer(request.into_inner()))).await
+    }
+
+    async fn send_sealed(
+        &self,
+        request: Request<v1::SendSealedRequest>,
+    ) -> Result<Response<v1::SendSealedResponse>, Status> {
+        Ok(Response::new(self.mailroom()?.send(&self.node, request.into_inner()).await?))
+    }
+
+    async fn delivery_status(
+        &self,
+        request: Request<v1::DeliveryStatusRequest>,
+    ) -> Result<Response<v1::DeliveryStatusResponse>, Status> {
+        let mail = self.mailroom()?;
+        self.node.read_barrier().await.map_err(from_propose)?;
+        Ok(Response::new(mail.status(&self.node, &request.into_inner().envelope_id)?))
+    }
+
+    async fn deliver(&self, request: Request<v1::DeliverRequest>) -> Result<Response<v1::DeliverResponse>, Status> {
+        Ok(Response::new(self.mailroom()?.receive(&self.node, request.into_inner().envelope).await?))
+    }
+
+    async fn read_mail(&self, request: Request<v1::ReadMailRequest>) -> Result<Response<v1::ReadMailResponse>, Status> {
+        let mail = self.mailroom()?;
+        let request = request.into_inner();
+        let max = match request.max {
+            0 => 100,
+            max => (max as usize).min(MAX_READ),
+        };
+        self.node.read_barrier().await.map_err(from_propose)?;
+        Ok(Response::new(mail.read(&self.node, request.from_seq, max)?))
     }
 
     async fn cluster_status(

@@ -27,6 +27,7 @@ fn config(id: u64, bootstrap: bool) -> NodeConfig {
         peers: Vec::new(),
         bootstrap,
         timing: RaftTiming { heartbeat_ms: 50, election_timeout_ms: 300, snapshot_every: 1000, keep_logs: 1000 },
+        mail: None,
     }
 }
 

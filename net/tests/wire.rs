@@ -28,6 +28,7 @@ async fn one_node() -> (RunningNode<SimDisk>, Client) {
         peers: Vec::new(),
         bootstrap: true,
         timing: RaftTiming { heartbeat_ms: 50, election_timeout_ms: 200, snapshot_every: 1000, keep_logs: 1000 },
+        mail: None,
     };
     let node = RunningNode::start(&config, SimDisk::new(7), Arc::new(SystemClock)).await.expect("the node starts");
     let client = Client::new([node.client_addr.to_string()], ClientOptions::default()).expect("a client");

@@ -219,6 +219,17 @@ impl<S: Storage + Clone> CellNode<S> {
         self.submit_now(command).await?.wait().await
     }
 
+    /// This node's clock as the cell stamps entries: never earlier than the cell's last stamp.
+    pub fn now(&self) -> Millis {
+        let last_at = self.replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).cell.last_at();
+        self.clock.now(last_at)
+    }
+
+    /// Whether this node leads the cell now (as far as it knows).
+    pub fn is_leader(&self) -> bool {
+        self.raft.metrics().borrow().state.is_leader()
+    }
+
     /// Whether the node is still getting back log entries it lost, and so must not vote or campaign.
     pub fn is_repairing(&self) -> bool {
         self.repairing.load(Ordering::Acquire)
@@ -243,15 +254,14 @@ impl<S: Storage + Clone> CellNode<S> {
     /// Commands submitted one after another are applied in that order, so a caller can pipeline many and still
     /// know their order in the log.
     pub async fn submit_now(&self, command: Command) -> Result<Answer, ProposeError> {
-        let last_at = self.replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).cell.last_at();
-        self.submit(self.clock.now(last_at), command).await
+        self.submit(self.now(), command).await
     }
 
     /// Queues a command stamped with the leader's time `at` for the next entry (waiting for room in the queue), and
     /// returns its answer to wait for.
     pub async fn submit(&self, at: Millis, command: Command) -> Result<Answer, ProposeError> {
         // Refused here, a command certainly never reaches the log; refused by Raft, it might have.
-        if !self.raft.metrics().borrow().state.is_leader() {
+        if !self.is_leader() {
             return Err(ProposeError::NotLeader { leader: self.leader() });
         }
         let (reply, answer) = oneshot::channel();

@@ -11,7 +11,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use cellog_core::Millis;
-use cellog_net::{Client, ClientOptions, NodeConfig, Peer, RaftTiming, RunningNode, proto as v1};
+use cellog_envelope::{CellKey, Keyring};
+use cellog_net::{
+    Client, ClientOptions, MailConfig, NodeConfig, Peer, RaftTiming, RetryPolicy, RunningNode, proto as v1,
+};
 use cellog_raft::storage::{DiskFaults, SimDisk};
 use cellog_raft::{Clock, Node, SystemClock};
 use madsim::net::NetSim;
@@ -49,6 +52,7 @@ impl Clock for SimClock {
 }
 
 struct SimNode {
+    cell: String,
     disk: SimDisk,
     clock: SimClock,
     handle: NodeHandle,
@@ -78,6 +82,9 @@ pub struct Cluster {
     handle: Handle,
     seeds: Seeds,
     nodes: BTreeMap<SimNodeId, SimNode>,
+    /// Each cell's mail setup (`None`: no mail), by cell name; the first cell is the one most methods act on.
+    cells: BTreeMap<String, Option<MailConfig>>,
+    main_cell: String,
     client_machine: NodeHandle,
     timing: RaftTiming,
     trace: Trace,
@@ -100,10 +107,31 @@ fn timing(snapshot_every: u64) -> RaftTiming {
     RaftTiming { snapshot_every, ..RaftTiming::default() }
 }
 
-/// Node `id`'s configuration; `bootstrap` founds the cell with `peers` and itself.
-fn config(id: SimNodeId, peers: &[SimNodeId], bootstrap: bool, timing: &RaftTiming) -> NodeConfig {
+/// The cell of a one-cell simulation.
+pub const SIM_CELL: &str = "sim";
+
+/// How sealed mail retries in simulation: soon and often, so that a partition's end shows within seconds.
+pub fn sim_retry() -> RetryPolicy {
+    RetryPolicy {
+        first: Duration::from_millis(200),
+        max: Duration::from_secs(2),
+        give_up_after: Duration::from_secs(3600),
+        attempt_timeout: Duration::from_secs(2),
+        poll: Duration::from_millis(200),
+    }
+}
+
+/// Node `id`'s configuration in `cell`; `bootstrap` founds the cell with `peers` and itself.
+fn config(
+    cell: &str,
+    id: SimNodeId,
+    peers: &[SimNodeId],
+    bootstrap: bool,
+    timing: &RaftTiming,
+    mail: Option<MailConfig>,
+) -> NodeConfig {
     NodeConfig {
-        cell: "sim".to_string(),
+        cell: cell.to_string(),
         id,
         data_dir: std::path::PathBuf::from(format!("/sim/node-{id}")),
         client_addr: SocketAddr::new(ip(id), CLIENT_PORT),
@@ -118,7 +146,29 @@ fn config(id: SimNodeId, peers: &[SimNodeId], bootstrap: bool, timing: &RaftTimi
             .collect(),
         bootstrap,
         timing: timing.clone(),
+        mail,
     }
+}
+
+/// Each cell's mail: a key of its own, every other cell's public key, and every other cell's client addresses.
+fn mail_setup(members: &BTreeMap<String, Vec<SimNodeId>>) -> BTreeMap<String, MailConfig> {
+    let keys: BTreeMap<&String, CellKey> =
+        members.keys().map(|cell| (cell, CellKey::generate(cell).expect("a cell key"))).collect();
+    members
+        .keys()
+        .map(|cell| {
+            let key = keys[cell].clone();
+            let mut keyring = Keyring::in_memory();
+            let mut homes = BTreeMap::new();
+            for (other, ids) in members.iter().filter(|(other, _)| *other != cell) {
+                keyring.import(keys[other].public_armored().as_bytes(), Some(&key)).expect("a cell's key imports");
+                let addrs = ids.iter().map(|&id| SocketAddr::new(ip(id), CLIENT_PORT).to_string()).collect();
+                homes.insert(other.clone(), addrs);
+            }
+            let config = MailConfig { key, keyring, keyring_dir: None, homes, retry: sim_retry(), id_seed: 0 };
+            (cell.clone(), config)
+        })
+        .collect()
 }
 
 /// The command that replays the running test with this seed (madsim runs a test's body on a thread of its own, so
@@ -145,16 +195,30 @@ impl Cluster {
 
     /// The same, with this Raft timing (snapshot interval and log kept behind a snapshot included).
     pub fn with_timing(n: u64, timing: RaftTiming) -> Self {
+        Cluster::with_cells(&[(SIM_CELL, n)], timing, false)
+    }
+
+    /// Several cells on one network: the first `n` nodes found the first cell, the next ones the next, and so on
+    /// (node ids count on across cells). With `mail`, each cell gets a key, every other cell's key and addresses.
+    pub fn with_cells(cells: &[(&str, u64)], timing: RaftTiming, mail: bool) -> Self {
         // First, so that the trace knows the nodes' spans from their creation on.
         let (trace, trace_guard) = Trace::install();
         let handle = Handle::current();
         let seeds = Seeds::current();
-        let founders: Vec<SimNodeId> = (1..=n).collect();
+        let mut members: BTreeMap<String, Vec<SimNodeId>> = BTreeMap::new();
+        let mut next = 1;
+        for &(cell, n) in cells {
+            members.insert(cell.to_string(), (next..next + n).collect());
+            next += n;
+        }
+        let mail_configs = if mail { mail_setup(&members) } else { BTreeMap::new() };
         let client_machine = handle.create_node().name("client").ip(IpAddr::V4(Ipv4Addr::new(10, 0, 1, 1))).build();
         let mut cluster = Cluster {
             handle,
             seeds,
             nodes: BTreeMap::new(),
+            cells: members.keys().map(|cell| (cell.clone(), mail_configs.get(cell).cloned())).collect(),
+            main_cell: cells.first().expect("at least one cell").0.to_string(),
             client_machine,
             timing,
             trace,
@@ -162,11 +226,20 @@ impl Cluster {
             replay: test_replay(seeds.0),
             _trace_guard: trace_guard,
         };
-        for &id in &founders {
-            let config = config(id, &founders, true, &cluster.timing);
-            cluster.start_node(id, config);
+        for (cell, founders) in &members {
+            for &id in founders {
+                let config = config(cell, id, founders, true, &cluster.timing, cluster.mail_of(cell, id));
+                cluster.start_node(id, config);
+            }
         }
         cluster
+    }
+
+    /// Node `id`'s mail config in `cell`, its envelope ids seeded from the run's seed.
+    fn mail_of(&self, cell: &str, id: SimNodeId) -> Option<MailConfig> {
+        let mut mail = self.cells.get(cell)?.clone()?;
+        mail.id_seed = self.seeds.mail(id);
+        Some(mail)
     }
 
     fn start_node(&mut self, id: SimNodeId, config: NodeConfig) {
@@ -193,7 +266,7 @@ impl Cluster {
                 }
             })
             .build();
-        self.nodes.insert(id, SimNode { disk, clock, handle, config, up: true });
+        self.nodes.insert(id, SimNode { cell: config.cell.clone(), disk, clock, handle, config, up: true });
     }
 
     /// The run's seed.
@@ -216,14 +289,24 @@ impl Cluster {
         self.replay = command.into();
     }
 
-    /// The ids of the nodes.
+    /// The ids of the nodes (of every cell).
     pub fn ids(&self) -> Vec<SimNodeId> {
         self.nodes.keys().copied().collect()
     }
 
-    /// The ids of the nodes that run.
+    /// The ids of the nodes of `cell`.
+    pub fn ids_in(&self, cell: &str) -> Vec<SimNodeId> {
+        self.nodes.iter().filter(|(_, node)| node.cell == cell).map(|(id, _)| *id).collect()
+    }
+
+    /// The ids of the nodes that run (of every cell).
     pub fn running(&self) -> Vec<SimNodeId> {
         self.nodes.iter().filter(|(_, node)| node.up).map(|(id, _)| *id).collect()
+    }
+
+    /// The ids of the nodes of `cell` that run.
+    pub fn running_in(&self, cell: &str) -> Vec<SimNodeId> {
+        self.nodes.iter().filter(|(_, node)| node.up && node.cell == cell).map(|(id, _)| *id).collect()
     }
 
     fn get(&self, id: SimNodeId) -> &SimNode {
@@ -241,9 +324,15 @@ impl Cluster {
         &self.get(id).disk
     }
 
-    /// A client of the whole cell.
+    /// A client of the (first) cell.
     pub fn client(&self) -> Client {
-        let addrs = self.nodes.values().map(|node| node.config.client_addr.to_string());
+        self.client_in(&self.main_cell)
+    }
+
+    /// A client of `cell`.
+    pub fn client_in(&self, cell: &str) -> Client {
+        let addrs =
+            self.nodes.values().filter(|node| node.cell == cell).map(|node| node.config.client_addr.to_string());
         Client::new(addrs, ClientOptions::default()).expect("valid addresses")
     }
 
@@ -352,8 +441,10 @@ impl Cluster {
     pub async fn add_node(&mut self) -> SimNodeId {
         let id = self.nodes.keys().max().copied().unwrap_or_default() + 1;
         trace::harness(Some(id), "add-node", "");
-        let peers = self.ids();
-        self.start_node(id, config(id, &peers, false, &self.timing));
+        let cell = self.main_cell.clone();
+        let peers = self.ids_in(&cell);
+        let mail = self.mail_of(&cell, id);
+        self.start_node(id, config(&cell, id, &peers, false, &self.timing, mail));
         let client = self.client();
         let addrs = node_addrs(id);
         self.on_client(async move {
@@ -373,9 +464,15 @@ impl Cluster {
         self.handle.kill(node.handle.id());
     }
 
-    /// Waits until some node leads and has applied an entry of its term; returns its id.
+    /// Waits until some node of the (first) cell leads and has applied an entry of its term; returns its id.
     pub async fn wait_leader(&self) -> SimNodeId {
-        let clients: Vec<(SimNodeId, Client)> = self.running().into_iter().map(|id| (id, self.client_of(id))).collect();
+        self.wait_leader_in(&self.main_cell).await
+    }
+
+    /// Waits until some node of `cell` leads and has applied an entry of its term; returns its id.
+    pub async fn wait_leader_in(&self, cell: &str) -> SimNodeId {
+        let clients: Vec<(SimNodeId, Client)> =
+            self.running_in(cell).into_iter().map(|id| (id, self.client_of(id))).collect();
         self.on_client(async move {
             for _ in 0..600 {
                 for (id, client) in &clients {
@@ -395,9 +492,16 @@ impl Cluster {
         .unwrap_or_else(|| panic!("no leader within 60 simulated seconds"))
     }
 
-    /// Waits until every running node has applied the same index with the same state digest; returns them.
+    /// Waits until every running node of the (first) cell has applied the same index with the same state digest;
+    /// returns them.
     pub async fn converge(&self) -> (u64, String) {
-        let clients: Vec<(SimNodeId, Client)> = self.running().into_iter().map(|id| (id, self.client_of(id))).collect();
+        self.converge_in(&self.main_cell).await
+    }
+
+    /// Waits until every running node of `cell` has applied the same index with the same state digest.
+    pub async fn converge_in(&self, cell: &str) -> (u64, String) {
+        let clients: Vec<(SimNodeId, Client)> =
+            self.running_in(cell).into_iter().map(|id| (id, self.client_of(id))).collect();
         self.on_client(async move {
             let mut last = Vec::new();
             for _ in 0..1200 {
@@ -470,7 +574,7 @@ impl Cluster {
         self.converge().await;
         let acked = self.history.acknowledged_in(stream);
         let mut first = None;
-        for id in self.running() {
+        for id in self.running_in(&self.main_cell) {
             let stored = self.stored_on(id, stream, partitions).await;
             for (msg_id, &(partition, seq)) in &acked {
                 let copies = stored.get(msg_id).unwrap_or_else(|| panic!("node {id} lost acknowledged {msg_id}"));

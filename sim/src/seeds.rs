@@ -15,6 +15,8 @@ pub enum Concern {
     Network,
     /// The fault draws of one node's disk.
     Disk(u64),
+    /// The envelope ids one node picks.
+    Mail(u64),
 }
 
 impl Concern {
@@ -24,6 +26,7 @@ impl Concern {
             Concern::Workload => 2,
             Concern::Network => 3,
             Concern::Disk(node) => 1_000 + node,
+            Concern::Mail(node) => 2_000 + node,
         }
     }
 }
@@ -49,6 +52,12 @@ impl Seeds {
     pub fn disk(self, node: u64) -> u64 {
         use rand::RngCore;
         self.rng(Concern::Disk(node)).next_u64()
+    }
+
+    /// The seed of node `node`'s envelope ids.
+    pub fn mail(self, node: u64) -> u64 {
+        use rand::RngCore;
+        self.rng(Concern::Mail(node)).next_u64()
     }
 }
 

@@ -1,5 +1,5 @@
 //! `cellog`: runs a node (`cellog node`), a local three-node cell (`cellog dev`), and talks to a cell as a client:
-//! streams, consumers, publishing, subscribing, transactions, membership and benchmarks.
+//! streams, consumers, publishing, subscribing, transactions, membership, sealed mail and benchmarks.
 
 mod admin;
 mod bench;
@@ -58,6 +58,9 @@ enum Command {
     /// Cell membership and status.
     #[command(subcommand)]
     Cluster(admin::ClusterCommand),
+    /// Sealed mail to other cells: send, delivery status, the inbox.
+    #[command(subcommand)]
+    Mail(admin::MailCommand),
     /// This cell's key and the keyring of other cells' keys (in the data directory; no server needed).
     #[command(subcommand)]
     Keys(admin::KeysCommand),
@@ -96,6 +99,7 @@ async fn main() -> std::process::ExitCode {
                 Command::Txn(command) => admin::txn(command).await,
                 Command::Cluster(command) => admin::cluster(command).await,
                 Command::Keys(command) => admin::keys(command),
+                Command::Mail(command) => admin::mail(command).await,
                 Command::Bench(command) => bench::run(command).await,
                 Command::Node(_) | Command::Dev(_) => unreachable!("handled above"),
             }

@@ -1,5 +1,6 @@
 //! `cellog node` and `cellog dev`.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -7,9 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use cellog_net::{Client, ClientOptions, NodeConfig, Peer, RaftTiming, RunningNode};
+use cellog_envelope::{CellKey, Keyring};
+use cellog_net::{Client, ClientOptions, MailConfig, NodeConfig, Peer, RaftTiming, RetryPolicy, RunningNode};
 use cellog_raft::SystemClock;
 use cellog_raft::storage::RocksStorage;
+use rand::RngCore;
 use serde::Deserialize;
 
 /// `cellog node`: every setting is a flag, an environment variable, or a key of the TOML file given with `--config`
@@ -59,6 +62,10 @@ pub struct NodeArgs {
     /// Log entries between snapshots [default: 50000].
     #[arg(long, env = "CELLOG_SNAPSHOT_EVERY")]
     snapshot_every: Option<u64>,
+    /// Where another cell is reached for sealed mail: CELL=CLIENT_ADDR (repeat, or comma-separate; a cell named
+    /// again gets another address).
+    #[arg(long = "home", env = "CELLOG_HOMES", value_delimiter = ',')]
+    homes: Vec<String>,
 }
 
 /// The same settings in a file.
@@ -79,14 +86,31 @@ struct FileConfig {
     heartbeat_ms: Option<u64>,
     election_timeout_ms: Option<u64>,
     snapshot_every: Option<u64>,
+    #[serde(default)]
+    homes: Vec<String>,
 }
 
 fn addr(text: &str) -> SocketAddr {
     text.parse().expect("a literal address")
 }
 
+/// `CELL=ADDR` items as cell → addresses.
+fn parse_homes(items: &[String]) -> anyhow::Result<BTreeMap<String, Vec<String>>> {
+    let mut homes: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for item in items {
+        let (cell, addr) = item
+            .split_once('=')
+            .filter(|(cell, addr)| !cell.trim().is_empty() && !addr.trim().is_empty())
+            .with_context(|| format!("home {item:?}: expected CELL=CLIENT_ADDR, e.g. bravo=10.0.0.7:7401"))?;
+        cellog_core::subject::validate_name(cell.trim())
+            .map_err(|reason| anyhow::anyhow!("home {item:?}: cell name {reason}"))?;
+        homes.entry(cell.trim().to_string()).or_default().push(addr.trim().to_string());
+    }
+    Ok(homes)
+}
+
 impl NodeArgs {
-    fn resolve(self) -> anyhow::Result<NodeConfig> {
+    fn resolve(self) -> anyhow::Result<(NodeConfig, BTreeMap<String, Vec<String>>)> {
         let file = match &self.config {
             Some(path) => {
                 let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -95,6 +119,7 @@ impl NodeArgs {
             None => FileConfig::default(),
         };
         let peers = if self.peers.is_empty() { file.peers } else { self.peers };
+        let homes = parse_homes(if self.homes.is_empty() { &file.homes } else { &self.homes })?;
         let peers =
             peers.iter().map(|peer| peer.parse::<Peer>()).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
         let metrics_addr = match self.metrics_addr.or(file.metrics_addr).as_deref() {
@@ -123,20 +148,37 @@ impl NodeArgs {
                 snapshot_every: self.snapshot_every.or(file.snapshot_every).unwrap_or(defaults.snapshot_every),
                 keep_logs: defaults.keep_logs,
             },
+            mail: None,
         };
         if config.peers.iter().any(|peer| peer.id == config.id) {
             bail!("node {} lists itself among its peers", config.id);
         }
-        Ok(config)
+        Ok((config, homes))
     }
 }
 
-/// Opens the node's store and starts it.
-async fn start(config: &NodeConfig) -> anyhow::Result<RunningNode<Arc<RocksStorage>>> {
+/// Opens the node's store and starts it, with sealed mail under the cell key in its data directory (made on the first
+/// start) and the keyring there.
+async fn start(
+    config: &NodeConfig,
+    homes: BTreeMap<String, Vec<String>>,
+) -> anyhow::Result<RunningNode<Arc<RocksStorage>>> {
     cellog_net::node::claim_data_dir(config)?;
-    let (key, created) = cellog_envelope::CellKey::load_or_create(&config.data_dir, &config.cell)?;
+    let (key, created) = CellKey::load_or_create(&config.data_dir, &config.cell)?;
     let verb = if created { "made" } else { "found" };
     tracing::info!(fingerprint = %key.fingerprint(), "{verb} the cell key in {}", config.data_dir.join("keys").display());
+    let keyring = Keyring::open(&config.data_dir)?;
+    let mut config = config.clone();
+    config.mail = Some(MailConfig {
+        key,
+        keyring,
+        keyring_dir: Some(config.data_dir.clone()),
+        homes,
+        retry: RetryPolicy::default(),
+        // Envelope ids only need to be unique: a production node seeds them from the system's entropy.
+        id_seed: rand::rngs::OsRng.next_u64(),
+    });
+    let config = &config;
     let store_dir = config.data_dir.join("store");
     let storage = RocksStorage::open(&store_dir).with_context(|| format!("opening {}", store_dir.display()))?;
     let storage = Arc::new(storage);
@@ -166,8 +208,8 @@ async fn shutdown_signal() {
 
 /// `cellog node`.
 pub async fn node(args: NodeArgs) -> anyhow::Result<()> {
-    let config = args.resolve()?;
-    let running = start(&config).await?;
+    let (config, homes) = args.resolve()?;
+    let running = start(&config, homes).await?;
     shutdown_signal().await;
     tracing::info!("stopping: finishing in-flight calls, then syncing");
     running.stop().await.context("syncing the store")?;
@@ -206,15 +248,21 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
             peers: Vec::new(),
             bootstrap: true,
             timing: RaftTiming::default(),
+            mail: None,
         });
     }
     let founders: Vec<Peer> = configs.iter().map(|config| Peer { id: config.id, node: config.advertised() }).collect();
     for config in &mut configs {
         config.peers = founders.iter().filter(|peer| peer.id != config.id).cloned().collect();
     }
+    // One cell, one key: the first node makes it (or has it), and the others get a copy before they start.
+    let (key, _) = CellKey::load_or_create(&configs[0].data_dir, &configs[0].cell)?;
+    for config in &configs[1..] {
+        key.store(&config.data_dir).with_context(|| format!("giving node {} the cell key", config.id))?;
+    }
     let mut nodes = Vec::new();
     for config in &configs {
-        nodes.push(start(config).await.with_context(|| format!("starting node {}", config.id))?);
+        nodes.push(start(config, BTreeMap::new()).await.with_context(|| format!("starting node {}", config.id))?);
     }
     println!("cellog dev: a 3-node cell with data under {}", args.data.display());
     for node in &nodes {

@@ -1,0 +1,250 @@
+//! Sealed mail between one-node cells over real loopback gRPC: a multicast with every kind of result, the inbox read
+//! back and verified, repeats stored once, provenance rows pinning their envelopes, a failing ledger that does not
+//! stop delivery, and store and forward to a cell that comes up later.
+
+// Real sockets and tokio: not a simulation test.
+#![cfg(not(madsim))]
+#![allow(clippy::disallowed_methods, reason = "waits on the real clock for delivery")]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use cellog_envelope::{CellKey, Envelope, Keyring};
+use cellog_net::mail::{INBOX, OUTBOX, PROVENANCE};
+use cellog_net::proto as v1;
+use cellog_net::{Client, ClientError, ClientOptions, MailConfig, NodeConfig, RaftTiming, RetryPolicy, RunningNode};
+use cellog_raft::SystemClock;
+use cellog_raft::storage::SimDisk;
+use tonic::Code;
+
+fn free_addr() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("an address")
+}
+
+/// A cell of one node at `client_addr`, with `key`, knowing `peers`' keys and `homes`.
+async fn cell(
+    key: &CellKey,
+    peers: &[&CellKey],
+    homes: BTreeMap<String, Vec<String>>,
+    client_addr: SocketAddr,
+    retry: RetryPolicy,
+) -> (RunningNode<SimDisk>, Client) {
+    let any = "127.0.0.1:0".parse().expect("an address");
+    let mut keyring = Keyring::in_memory();
+    for peer in peers {
+        keyring.import(peer.public_armored().as_bytes(), Some(key)).expect("a peer's key imports");
+    }
+    let config = NodeConfig {
+        cell: key.cell().to_string(),
+        id: 1,
+        data_dir: std::env::temp_dir(),
+        client_addr,
+        raft_addr: any,
+        advertise_client_addr: None,
+        advertise_raft_addr: None,
+        metrics_addr: None,
+        peers: Vec::new(),
+        bootstrap: true,
+        timing: RaftTiming { heartbeat_ms: 50, election_timeout_ms: 200, snapshot_every: 1000, keep_logs: 1000 },
+        mail: Some(MailConfig { key: key.clone(), keyring, keyring_dir: None, homes, retry, id_seed: 7 }),
+    };
+    let node = RunningNode::start(&config, SimDisk::new(7), Arc::new(SystemClock)).await.expect("the node starts");
+    let client = Client::new([node.client_addr.to_string()], ClientOptions::default()).expect("a client");
+    for _ in 0..200 {
+        if client.cluster_status().await.is_ok_and(|status| status.state == "Leader" && status.applied_index.is_some())
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    (node, client)
+}
+
+fn quick_retry(give_up_after: Duration) -> RetryPolicy {
+    RetryPolicy {
+        first: Duration::from_millis(50),
+        max: Duration::from_millis(400),
+        give_up_after,
+        attempt_timeout: Duration::from_millis(500),
+        poll: Duration::from_millis(50),
+    }
+}
+
+fn key(cell: &str) -> CellKey {
+    CellKey::generate(cell).expect("a key")
+}
+
+async fn settled(client: &Client, id: &str) -> v1::DeliveryStatusResponse {
+    for _ in 0..400 {
+        let status = client.delivery_status(id).await.expect("a status");
+        if status.pending == 0 {
+            return status;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("envelope {id} never settled: {:?}", client.delivery_status(id).await);
+}
+
+fn results(status: &v1::DeliveryStatusResponse) -> BTreeMap<String, v1::DeliveryResult> {
+    status
+        .recipients
+        .iter()
+        .map(|recipient| (recipient.cell.clone(), v1::DeliveryResult::try_from(recipient.result).expect("known")))
+        .collect()
+}
+
+async fn read(client: &Client, stream: &str) -> Vec<v1::Message> {
+    client.read(stream, 0, 0, 100, false).await.expect("reads").messages
+}
+
+fn home(cells: &[(&str, SocketAddr)]) -> BTreeMap<String, Vec<String>> {
+    cells.iter().map(|(cell, addr)| (cell.to_string(), vec![addr.to_string()])).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multicast_says_which_recipients_it_reached_and_how_the_others_ended() {
+    let (alpha, bravo, charlie, delta, echo, foxtrot) =
+        (key("alpha"), key("bravo"), key("charlie"), key("delta"), key("echo"), key("foxtrot"));
+    let (bravo_addr, charlie_addr, foxtrot_addr, delta_addr) = (free_addr(), free_addr(), free_addr(), free_addr());
+    // delta has an address where nothing listens; echo has none; foxtrot does not know alpha's key.
+    let homes =
+        home(&[("bravo", bravo_addr), ("charlie", charlie_addr), ("delta", delta_addr), ("foxtrot", foxtrot_addr)]);
+    let everyone = [&bravo, &charlie, &delta, &echo, &foxtrot];
+    let (_alpha_node, alpha_client) =
+        cell(&alpha, &everyone, homes, free_addr(), quick_retry(Duration::from_secs(2))).await;
+    let (bravo_node, bravo_client) =
+        cell(&bravo, &[&alpha], BTreeMap::new(), bravo_addr, quick_retry(Duration::from_secs(2))).await;
+    let (_charlie_node, charlie_client) =
+        cell(&charlie, &[&alpha], BTreeMap::new(), charlie_addr, quick_retry(Duration::from_secs(2))).await;
+    let (_foxtrot_node, foxtrot_client) =
+        cell(&foxtrot, &[], BTreeMap::new(), foxtrot_addr, quick_retry(Duration::from_secs(2))).await;
+
+    let recipients: Vec<String> = ["bravo", "charlie", "delta", "echo", "foxtrot"].map(String::from).to_vec();
+    let sent =
+        alpha_client.send_sealed(&recipients, Bytes::from_static(b"the quarterly figures"), None).await.expect("sent");
+    assert!(!sent.duplicate);
+    let status = settled(&alpha_client, &sent.envelope_id).await;
+    use v1::DeliveryResult::*;
+    assert_eq!(
+        results(&status),
+        BTreeMap::from([
+            ("bravo".to_string(), Delivered),
+            ("charlie".to_string(), Delivered),
+            ("delta".to_string(), Failed),
+            ("echo".to_string(), NoHome),
+            ("foxtrot".to_string(), Denied),
+        ])
+    );
+    assert_eq!((status.delivered, status.failed, status.no_home, status.denied, status.pending), (2, 1, 1, 1, 0));
+    let delta_status = status.recipients.iter().find(|r| r.cell == "delta").expect("delta");
+    assert!(delta_status.attempts > 1, "delta was retried: {delta_status:?}");
+    let foxtrot_status = status.recipients.iter().find(|r| r.cell == "foxtrot").expect("foxtrot");
+    assert!(foxtrot_status.detail.contains("not a known cell"), "{foxtrot_status:?}");
+
+    // Each recipient opens it alone, verified as alpha's.
+    for client in [&bravo_client, &charlie_client] {
+        let mail = client.read_mail(0, 10).await.expect("reads mail");
+        assert_eq!(mail.len(), 1);
+        assert_eq!((mail[0].sender.as_str(), &mail[0].payload[..]), ("alpha", &b"the quarterly figures"[..]));
+        assert_eq!(mail[0].sender_fingerprint, alpha.fingerprint());
+        assert_eq!(mail[0].envelope_id, sent.envelope_id);
+    }
+    assert!(foxtrot_client.read_mail(0, 10).await.expect("reads").is_empty(), "nothing unverified is stored");
+
+    // A repeat of the envelope is stored once.
+    let inbox = read(&bravo_client, INBOX).await;
+    let again = bravo_client.deliver(inbox[0].payload.clone()).await.expect("a repeat is accepted");
+    assert!(again.duplicate);
+    assert_eq!(read(&bravo_client, INBOX).await.len(), 1);
+    // So is a repeat of the send under the same id.
+    let resent = alpha_client.send_sealed(&recipients, Bytes::from_static(b"other"), Some(&sent.envelope_id)).await;
+    assert!(resent.expect("a repeat send answers").duplicate);
+
+    // Provenance: the sender's row (unverified) pins the outbox envelope, the receiver's (verified) the inbox one.
+    let sent_rows = read(&alpha_client, PROVENANCE).await;
+    let received_rows = read(&bravo_client, PROVENANCE).await;
+    assert_eq!((sent_rows.len(), received_rows.len()), (1, 1));
+    let row = String::from_utf8(received_rows[0].payload.to_vec()).expect("text");
+    assert!(row.contains("verified = true") && row.contains(&alpha.fingerprint()), "{row}");
+    assert!(!row.contains("quarterly"), "no plaintext in a row: {row}");
+    assert_eq!(received_rows[0].headers.get("Cellog-Pin").map(String::as_str), Some("mail-inbox/0/1"));
+    assert!(String::from_utf8_lossy(&sent_rows[0].payload).contains("verified = false"));
+    // Pinned: neither the inbox envelope nor the outbox one can be recalled or its stream deleted.
+    let recall = bravo_client.recall(INBOX, 0, 1).await;
+    assert!(
+        matches!(&recall, Err(ClientError::Status { code: Code::FailedPrecondition, detail }) if detail.reason == "PINNED"),
+        "{recall:?}"
+    );
+    assert!(alpha_client.delete_stream(OUTBOX).await.is_err());
+
+    // A ledger that refuses rows does not stop delivery: the failure is counted.
+    let mut full = bravo_client.stream_info(PROVENANCE).await.expect("info").config.expect("a config");
+    full.max_messages = Some(1);
+    full.discard = v1::DiscardPolicy::DiscardNew as i32;
+    bravo_client.update_stream(PROVENANCE, full).await.expect("updated");
+    let second =
+        alpha_client.send_sealed(&["bravo".to_string()], Bytes::from_static(b"second"), None).await.expect("sent");
+    assert_eq!(results(&settled(&alpha_client, &second.envelope_id).await)["bravo"], Delivered);
+    assert_eq!(bravo_client.read_mail(0, 10).await.expect("reads").len(), 2);
+    assert_eq!(read(&bravo_client, PROVENANCE).await.len(), 1);
+    assert_eq!(bravo_node.metrics.provenance_failures.get(), 1);
+
+    // An unknown recipient refuses the whole send, naming it; nothing is stored.
+    let outbox_before = read(&alpha_client, OUTBOX).await.len();
+    let refused =
+        alpha_client.send_sealed(&["bravo".to_string(), "zulu".to_string()], Bytes::from_static(b"x"), None).await;
+    match refused {
+        Err(ClientError::Status { code: Code::NotFound, detail }) => {
+            assert_eq!(detail.reason, "UNKNOWN_RECIPIENT");
+            assert!(detail.message.contains("zulu"), "{}", detail.message);
+        }
+        other => panic!("expected UNKNOWN_RECIPIENT, got {other:?}"),
+    }
+    assert_eq!(read(&alpha_client, OUTBOX).await.len(), outbox_before);
+
+    // Garbage and forgeries handed to Deliver are denied and not stored.
+    let garbage = bravo_client.deliver(Bytes::from_static(b"not an envelope")).await;
+    assert!(matches!(garbage, Err(ClientError::Status { code: Code::PermissionDenied, .. })), "{garbage:?}");
+    let mut tampered_body = inbox[0].payload.to_vec();
+    let last = tampered_body.len() - 1;
+    tampered_body[last] ^= 0x40;
+    let mut tampered_header = Envelope::decode(&inbox[0].payload).expect("an envelope");
+    tampered_header.header.created_ms += 1;
+    for forged in [Bytes::from(tampered_body), Bytes::from(tampered_header.encode())] {
+        let refused = bravo_client.deliver(forged).await;
+        assert!(matches!(refused, Err(ClientError::Status { code: Code::PermissionDenied, .. })), "{refused:?}");
+    }
+    assert_eq!(read(&bravo_client, INBOX).await.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mail_waits_in_the_outbox_until_its_recipient_comes_up() {
+    let (alpha, bravo) = (key("alpha"), key("bravo"));
+    let bravo_addr = free_addr();
+    let patient = quick_retry(Duration::from_secs(600));
+    let (_alpha_node, alpha_client) =
+        cell(&alpha, &[&bravo], home(&[("bravo", bravo_addr)]), free_addr(), patient.clone()).await;
+    let sent =
+        alpha_client.send_sealed(&["bravo".to_string()], Bytes::from_static(b"later"), None).await.expect("sent");
+    let mut waiting = alpha_client.delivery_status(&sent.envelope_id).await.expect("a status");
+    for _ in 0..100 {
+        if waiting.recipients[0].attempts >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        waiting = alpha_client.delivery_status(&sent.envelope_id).await.expect("a status");
+    }
+    assert_eq!(waiting.pending, 1);
+    assert!(waiting.recipients[0].attempts >= 2, "{waiting:?}");
+    assert!(!waiting.recipients[0].detail.is_empty(), "the last error is shown: {waiting:?}");
+
+    let (_bravo_node, bravo_client) = cell(&bravo, &[&alpha], BTreeMap::new(), bravo_addr, patient).await;
+    let status = settled(&alpha_client, &sent.envelope_id).await;
+    assert_eq!(results(&status)["bravo"], v1::DeliveryResult::Delivered);
+    let mail = bravo_client.read_mail(0, 10).await.expect("reads");
+    assert_eq!(mail.len(), 1);
+    assert_eq!(&mail[0].payload[..], b"later");
+}
