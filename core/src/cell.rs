@@ -27,6 +27,9 @@ use crate::transaction::{
 /// pinned message, as they stop at a registered peer's watermark. Provenance rows pin the envelopes they describe.
 pub const PIN_HEADER: &str = "Cellog-Pin";
 
+/// A stored message: (stream, partition, seq).
+type MessageRef = (Arc<str>, u32, u64);
+
 /// Most streams in a cell.
 pub const MAX_STREAMS: usize = 10_000;
 /// Most consumers on one stream.
@@ -149,8 +152,8 @@ pub struct Cell {
     transactional_ids: BTreeMap<Arc<str>, u64>,
     next_producer_id: u64,
     timers: Timers,
-    /// Pinning messages (stream, partition, seq) and the message each pins. See [`PIN_HEADER`].
-    pinned_by: BTreeMap<(Arc<str>, u32, u64), (Arc<str>, u32, u64)>,
+    /// Pinning messages and the message each pins. See [`PIN_HEADER`].
+    pinned_by: BTreeMap<MessageRef, MessageRef>,
     /// Transient: not part of the state, not in snapshots, not compared.
     #[serde(skip)]
     effects: Vec<Effect>,
@@ -522,7 +525,7 @@ impl Cell {
     // ----- pins -----
 
     /// The message a publish pins, checked: its header names a stored message of another stream.
-    fn check_pin(&self, request: &PublishRequest) -> Result<Option<(Arc<str>, u32, u64)>, Rejection> {
+    fn check_pin(&self, request: &PublishRequest) -> Result<Option<MessageRef>, Rejection> {
         let Some(value) = request.headers.get(PIN_HEADER) else { return Ok(None) };
         let bad = || invalid(format!("{PIN_HEADER} {value:?}: expected STREAM/PARTITION/SEQ of a stored message"));
         let mut parts = value.split('/');

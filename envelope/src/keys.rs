@@ -165,7 +165,17 @@ impl std::fmt::Debug for CellKey {
 impl CellKey {
     /// A new key pair for `cell`.
     pub fn generate(cell: &str) -> Result<CellKey, KeyError> {
-        let (cert, _revocation) = CertBuilder::new()
+        CellKey::generate_at(cell, None)
+    }
+
+    /// A new key pair for `cell`, valid from `created` on (`None`: now). Test fixtures are made in the past, so that
+    /// a simulation whose clock starts earlier than today can use them.
+    pub fn generate_at(cell: &str, created: Option<std::time::SystemTime>) -> Result<CellKey, KeyError> {
+        let mut builder = CertBuilder::new();
+        if let Some(created) = created {
+            builder = builder.set_creation_time(created);
+        }
+        let (cert, _revocation) = builder
             .set_cipher_suite(CipherSuite::Cv25519)
             .add_userid(format!("{USER_ID_PREFIX}{cell}"))
             .add_signing_subkey()

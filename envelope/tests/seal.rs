@@ -4,9 +4,7 @@
 use std::sync::OnceLock;
 
 use cellog_envelope::envelope::DecodeError;
-use cellog_envelope::{
-    CellKey, Direction, Envelope, Keyring, OpenError, PrincipalKind, ProvenanceRow, SCHEME, SealError, open, seal,
-};
+use cellog_envelope::{CellKey, Direction, Envelope, Keyring, OpenError, PrincipalKind, SCHEME, SealError, open, seal};
 
 /// Five cells, each with its key and a keyring holding the other four.
 struct World {

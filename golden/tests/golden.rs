@@ -14,7 +14,7 @@ fn golden(scenario: Scenario) {
 
 #[test]
 fn every_scenario_is_listed() {
-    assert_eq!(ALL.len(), 8);
+    assert_eq!(ALL.len(), 9);
 }
 
 #[test]
@@ -55,6 +55,18 @@ fn membership_change() {
 #[test]
 fn retention_blocked_by_a_lagging_peer() {
     golden(Scenario::RetentionBlockedByALaggingPeer);
+}
+
+#[test]
+fn sealed_mail_across_a_healing_partition() {
+    golden(Scenario::SealedMailAcrossAHealingPartition);
+}
+
+/// Envelopes carry fresh session keys and signatures each run; the trace records none of their bytes.
+#[test]
+fn the_mail_scenario_traces_the_same_twice() {
+    let scenario = Scenario::SealedMailAcrossAHealingPartition;
+    assert_eq!(scenario.trace(), scenario.trace());
 }
 
 #[test]

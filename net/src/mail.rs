@@ -28,6 +28,7 @@ use cellog_core::{Body, Command, Headers, Outcome, PIN_HEADER, PublishRequest, R
 use cellog_envelope::{CellKey, Direction, Envelope, Keyring, OpenError, ProvenanceRow, SealError, open, seal};
 use cellog_proto::v1::{self, DeliveryResult, ErrorDetail};
 use cellog_raft::storage::Storage;
+use cellog_raft::transition::TARGET as TRANSITIONS;
 use cellog_raft::{CellNode, ProposeError};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha12Rng;
@@ -428,6 +429,17 @@ impl Mailroom {
             Outcome::Published(ack) => ack,
             other => return Err(Status::internal(format!("unexpected outcome {other:?}"))),
         };
+        // Fingerprints and the plaintext's hash, never signature bytes (they carry random salt).
+        tracing::info!(
+            target: TRANSITIONS,
+            envelope = %header.id,
+            sender = %header.sender,
+            signer = %header.sender_fingerprint,
+            plaintext_sha256 = %opened.provenance.payload_sha256,
+            seq = ack.seq,
+            "{}",
+            if ack.duplicate { "mail-again" } else { "mail-received" }
+        );
         if !ack.duplicate {
             self.record_row(node, &opened.provenance, ack.seq).await;
         }
@@ -547,7 +559,12 @@ impl Mailroom {
             Some(Err(error)) => return Attempt::Denied(format!("bad address for {cell:?}: {error}")),
             Some(Ok(client)) => client,
         };
-        match client.deliver(bytes).await {
+        // The client's deadline is advice to the server; a link that holds packets back would hold this attempt,
+        // and every attempt after it, for as long. Bounded here.
+        let Ok(answer) = tokio::time::timeout(self.retry.attempt_timeout, client.deliver(bytes)).await else {
+            return Attempt::Unreachable(format!("no answer within {:?}", self.retry.attempt_timeout));
+        };
+        match answer {
             Ok(_) => Attempt::Delivered,
             Err(error) => match error.code() {
                 Some(Code::PermissionDenied | Code::InvalidArgument | Code::Unimplemented) => {
@@ -595,7 +612,7 @@ impl Mailroom {
         };
         match answered(node.propose_now(Command::Publish(publish)).await) {
             Ok(_) => {
-                tracing::info!(envelope = id, recipient = cell, result = name, attempts, "mail result");
+                tracing::info!(target: TRANSITIONS, envelope = id, recipient = cell, result = name, attempts, "mail-result");
                 true
             }
             Err(error) => {
@@ -634,6 +651,10 @@ struct Job {
 }
 
 /// While this node leads, delivers the outbox (see the module's documentation). Runs until `stopped`.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "retries are scheduled on the runtime's clock, which the simulator drives"
+)]
 pub async fn deliver_loop<S: Storage + Clone>(
     mail: Arc<Mailroom>,
     node: Arc<CellNode<S>>,
@@ -678,6 +699,10 @@ pub async fn deliver_loop<S: Storage + Clone>(
 }
 
 /// Adds the outbox envelopes after `scanned` whose recipients lack a result.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "retries are scheduled on the runtime's clock, which the simulator drives"
+)]
 fn scan_outbox<S: Storage + Clone>(node: &CellNode<S>, jobs: &mut BTreeMap<u64, Job>, scanned: &mut u64) {
     let replica = lock(&node.replica);
     let Ok(records) = replica.cell.read_from(OUTBOX, 0, *scanned + 1, 256) else { return };
@@ -709,6 +734,10 @@ fn scan_outbox<S: Storage + Clone>(node: &CellNode<S>, jobs: &mut BTreeMap<u64, 
 }
 
 /// Makes the attempts that are due (at most [`PARALLEL_ATTEMPTS`] at once) and records what became final.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "retries are scheduled on the runtime's clock, which the simulator drives"
+)]
 async fn run_due<S: Storage + Clone>(mail: &Mailroom, node: &CellNode<S>, jobs: &mut BTreeMap<u64, Job>) {
     let now = Instant::now();
     let due: Vec<(u64, String, String, Bytes)> = jobs

@@ -150,10 +150,33 @@ fn config(
     }
 }
 
+/// Fixed keys for the cells scenarios name, so that their fingerprints (which the trace records) are the same in every
+/// run. A cell without one gets a fresh key, whose fingerprint differs from run to run.
+const FIXTURE_KEYS: [(&str, &[u8]); 2] =
+    [("alpha", include_bytes!("../fixtures/alpha.tsk")), ("bravo", include_bytes!("../fixtures/bravo.tsk"))];
+
+/// Seeds OpenSSL's process-wide random generator from the system, on a thread of its own, once per process. Call it
+/// before a run starts, outside the simulation (which allows no threads): seeded inside a run instead, it would draw
+/// on that run's randomness, and only in the process's first run, so the same seed would run differently depending
+/// on what ran before it. (Each thread's own generator, made on the thread's first use, still draws inside the run,
+/// the same in every run that starts on a fresh thread, as madsim's test runs and the golden scenarios do.)
+pub fn seed_openssl_outside_the_simulation() {
+    static SEEDED: std::sync::Once = std::sync::Once::new();
+    SEEDED.call_once(|| {
+        std::thread::spawn(|| CellKey::generate("seed").map(drop))
+            .join()
+            .expect("the seeding thread does not panic")
+            .expect("OpenSSL makes a key");
+    });
+}
+
 /// Each cell's mail: a key of its own, every other cell's public key, and every other cell's client addresses.
 fn mail_setup(members: &BTreeMap<String, Vec<SimNodeId>>) -> BTreeMap<String, MailConfig> {
-    let keys: BTreeMap<&String, CellKey> =
-        members.keys().map(|cell| (cell, CellKey::generate(cell).expect("a cell key"))).collect();
+    let key_of = |cell: &str| match FIXTURE_KEYS.iter().find(|(name, _)| *name == cell) {
+        Some((_, tsk)) => CellKey::from_tsk(tsk).expect("a fixture key"),
+        None => CellKey::generate(cell).expect("a cell key"),
+    };
+    let keys: BTreeMap<&String, CellKey> = members.keys().map(|cell| (cell, key_of(cell))).collect();
     members
         .keys()
         .map(|cell| {

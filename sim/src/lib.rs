@@ -29,4 +29,7 @@ pub mod trace;
 pub mod workload;
 
 #[cfg(madsim)]
-pub use cluster::{Cluster, NetworkFaults, NodeCtl, SIM_SNAPSHOT_EVERY, SimNodeId, Stored};
+pub use cluster::{
+    Cluster, NetworkFaults, NodeCtl, SIM_CELL, SIM_SNAPSHOT_EVERY, SimNodeId, Stored,
+    seed_openssl_outside_the_simulation, sim_retry,
+};
