@@ -63,7 +63,7 @@ pub const INBOX_DEDUP_MS: u64 = 7 * DAY_MS;
 /// Most recipients of one envelope.
 pub const MAX_RECIPIENTS: usize = 64;
 /// Most delivery attempts made at once by one leader.
-const PARALLEL_ATTEMPTS: usize = 16;
+const PARALLEL_ATTEMPTS: usize = 64;
 
 /// How delivery retries.
 #[derive(Clone, Debug)]
@@ -646,30 +646,44 @@ struct Job {
     id: String,
     bytes: Bytes,
     sealed_at_ms: u64,
-    /// Recipient → (attempts made, when the next may start).
-    pending: BTreeMap<String, (u32, Instant)>,
+    /// Recipient → attempts made, and when the next may start (`None` while one is in flight).
+    pending: BTreeMap<String, (u32, Option<Instant>)>,
 }
 
+/// How an attempt ended, with the leadership it was started under, its outbox sequence, envelope id and recipient.
+type Settled = (u64, u64, String, String, Attempt);
+
 /// While this node leads, delivers the outbox (see the module's documentation). Runs until `stopped`.
+///
+/// Each attempt is a task of its own (up to [`PARALLEL_ATTEMPTS`] at once), bounded by
+/// [`RetryPolicy::attempt_timeout`] and settled as it ends, so a recipient that does not answer holds back no other.
 #[allow(
     clippy::disallowed_methods,
     reason = "retries are scheduled on the runtime's clock, which the simulator drives"
 )]
-pub async fn deliver_loop<S: Storage + Clone>(
+pub async fn deliver_loop<S: Storage + Clone + Send + Sync + 'static>(
     mail: Arc<Mailroom>,
     node: Arc<CellNode<S>>,
     mut stopped: watch::Receiver<bool>,
 ) {
     let mut jobs: BTreeMap<u64, Job> = BTreeMap::new();
+    let (settled_tx, mut settled_rx) = tokio::sync::mpsc::unbounded_channel::<Settled>();
+    let mut flights: Vec<tokio::task::JoinHandle<()>> = Vec::new();
+    // Attempts started under an earlier leadership of this node are ignored when they end.
+    let mut term = 0u64;
     let mut scanned = 0u64;
     let mut leading = false;
     loop {
         if *stopped.borrow() {
+            flights.iter().for_each(tokio::task::JoinHandle::abort);
             return;
         }
+        flights.retain(|flight| !flight.is_finished());
         let mut next_wake = Instant::now() + mail.retry.poll;
         if !node.is_leader() {
             if leading {
+                // Whoever leads next starts over from the outbox and the results.
+                flights.drain(..).for_each(|flight| flight.abort());
                 jobs.clear();
                 lock(&mail.attempts).clear();
                 scanned = 0;
@@ -678,19 +692,48 @@ pub async fn deliver_loop<S: Storage + Clone>(
         } else if !leading && mail.ensure_streams(&node).await.is_err() {
             // Leadership may have just moved; try again on the next round.
         } else {
-            leading = true;
+            if !leading {
+                term += 1;
+                leading = true;
+            }
             scan_outbox(&node, &mut jobs, &mut scanned);
-            run_due(&mail, &node, &mut jobs).await;
-            if let Some(due) = jobs.values().flat_map(|job| job.pending.values().map(|(_, at)| *at)).min() {
+            let now = Instant::now();
+            'start: for (&seq, job) in jobs.iter_mut() {
+                for (cell, (_, at)) in job.pending.iter_mut() {
+                    if flights.len() >= PARALLEL_ATTEMPTS {
+                        break 'start;
+                    }
+                    if at.is_none_or(|at| at > now) {
+                        continue;
+                    }
+                    *at = None;
+                    let (mail, node, tx) = (mail.clone(), node.clone(), settled_tx.clone());
+                    let (id, cell, bytes) = (job.id.clone(), cell.clone(), job.bytes.clone());
+                    flights.push(tokio::spawn(async move {
+                        let outcome = mail.attempt(&node, &cell, bytes).await;
+                        let _ = tx.send((term, seq, id, cell, outcome));
+                    }));
+                }
+            }
+            let waiting = jobs.values().flat_map(|job| job.pending.values().filter_map(|(_, at)| *at));
+            if let Some(due) = waiting.min() {
                 next_wake = next_wake.min(due);
             }
         }
+        // `biased`: branches are polled in this order, never in an order drawn at random, so a simulated run repeats.
         tokio::select! {
+            biased;
+            Some((started, seq, id, cell, outcome)) = settled_rx.recv() => {
+                if leading && started == term {
+                    settle(&mail, &node, &mut jobs, seq, id, cell, outcome).await;
+                }
+            }
             _ = tokio::time::sleep_until(next_wake) => {}
             _ = mail.wake.notified() => {}
             changed = stopped.changed() => {
                 // The node is stopping, or was dropped without a stop.
                 if changed.is_err() {
+                    flights.iter().for_each(tokio::task::JoinHandle::abort);
                     return;
                 }
             }
@@ -718,14 +761,14 @@ fn scan_outbox<S: Storage + Clone>(node: &CellNode<S>, jobs: &mut BTreeMap<u64, 
             }
         };
         let id = envelope.header.id;
-        let pending: BTreeMap<String, (u32, Instant)> = envelope
+        let pending: BTreeMap<String, (u32, Option<Instant>)> = envelope
             .header
             .recipients
             .into_iter()
             .filter(|recipient| {
                 replica.cell.last_for_subject(RESULTS, &format!("mail.results.{id}.{}", recipient.cell)).is_err()
             })
-            .map(|recipient| (recipient.cell, (0, now)))
+            .map(|recipient| (recipient.cell, (0, Some(now))))
             .collect();
         if !pending.is_empty() {
             jobs.insert(record.seq, Job { id, bytes: bytes.clone(), sealed_at_ms: record.stored_at.0, pending });
@@ -733,55 +776,48 @@ fn scan_outbox<S: Storage + Clone>(node: &CellNode<S>, jobs: &mut BTreeMap<u64, 
     }
 }
 
-/// Makes the attempts that are due (at most [`PARALLEL_ATTEMPTS`] at once) and records what became final.
+/// Takes in how an attempt ended: records a final result, or schedules the next attempt.
 #[allow(
     clippy::disallowed_methods,
     reason = "retries are scheduled on the runtime's clock, which the simulator drives"
 )]
-async fn run_due<S: Storage + Clone>(mail: &Mailroom, node: &CellNode<S>, jobs: &mut BTreeMap<u64, Job>) {
-    let now = Instant::now();
-    let due: Vec<(u64, String, String, Bytes)> = jobs
-        .iter()
-        .flat_map(|(&seq, job)| {
-            job.pending
-                .iter()
-                .filter(|(_, (_, at))| *at <= now)
-                .map(move |(cell, _)| (seq, job.id.clone(), cell.clone(), job.bytes.clone()))
-        })
-        .take(PARALLEL_ATTEMPTS)
-        .collect();
-    if due.is_empty() {
-        return;
-    }
-    let attempts = due.iter().map(|(_, _, cell, bytes)| mail.attempt(node, cell, bytes.clone()));
-    let outcomes = futures::future::join_all(attempts).await;
-    let now_ms = node.now().0;
-    for ((seq, id, cell, _), outcome) in due.into_iter().zip(outcomes) {
-        let Some(job) = jobs.get_mut(&seq) else { continue };
-        let Some((n, _)) = job.pending.get(&cell).copied() else { continue };
-        let n = n + 1;
-        let (result, detail) = match outcome {
-            Attempt::Delivered => (DeliveryResult::Delivered, String::new()),
-            Attempt::Denied(reason) => (DeliveryResult::Denied, reason),
-            Attempt::NoHome => (DeliveryResult::NoHome, format!("no address is known for cell {cell:?}")),
-            Attempt::Unreachable(reason) => {
-                let give_up_ms = u64::try_from(mail.retry.give_up_after.as_millis()).unwrap_or(u64::MAX);
-                if now_ms.saturating_sub(job.sealed_at_ms) < give_up_ms {
-                    tracing::debug!(envelope = %id, recipient = %cell, attempt = n, %reason, "mail not delivered yet");
-                    let next = Instant::now() + mail.retry.backoff(&id, &cell, n);
-                    job.pending.insert(cell.clone(), (n, next));
-                    lock(&mail.attempts).insert((id, cell), (n, reason));
-                    continue;
-                }
-                (DeliveryResult::Failed, format!("gave up after {n} attempts; last: {reason}"))
+async fn settle<S: Storage + Clone>(
+    mail: &Mailroom,
+    node: &CellNode<S>,
+    jobs: &mut BTreeMap<u64, Job>,
+    seq: u64,
+    id: String,
+    cell: String,
+    outcome: Attempt,
+) {
+    let Some(job) = jobs.get_mut(&seq) else { return };
+    let Some(&(n, _)) = job.pending.get(&cell) else { return };
+    let n = n + 1;
+    let (result, detail) = match outcome {
+        Attempt::Delivered => (DeliveryResult::Delivered, String::new()),
+        Attempt::Denied(reason) => (DeliveryResult::Denied, reason),
+        Attempt::NoHome => (DeliveryResult::NoHome, format!("no address is known for cell {cell:?}")),
+        Attempt::Unreachable(reason) => {
+            let give_up_ms = u64::try_from(mail.retry.give_up_after.as_millis()).unwrap_or(u64::MAX);
+            if node.now().0.saturating_sub(job.sealed_at_ms) < give_up_ms {
+                tracing::debug!(envelope = %id, recipient = %cell, attempt = n, %reason, "mail not delivered yet");
+                let next = Instant::now() + mail.retry.backoff(&id, &cell, n);
+                job.pending.insert(cell.clone(), (n, Some(next)));
+                lock(&mail.attempts).insert((id, cell), (n, reason));
+                return;
             }
-        };
-        if mail.record_result(node, &id, &cell, result, &detail, n).await {
-            job.pending.remove(&cell);
-            lock(&mail.attempts).remove(&(id, cell));
-        } else {
-            job.pending.insert(cell.clone(), (n, Instant::now() + mail.retry.first));
+            (DeliveryResult::Failed, format!("gave up after {n} attempts; last: {reason}"))
         }
+    };
+    if mail.record_result(node, &id, &cell, result, &detail, n).await {
+        if let Some(job) = jobs.get_mut(&seq) {
+            job.pending.remove(&cell);
+            if job.pending.is_empty() {
+                jobs.remove(&seq);
+            }
+        }
+        lock(&mail.attempts).remove(&(id, cell));
+    } else if let Some(job) = jobs.get_mut(&seq) {
+        job.pending.insert(cell, (n, Some(Instant::now() + mail.retry.first)));
     }
-    jobs.retain(|_, job| !job.pending.is_empty());
 }
