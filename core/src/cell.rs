@@ -227,6 +227,21 @@ fn stream_in<'a>(streams: &'a mut BTreeMap<Arc<str>, Stream>, name: &str) -> Res
     streams.get_mut(name).ok_or_else(|| Rejection::StreamNotFound { stream: name.to_string() })
 }
 
+/// Takes one pin off `target`; when it was the last, names the target's stream in `released` (retention may now take
+/// the message).
+fn unpin(streams: &mut BTreeMap<Arc<str>, Stream>, target: MessageRef, released: &mut BTreeSet<Arc<str>>) {
+    let (stream, partition, seq) = target;
+    if let Some(target_stream) = streams.get_mut(&stream)
+        && let Some(count) = target_stream.pins.get_mut(&(partition, seq))
+    {
+        *count -= 1;
+        if *count == 0 {
+            target_stream.pins.remove(&(partition, seq));
+            released.insert(stream);
+        }
+    }
+}
+
 /// Looks up a producer and checks its epoch.
 fn current_producer(producers: &mut BTreeMap<u64, Producer>, r: ProducerRef) -> Result<&mut Producer, Rejection> {
     let producer =
@@ -552,17 +567,8 @@ impl Cell {
             let mut released: BTreeSet<Arc<str>> = BTreeSet::new();
             for effect in &self.effects[from..end] {
                 let Effect::Removed { stream, partition, seq, .. } = effect else { continue };
-                let Some((target, p, s)) = self.pinned_by.remove(&(stream.clone(), *partition, *seq)) else {
-                    continue;
-                };
-                if let Some(target_stream) = self.streams.get_mut(&target)
-                    && let Some(count) = target_stream.pins.get_mut(&(p, s))
-                {
-                    *count -= 1;
-                    if *count == 0 {
-                        target_stream.pins.remove(&(p, s));
-                        released.insert(target);
-                    }
+                if let Some(target) = self.pinned_by.remove(&(stream.clone(), *partition, *seq)) {
+                    unpin(&mut self.streams, target, &mut released);
                 }
             }
             from = end;
@@ -729,21 +735,12 @@ impl Cell {
         let stream = self.streams.remove(name).expect("checked above");
         self.stream_names.remove(&stream.id);
         let mut released: BTreeSet<Arc<str>> = BTreeSet::new();
-        self.pinned_by.retain(|(pinning, _, _), (target, p, s)| {
-            if **pinning != *name {
-                return true;
-            }
-            if let Some(target_stream) = self.streams.get_mut(&*target)
-                && let Some(count) = target_stream.pins.get_mut(&(*p, *s))
-            {
-                *count -= 1;
-                if *count == 0 {
-                    target_stream.pins.remove(&(*p, *s));
-                    released.insert(target.clone());
-                }
-            }
-            false
-        });
+        let pinning: Vec<MessageRef> =
+            self.pinned_by.keys().filter(|(stream, ..)| **stream == *name).cloned().collect();
+        for key in pinning {
+            let target = self.pinned_by.remove(&key).expect("listed above");
+            unpin(&mut self.streams, target, &mut released);
+        }
         self.effects.push(Effect::StreamDeleted { stream: stream.name });
         for target in released {
             self.enforce_retention(at, &target, None);

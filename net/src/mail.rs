@@ -38,6 +38,7 @@ use tonic::{Code, Status};
 
 use crate::client::{Client, ClientError, ClientOptions};
 use crate::metrics::Metrics;
+use crate::service::answered;
 use crate::status::{from_propose, from_rejection, invalid_argument, status};
 
 /// Envelopes waiting to be delivered, and delivered.
@@ -187,15 +188,6 @@ pub fn stream_configs() -> [(&'static str, StreamConfig); 4] {
         ..StreamConfig::with_subjects(["mail.results.>"])
     };
     [(OUTBOX, outbox), (INBOX, inbox), (PROVENANCE, provenance), (RESULTS, results)]
-}
-
-/// What the cell answered a proposal, as a status on failure.
-fn answered(result: Result<Result<Outcome, Rejection>, ProposeError>) -> Result<Outcome, Status> {
-    match result {
-        Ok(Ok(outcome)) => Ok(outcome),
-        Ok(Err(rejection)) => Err(from_rejection(&rejection)),
-        Err(error) => Err(from_propose(error)),
-    }
 }
 
 fn payload(record: &Record) -> Option<&Bytes> {

@@ -52,7 +52,7 @@ fn lock(node: &CellNode<impl Storage + Clone>) -> MutexGuard<'_, Replica> {
 }
 
 /// The answer to a proposal as a status.
-fn answered(result: Result<Result<Outcome, Rejection>, ProposeError>) -> Result<Outcome, Status> {
+pub(crate) fn answered(result: Result<Result<Outcome, Rejection>, ProposeError>) -> Result<Outcome, Status> {
     match result {
         Ok(Ok(outcome)) => Ok(outcome),
         Ok(Err(rejection)) => Err(from_rejection(&rejection)),
