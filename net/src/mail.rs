@@ -19,7 +19,6 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -148,7 +147,6 @@ pub struct Mailroom {
     ids: Mutex<ChaCha12Rng>,
     wake: Notify,
     metrics: Arc<Metrics>,
-    provenance_failures: AtomicU64,
     /// (envelope id, recipient) → attempts so far and the last error, while pending on this node.
     attempts: Mutex<BTreeMap<(String, String), (u32, String)>>,
     clients: Mutex<BTreeMap<String, Client>>,
@@ -221,7 +219,6 @@ impl Mailroom {
             ids: Mutex::new(ChaCha12Rng::seed_from_u64(config.id_seed)),
             wake: Notify::new(),
             metrics,
-            provenance_failures: AtomicU64::new(0),
             attempts: Mutex::new(BTreeMap::new()),
             clients: Mutex::new(BTreeMap::new()),
         }
@@ -230,11 +227,6 @@ impl Mailroom {
     /// This cell's name.
     pub fn cell(&self) -> &str {
         self.key.cell()
-    }
-
-    /// Provenance rows this node could not record.
-    pub fn provenance_failures(&self) -> u64 {
-        self.provenance_failures.load(Ordering::Relaxed)
     }
 
     fn new_id(&self) -> String {
@@ -354,7 +346,6 @@ impl Mailroom {
     }
 
     fn provenance_failed(&self, row: &ProvenanceRow, reason: &str) {
-        self.provenance_failures.fetch_add(1, Ordering::Relaxed);
         self.metrics.provenance_failures.inc();
         tracing::warn!(
             envelope = %row.envelope_id,
