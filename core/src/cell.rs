@@ -3,8 +3,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use crate::body::{Bodies, BodyRef, BodyStore};
 use crate::command::{
     AbortReason, AckKind, AckState, Command, Effect, Outcome, ProducerRef, PublishAck, PublishRequest, Record,
 };
@@ -86,12 +88,22 @@ fn reschedule_sweep(stream: &mut Stream, timers: &mut Timers, at: Millis) {
 /// Appends a message that has been checked and made room for, and keeps the stream's sweep timer right: after an
 /// append the next sweep can only move earlier through the new message itself (its TTL, its dedup window, or its
 /// age when it is the first of its partition).
+/// Stores a new body under the cell's next body key.
+fn store_body(bodies: &Bodies, next_body: &mut u64, payload: Bytes) -> BodyRef {
+    let body = BodyRef::of(*next_body, &payload);
+    *next_body += 1;
+    bodies.store().put(body.key, payload);
+    body
+}
+
+/// Appends a message whose body is stored (`request.payload` is not looked at).
 fn append_message(
     stream: &mut Stream,
     timers: &mut Timers,
     effects: &mut Vec<Effect>,
     partition: u32,
     request: PublishRequest,
+    body: BodyRef,
     at: Millis,
 ) -> u64 {
     let was_empty = stream.partitions[partition as usize].n_messages == 0;
@@ -106,7 +118,7 @@ fn append_message(
     let seq = stream.append(
         partition,
         &request.subject,
-        request.payload,
+        body,
         request.key,
         request.msg_id.as_deref(),
         request.headers,
@@ -154,6 +166,11 @@ pub struct Cell {
     timers: Timers,
     /// Pinning messages and the message each pins. See [`PIN_HEADER`].
     pinned_by: BTreeMap<MessageRef, MessageRef>,
+    /// The key the next stored body gets (see [`crate::body`]).
+    next_body: u64,
+    /// Where bodies are stored. Not state: not in snapshots, not compared.
+    #[serde(skip)]
+    bodies: Bodies,
     /// Transient: not part of the state, not in snapshots, not compared.
     #[serde(skip)]
     effects: Vec<Effect>,
@@ -285,8 +302,42 @@ impl Cell {
             next_producer_id: 1,
             timers: Timers::default(),
             pinned_by: BTreeMap::new(),
+            next_body: 1,
+            bodies: Bodies::in_memory(),
             effects: Vec::new(),
         }
+    }
+
+    /// An empty cell whose bodies go to `store`.
+    pub fn with_bodies(store: Arc<dyn BodyStore>) -> Self {
+        Cell { bodies: Bodies::new(store), ..Cell::new() }
+    }
+
+    /// Stores this cell's bodies in `store` from now on (after decoding a cell whose bodies are already there).
+    pub(crate) fn attach_bodies(&mut self, bodies: Bodies) {
+        for stream in self.streams.values_mut() {
+            stream.bodies = bodies.clone();
+        }
+        self.bodies = bodies;
+    }
+
+    /// The body store.
+    pub fn bodies(&self) -> &Bodies {
+        &self.bodies
+    }
+
+    /// Every stored body the state refers to, in key order (recalled messages have none).
+    pub fn body_refs(&self) -> Vec<BodyRef> {
+        let mut refs: Vec<BodyRef> = self
+            .streams
+            .values()
+            .flat_map(|stream| stream.partitions.iter())
+            .flat_map(|partition| partition.slots.iter().flatten())
+            .filter(|message| message.recalled_at().is_none())
+            .map(|message| message.body)
+            .collect();
+        refs.sort_by_key(|body| body.key);
+        refs
     }
 
     // ----- getters -----
@@ -434,7 +485,7 @@ impl Cell {
             .get(partition as usize)
             .ok_or_else(|| invalid(format!("stream {stream:?} has no partition {partition}")))?;
         Ok((from.max(log.first_seq)..log.next_seq())
-            .filter_map(|seq| log.get(seq).map(|message| message.record(partition, seq)))
+            .filter_map(|seq| log.get(seq).map(|message| message.record(partition, seq, &s.bodies)))
             .take(max.min(MAX_READ))
             .collect())
     }
@@ -690,7 +741,7 @@ impl Cell {
         self.next_stream_id += 1;
         let name: Arc<str> = Arc::from(name);
         self.stream_names.insert(id, name.clone());
-        self.streams.insert(name.clone(), Stream::new(id, name, config, at));
+        self.streams.insert(name.clone(), Stream::new(id, name, config, at, self.bodies.clone()));
         Ok(Outcome::StreamCreated { created: true })
     }
 
@@ -734,6 +785,11 @@ impl Cell {
         }
         let stream = self.streams.remove(name).expect("checked above");
         self.stream_names.remove(&stream.id);
+        for message in stream.partitions.iter().flat_map(|partition| partition.slots.iter().flatten()) {
+            if message.recalled_at().is_none() {
+                self.bodies.store().delete(message.body.key);
+            }
+        }
         let mut released: BTreeSet<Arc<str>> = BTreeSet::new();
         let pinning: Vec<MessageRef> =
             self.pinned_by.keys().filter(|(stream, ..)| **stream == *name).cloned().collect();
@@ -779,7 +835,7 @@ impl Cell {
 
     // ----- publishing -----
 
-    fn publish(&mut self, at: Millis, request: PublishRequest) -> Result<Outcome, Rejection> {
+    fn publish(&mut self, at: Millis, mut request: PublishRequest) -> Result<Outcome, Rejection> {
         check_request(&request)?;
         let pin = self.check_pin(&request)?;
         let stream = Self::route(&mut self.streams, &request.subject)?;
@@ -814,7 +870,8 @@ impl Cell {
                 return Err(Rejection::WrongLastSubjectSequence { last });
             }
         }
-        let size = Message::accounted_size(&request.subject, request.key.as_ref(), &request.headers, &request.payload);
+        let size =
+            Message::accounted_size(&request.subject, request.key.as_ref(), &request.headers, request.payload.len());
         let incoming = Incoming { subject: &request.subject, size };
         stream.check_fits_at_all(&incoming)?;
         stream.check_discard_new(&incoming, &Tally::default())?;
@@ -833,7 +890,8 @@ impl Cell {
             let stream = stream.name.clone();
             return Ok(Outcome::Published(PublishAck { stream, partition, seq, duplicate: false, original: None }));
         }
-        let seq = append_message(stream, &mut self.timers, &mut self.effects, partition, request, at);
+        let body = store_body(&stream.bodies, &mut self.next_body, std::mem::take(&mut request.payload));
+        let seq = append_message(stream, &mut self.timers, &mut self.effects, partition, request, body, at);
         let name = stream.name.clone();
         if let Some((target, p, s)) = pin {
             *self.streams.get_mut(&target).expect("checked above").pins.entry((p, s)).or_insert(0) += 1;
@@ -842,10 +900,27 @@ impl Cell {
         Ok(Outcome::Published(PublishAck { stream: name, partition, seq, duplicate: false, original: None }))
     }
 
-    /// Appends to a stream named by a message already checked against it.
-    fn append_message(&mut self, name: &str, partition: u32, request: PublishRequest, at: Millis) -> u64 {
+    /// Appends to a stream named by a message already checked against it: its payload, or (`copy_of`, for a dead
+    /// letter) a copy of a stored body.
+    fn append_message(
+        &mut self,
+        name: &str,
+        partition: u32,
+        mut request: PublishRequest,
+        copy_of: Option<BodyRef>,
+        at: Millis,
+    ) -> u64 {
         let stream = self.streams.get_mut(name).expect("appending to an existing stream");
-        append_message(stream, &mut self.timers, &mut self.effects, partition, request, at)
+        let body = match copy_of {
+            Some(source) => {
+                let body = BodyRef { key: self.next_body, ..source };
+                self.next_body += 1;
+                stream.bodies.store().copy(source.key, body.key);
+                body
+            }
+            None => store_body(&stream.bodies, &mut self.next_body, std::mem::take(&mut request.payload)),
+        };
+        append_message(stream, &mut self.timers, &mut self.effects, partition, request, body, at)
     }
 
     fn recall(&mut self, _at: Millis, stream: &str, partition: u32, seq: u64) -> Result<Outcome, Rejection> {
@@ -955,7 +1030,8 @@ impl Cell {
             }
         }
         let partition = stream.partition_of(&request.subject, request.key.as_ref());
-        let size = Message::accounted_size(&request.subject, request.key.as_ref(), &request.headers, &request.payload);
+        let size =
+            Message::accounted_size(&request.subject, request.key.as_ref(), &request.headers, request.payload.len());
         stream.check_fits_at_all(&Incoming { subject: &request.subject, size })?;
         if transaction.staged.len() as u64 >= MAX_TRANSACTION_MESSAGES {
             return Err(Rejection::QuotaExceeded {
@@ -1083,9 +1159,9 @@ impl Cell {
             }
             #[cfg(madsim)]
             if crate::mutant::active(crate::mutant::Mutant::CommitAppliedTwice) {
-                self.append_message(&message.stream, message.partition, request.clone(), at);
+                self.append_message(&message.stream, message.partition, request.clone(), None, at);
             }
-            let seq = self.append_message(&message.stream, message.partition, request, at);
+            let seq = self.append_message(&message.stream, message.partition, request, None, at);
             acks.push(PublishAck {
                 stream: message.stream.clone(),
                 partition: message.partition,
@@ -1251,11 +1327,11 @@ impl Cell {
         let s = stream_in(&mut self.streams, stream)?;
         let stream_id = s.id;
         Self::consumer_mut(s, consumer)?;
-        let Stream { partitions, consumers, .. } = s;
+        let Stream { partitions, consumers, bodies, .. } = s;
         let c = consumers.get_mut(consumer).expect("checked above");
         let consumer_id = c.id;
         let member: Arc<str> = Arc::from(member);
-        let (deliveries, timers) = c.fetch(partitions, &member, max, at);
+        let (deliveries, timers) = c.fetch(partitions, bodies, &member, max, at);
         for (due, partition, seq) in timers {
             self.timers.set(due, Timer::Delivery { stream_id, consumer_id, partition, seq });
         }
@@ -1376,7 +1452,8 @@ impl Cell {
                     headers.insert(name.to_string(), value);
                 }
                 let partition = dead_letters.partition_of(&message.subject, message.key());
-                let size = Message::accounted_size(&message.subject, message.key(), &headers, &message.payload);
+                let size =
+                    Message::accounted_size(&message.subject, message.key(), &headers, message.body.len as usize);
                 let incoming = Incoming { subject: &message.subject, size };
                 let plan =
                     dead_letters.plan_room(&incoming, RoomMode::Lenient).expect("lenient planning never refuses");
@@ -1386,12 +1463,13 @@ impl Cell {
                 let target_name = dead_letters.name.clone();
                 let request = PublishRequest {
                     subject: message.subject.to_string(),
-                    payload: message.payload.clone(),
                     key: message.key().cloned(),
                     headers,
                     ..PublishRequest::default()
                 };
-                let seq = self.append_message(&target_name, partition, request, at);
+                // A recalled message's copy gets an empty body, as its tombstone has none to copy.
+                let copy_of = message.recalled_at().is_none().then_some(message.body);
+                let seq = self.append_message(&target_name, partition, request, copy_of, at);
                 copy = Some((target_name, partition, seq));
             }
             self.effects.push(Effect::DeadLettered {

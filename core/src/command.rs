@@ -245,6 +245,12 @@ pub enum Body {
         /// When it was recalled.
         recalled_at: Millis,
     },
+    /// This replica's copy of the body is missing or does not verify against its length and crc32c: it is not
+    /// served. Another replica, or this one after it repaired its store, serves it.
+    Unreadable {
+        /// What does not verify.
+        reason: String,
+    },
 }
 
 /// A stored message as readers see it.

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::body::Bodies;
 use crate::command::{AckState, Delivery};
 use crate::config::ConsumerConfig;
 use crate::stream::Partition;
@@ -158,6 +159,7 @@ impl Consumer {
     pub fn fetch(
         &mut self,
         partitions: &[Partition],
+        bodies: &Bodies,
         member: &Arc<str>,
         max: u32,
         at: Millis,
@@ -177,7 +179,7 @@ impl Consumer {
                 self.forget(partition, seq);
                 continue;
             };
-            let record = message.record(partition, seq);
+            let record = message.record(partition, seq, bodies);
             self.set_phase(partition, seq, Phase::Pending { deadline });
             let entry = self.outstanding.get_mut(&(partition, seq)).expect("just set");
             entry.delivery_count += 1;
@@ -238,7 +240,7 @@ impl Consumer {
                 self.n_pending += 1;
                 self.n_delivered += 1;
                 deliveries.push(Delivery {
-                    record: message.record(partition, seq),
+                    record: message.record(partition, seq, bodies),
                     delivery_count: 1,
                     ack_deadline: deadline,
                 });

@@ -251,4 +251,16 @@ pub enum SnapshotError {
         /// The decoder's message.
         reason: String,
     },
+    /// A body the state refers to could not be read from the body store, or is missing from the snapshot, or does
+    /// not verify.
+    #[error("snapshot body {key}: {reason}")]
+    Body {
+        /// The body's key.
+        key: u64,
+        /// What went wrong.
+        reason: String,
+    },
+    /// A snapshot of the state alone (its bodies kept by the host) was given where a whole one was needed.
+    #[error("the snapshot holds no bodies; restore it over the body store that holds them")]
+    NoBodies,
 }

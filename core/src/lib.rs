@@ -22,6 +22,7 @@
 //!
 //! What this crate is not: it does not store anything durably, does not replicate, and does not talk to clients.
 
+pub mod body;
 mod cell;
 mod command;
 mod config;
@@ -36,6 +37,7 @@ pub mod subject;
 mod time;
 mod transaction;
 
+pub use body::{Bodies, BodyRef, BodyStore, MemoryBodies};
 pub use cell::{
     Cell, MAX_CONSUMERS_PER_STREAM, MAX_FETCH, MAX_HEADER_BYTES, MAX_ID_BYTES, MAX_PEERS_PER_STREAM, MAX_READ,
     MAX_STREAMS, PIN_HEADER,

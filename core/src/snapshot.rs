@@ -1,18 +1,24 @@
 //! The snapshot encoding of a cell and the state digest that compares replicas.
 //!
 //! Layout: 8 bytes of magic, a little-endian `u32` version, a little-endian `u32` crc32c of the body, then the body:
-//! the cell encoded with postcard. Every map in the cell is a `BTreeMap`, so the same state always encodes to the
-//! same bytes, which is what makes the digest (SHA-256 of the encoding) comparable across replicas.
+//! the cell encoded with postcard, then the message bodies (postcard `Option<Vec<(key, bytes)>>`, in key order).
+//! [`Cell::snapshot`] includes the bodies, so the bytes are the whole state; [`Cell::snapshot_state`] leaves them out
+//! for a host whose body store is durable on its own. Every map in the cell is a `BTreeMap`, so the same state always
+//! encodes to the same bytes, which is what makes the digest (SHA-256 of the state's encoding, which holds each
+//! body's length and crc32c) comparable across replicas.
 
+use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
+use crate::body::Bodies;
 use crate::cell::Cell;
 use crate::error::SnapshotError;
 
 const MAGIC: &[u8; 8] = b"CELLOGSN";
 /// The encoding version this build writes and reads.
-/// Version 2 added pins (messages that keep others from retention); a version 1 snapshot is refused as unsupported.
-pub const SNAPSHOT_VERSION: u32 = 2;
+/// Version 2 added pins (messages that keep others from retention); version 3 moved message bodies out of the state
+/// into their own section. Older versions are refused as unsupported.
+pub const SNAPSHOT_VERSION: u32 = 3;
 const HEADER_BYTES: usize = 16;
 
 /// A SHA-256 digest of a cell's whole state.
@@ -25,22 +31,24 @@ impl std::fmt::Display for StateDigest {
     }
 }
 
-fn encode_body(cell: &Cell) -> Vec<u8> {
+/// Stored bodies by key, in key order.
+type BodySection = Option<Vec<(u64, Bytes)>>;
+
+fn encode_state(cell: &Cell) -> Vec<u8> {
     postcard::to_stdvec(cell).expect("encoding a cell into memory does not fail: every type is plainly serializable")
 }
 
 impl Cell {
-    /// The whole state, versioned and checksummed. `Cell::restore(&cell.snapshot())` equals `cell` (pending effects
-    /// aside, which are not state).
-    pub fn snapshot(&self) -> Vec<u8> {
+    fn encode(&self, bodies: &BodySection) -> Vec<u8> {
         #[cfg(madsim)]
-        let body = if crate::mutant::active(crate::mutant::Mutant::DedupNotInSnapshot) {
-            encode_body(&self.without_dedup())
+        let mut body = if crate::mutant::active(crate::mutant::Mutant::DedupNotInSnapshot) {
+            encode_state(&self.without_dedup())
         } else {
-            encode_body(self)
+            encode_state(self)
         };
         #[cfg(not(madsim))]
-        let body = encode_body(self);
+        let mut body = encode_state(self);
+        body.extend(postcard::to_stdvec(bodies).expect("encoding bodies into memory does not fail"));
         let mut bytes = Vec::with_capacity(HEADER_BYTES + body.len());
         bytes.extend_from_slice(MAGIC);
         bytes.extend_from_slice(&SNAPSHOT_VERSION.to_le_bytes());
@@ -49,8 +57,52 @@ impl Cell {
         bytes
     }
 
-    /// Rebuilds a cell from [`Cell::snapshot`] bytes, refusing anything damaged or unknown.
+    /// The whole state with every retained message's body, versioned and checksummed: what a replica that has
+    /// nothing needs. `Cell::restore(&cell.snapshot()?)` equals `cell` (pending effects aside, which are not state).
+    /// Fails if the body store cannot give back a body the state refers to.
+    pub fn snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
+        let bodies = self
+            .body_refs()
+            .into_iter()
+            .map(|body| {
+                let bytes =
+                    self.bodies().read(&body).map_err(|reason| SnapshotError::Body { key: body.key, reason })?;
+                Ok((body.key, bytes))
+            })
+            .collect::<Result<Vec<_>, SnapshotError>>()?;
+        Ok(self.encode(&Some(bodies)))
+    }
+
+    /// The state without the bodies, for a host whose body store keeps them durably: it restores with
+    /// [`Cell::restore_with`] over that store.
+    pub fn snapshot_state(&self) -> Vec<u8> {
+        self.encode(&None)
+    }
+
+    /// Rebuilds a cell from [`Cell::snapshot`] bytes, its bodies in a fresh [`crate::MemoryBodies`], refusing
+    /// anything damaged or unknown.
     pub fn restore(bytes: &[u8]) -> Result<Cell, SnapshotError> {
+        Self::restore_whole_with(bytes, Bodies::in_memory())
+    }
+
+    /// Rebuilds a cell from [`Cell::snapshot`] bytes, putting its bodies into `bodies`. Refuses a state-only
+    /// snapshot whose state refers to any body ([`SnapshotError::NoBodies`]): what it needs is not in it.
+    pub fn restore_whole_with(bytes: &[u8], bodies: Bodies) -> Result<Cell, SnapshotError> {
+        let (cell, section) = Self::decode(bytes)?;
+        if section.is_none() && !cell.body_refs().is_empty() {
+            return Err(SnapshotError::NoBodies);
+        }
+        Self::attach(cell, section, bodies)
+    }
+
+    /// Rebuilds a cell whose bodies live in `bodies`. A whole snapshot's bodies are checked against the state and put
+    /// into the store; a state-only one trusts the store to hold them (each read verifies its body).
+    pub fn restore_with(bytes: &[u8], bodies: Bodies) -> Result<Cell, SnapshotError> {
+        let (cell, section) = Self::decode(bytes)?;
+        Self::attach(cell, section, bodies)
+    }
+
+    fn decode(bytes: &[u8]) -> Result<(Cell, BodySection), SnapshotError> {
         if bytes.len() < HEADER_BYTES || &bytes[..8] != MAGIC {
             return Err(SnapshotError::NotASnapshot);
         }
@@ -64,18 +116,44 @@ impl Cell {
         if stored != computed {
             return Err(SnapshotError::ChecksumMismatch { stored, computed });
         }
-        let (cell, rest) = postcard::take_from_bytes::<Cell>(body)
-            .map_err(|error| SnapshotError::Malformed { reason: error.to_string() })?;
+        let malformed = |error: postcard::Error| SnapshotError::Malformed { reason: error.to_string() };
+        let (cell, rest) = postcard::take_from_bytes::<Cell>(body).map_err(malformed)?;
+        let (section, rest) = postcard::take_from_bytes::<BodySection>(rest).map_err(malformed)?;
         if !rest.is_empty() {
             return Err(SnapshotError::Malformed {
                 reason: format!("{} bytes after the end of the state", rest.len()),
             });
         }
+        Ok((cell, section))
+    }
+
+    fn attach(mut cell: Cell, section: BodySection, bodies: Bodies) -> Result<Cell, SnapshotError> {
+        if let Some(section) = section {
+            let refs = cell.body_refs();
+            if refs.len() != section.len() {
+                return Err(SnapshotError::Malformed {
+                    reason: format!("the state refers to {} bodies, the snapshot holds {}", refs.len(), section.len()),
+                });
+            }
+            for (body, (key, bytes)) in refs.iter().zip(&section) {
+                if body.key != *key {
+                    return Err(SnapshotError::Body {
+                        key: body.key,
+                        reason: format!("found body {key} in its place"),
+                    });
+                }
+                body.verify(bytes).map_err(|reason| SnapshotError::Body { key: *key, reason })?;
+            }
+            for (key, bytes) in section {
+                bodies.store().put(key, bytes);
+            }
+        }
+        cell.attach_bodies(bodies);
         Ok(cell)
     }
 
     /// SHA-256 of the state's encoding: equal digests mean equal states.
     pub fn digest(&self) -> StateDigest {
-        StateDigest(Sha256::digest(encode_body(self)).into())
+        StateDigest(Sha256::digest(encode_state(self)).into())
     }
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use crate::body::{Bodies, BodyRef};
 use crate::command::{Body, Effect, Headers, PublishAck, Record, RemovalReason};
 use crate::config::{DiscardPolicy, RateLimit, RetentionPolicy, StreamConfig};
 use crate::consumer::Consumer;
@@ -21,7 +22,8 @@ pub(crate) struct Message {
     pub stream_seq: u64,
     pub subject: Arc<str>,
     pub msg_id: Option<Arc<str>>,
-    pub payload: Bytes,
+    /// Where the payload is stored (see [`crate::body`]).
+    pub body: BodyRef,
     /// Bytes counted against limits: subject, key, headers and payload.
     pub size: u64,
     pub stored_at: Millis,
@@ -39,9 +41,9 @@ pub(crate) struct Extras {
 }
 
 impl Message {
-    pub fn accounted_size(subject: &str, key: Option<&Bytes>, headers: &Headers, payload: &Bytes) -> u64 {
+    pub fn accounted_size(subject: &str, key: Option<&Bytes>, headers: &Headers, payload_len: usize) -> u64 {
         let header_bytes: usize = headers.iter().map(|(name, value)| name.len() + value.len()).sum();
-        (subject.len() + key.map_or(0, Bytes::len) + header_bytes + payload.len()) as u64
+        (subject.len() + key.map_or(0, Bytes::len) + header_bytes + payload_len) as u64
     }
 
     pub fn key(&self) -> Option<&Bytes> {
@@ -64,7 +66,8 @@ impl Message {
         self.extras.as_ref().and_then(|extras| extras.recalled_at)
     }
 
-    pub fn record(&self, partition: u32, seq: u64) -> Record {
+    /// The message as readers see it, its body read from `bodies` and verified.
+    pub fn record(&self, partition: u32, seq: u64, bodies: &Bodies) -> Record {
         Record {
             partition,
             seq,
@@ -74,7 +77,10 @@ impl Message {
             headers: self.headers().cloned().unwrap_or_default(),
             body: match self.recalled_at() {
                 Some(recalled_at) => Body::Tombstone { recalled_at },
-                None => Body::Payload(self.payload.clone()),
+                None => match bodies.read(&self.body) {
+                    Ok(bytes) => Body::Payload(bytes),
+                    Err(reason) => Body::Unreadable { reason },
+                },
             },
             stored_at: self.stored_at,
         }
@@ -253,10 +259,13 @@ pub(crate) struct Stream {
     pub pins: BTreeMap<(u32, u64), u32>,
     /// When the stream's sweep timer is set for.
     pub sweep_at: Option<Millis>,
+    /// The cell's body store (not state: attached again when a cell is decoded).
+    #[serde(skip)]
+    pub bodies: Bodies,
 }
 
 impl Stream {
-    pub fn new(id: u64, name: Arc<str>, config: StreamConfig, at: Millis) -> Self {
+    pub fn new(id: u64, name: Arc<str>, config: StreamConfig, at: Millis, bodies: Bodies) -> Self {
         let partitions = (0..config.partitions).map(|_| Partition::new()).collect();
         let bucket = config.rate_limit.map(|rate| TokenBucket::full(rate, at));
         Stream {
@@ -279,6 +288,7 @@ impl Stream {
             peers: BTreeMap::new(),
             pins: BTreeMap::new(),
             sweep_at: None,
+            bodies,
         }
     }
 
@@ -318,7 +328,7 @@ impl Stream {
     }
 
     pub fn record(&self, partition: u32, seq: u64) -> Option<Record> {
-        self.message(partition, seq).map(|message| message.record(partition, seq))
+        self.message(partition, seq).map(|message| message.record(partition, seq, &self.bodies))
     }
 
     /// The earlier publish with this message id, if it is remembered.
@@ -483,13 +493,13 @@ impl Stream {
         Ok(plan)
     }
 
-    /// Appends a message and indexes it. The caller has made room and checked everything.
+    /// Appends a message and indexes it. The caller has made room, checked everything and stored the body.
     #[allow(clippy::too_many_arguments)]
     pub fn append(
         &mut self,
         partition: u32,
         subject: &str,
-        payload: Bytes,
+        body: BodyRef,
         key: Option<Bytes>,
         msg_id: Option<&str>,
         headers: Headers,
@@ -498,7 +508,7 @@ impl Stream {
         at: Millis,
         effects: &mut Vec<Effect>,
     ) -> u64 {
-        let size = Message::accounted_size(subject, key.as_ref(), &headers, &payload);
+        let size = Message::accounted_size(subject, key.as_ref(), &headers, body.len as usize);
         let seq = self.partitions[partition as usize].next_seq();
         // One lookup both interns the subject and counts the message against it.
         let subject: Arc<str> = match self.subjects.get_mut(subject) {
@@ -525,7 +535,7 @@ impl Stream {
             stream_seq: self.next_stream_seq,
             subject: subject.clone(),
             msg_id: msg_id.clone(),
-            payload,
+            body,
             size,
             stored_at: at,
             extras,
@@ -552,6 +562,9 @@ impl Stream {
     /// Removes a message and its index entries. Returns whether it was there.
     pub fn remove(&mut self, partition: u32, seq: u64, reason: RemovalReason, effects: &mut Vec<Effect>) -> bool {
         let Some(message) = self.partitions[partition as usize].take(seq) else { return false };
+        if message.recalled_at().is_none() {
+            self.bodies.store().delete(message.body.key);
+        }
         self.n_messages -= 1;
         self.n_bytes -= message.size;
         let mut subject_emptied = false;
@@ -595,8 +608,9 @@ impl Stream {
         if message.recalled_at().is_some() {
             return Ok(false);
         }
-        let freed = message.payload.len() as u64;
-        message.payload = Bytes::new();
+        let freed = u64::from(message.body.len);
+        self.bodies.store().delete(message.body.key);
+        message.body = BodyRef::of(message.body.key, &[]);
         message.size -= freed;
         message.extras.get_or_insert_default().recalled_at = Some(at);
         let subject = message.subject.clone();

@@ -172,7 +172,7 @@ fn pins_survive_a_snapshot() {
     let mut h = setup(None, DiscardPolicy::Old);
     h.publish("material.x", "a").unwrap();
     pin(&mut h, "rows.x", "material/0/1").unwrap();
-    let mut restored = Cell::restore(&h.cell.snapshot()).unwrap();
+    let mut restored = Cell::restore(&h.cell.snapshot().expect("bodies are in memory")).unwrap();
     assert_eq!(restored.digest(), h.cell.digest());
     restored.apply(Millis(100_000), Command::Tick).unwrap();
     assert_eq!(restored.read_from("material", 0, 0, 10).unwrap().len(), 1, "still pinned after the restore");

@@ -19,6 +19,7 @@ fn payload(body: &Body) -> &[u8] {
     match body {
         Body::Payload(bytes) => bytes,
         Body::Tombstone { .. } => panic!("expected a payload, found a tombstone"),
+        Body::Unreadable { reason } => panic!("expected a payload, found an unreadable body: {reason}"),
     }
 }
 

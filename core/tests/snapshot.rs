@@ -278,7 +278,11 @@ fn busy() -> Harness {
 
 /// A harness around a cell restored from `h`'s snapshot, at the same time.
 fn restored(h: &Harness) -> Harness {
-    Harness { cell: Cell::restore(&h.cell.snapshot()).expect("a fresh snapshot restores"), now: h.now, effects: vec![] }
+    Harness {
+        cell: Cell::restore(&h.cell.snapshot().expect("bodies are in memory")).expect("a fresh snapshot restores"),
+        now: h.now,
+        effects: vec![],
+    }
 }
 
 fn rechecksum(bytes: &mut [u8]) {
@@ -310,13 +314,13 @@ fn the_busy_history_leaves_something_of_everything() {
 #[test]
 fn restore_of_a_snapshot_equals_the_cell() {
     let h = busy();
-    assert_eq!(Cell::restore(&h.cell.snapshot()).unwrap(), h.cell);
+    assert_eq!(Cell::restore(&h.cell.snapshot().expect("bodies are in memory")).unwrap(), h.cell);
 }
 
 #[test]
 fn restore_of_an_empty_cell_equals_it() {
     let cell = Cell::new();
-    assert_eq!(Cell::restore(&cell.snapshot()).unwrap(), cell);
+    assert_eq!(Cell::restore(&cell.snapshot().expect("bodies are in memory")).unwrap(), cell);
 }
 
 #[test]
@@ -324,7 +328,8 @@ fn every_prefix_of_the_history_round_trips() {
     let mut h = Harness::new();
     for s in busy_history().into_iter().chain(continuation()) {
         run(&mut h, std::slice::from_ref(&s));
-        let back = Cell::restore(&h.cell.snapshot()).unwrap_or_else(|e| panic!("after {s:?}: {e}"));
+        let back = Cell::restore(&h.cell.snapshot().expect("bodies are in memory"))
+            .unwrap_or_else(|e| panic!("after {s:?}: {e}"));
         assert!(back == h.cell, "restore differs after {s:?}");
     }
 }
@@ -332,9 +337,9 @@ fn every_prefix_of_the_history_round_trips() {
 #[test]
 fn a_restored_cell_snapshots_to_the_same_bytes_and_digest() {
     let h = busy();
-    let bytes = h.cell.snapshot();
+    let bytes = h.cell.snapshot().expect("bodies are in memory");
     let back = Cell::restore(&bytes).unwrap();
-    assert_eq!(back.snapshot(), bytes);
+    assert_eq!(back.snapshot().expect("bodies are in memory"), bytes);
     assert_eq!(back.digest(), h.cell.digest());
 }
 
@@ -368,10 +373,13 @@ fn pending_effects_are_not_part_of_the_state() {
     for s in busy_history() {
         let _ = undrained.apply(Millis(s.at), s.command);
     }
-    assert_eq!(undrained.snapshot(), drained.cell.snapshot());
+    assert_eq!(
+        undrained.snapshot().expect("bodies are in memory"),
+        drained.cell.snapshot().expect("bodies are in memory")
+    );
     assert_eq!(undrained.digest(), drained.cell.digest());
     // The restored cell has nothing pending.
-    assert_eq!(Cell::restore(&undrained.snapshot()).unwrap().drain_effects().count(), 0);
+    assert_eq!(Cell::restore(&undrained.snapshot().expect("bodies are in memory")).unwrap().drain_effects().count(), 0);
     assert!(undrained.drain_effects().count() > 0);
 }
 
@@ -428,7 +436,7 @@ fn the_same_commands_at_the_same_times_give_the_same_digest() {
     let a = busy();
     let b = busy();
     assert_eq!(a.cell.digest(), b.cell.digest());
-    assert_eq!(a.cell.snapshot(), b.cell.snapshot());
+    assert_eq!(a.cell.snapshot().expect("bodies are in memory"), b.cell.snapshot().expect("bodies are in memory"));
     assert_eq!(a.cell.digest().to_string().len(), 64);
 }
 
@@ -536,7 +544,7 @@ fn a_cell_clamps_time_that_goes_backwards() {
 
 #[test]
 fn a_flipped_byte_in_the_body_is_a_checksum_mismatch() {
-    let bytes = busy().cell.snapshot();
+    let bytes = busy().cell.snapshot().expect("bodies are in memory");
     let stored = u32::from_le_bytes(bytes[12..16].try_into().unwrap());
     for position in 16..bytes.len() {
         let mut damaged = bytes.clone();
@@ -552,7 +560,7 @@ fn a_flipped_byte_in_the_body_is_a_checksum_mismatch() {
 
 #[test]
 fn a_flipped_byte_in_the_checksum_is_a_checksum_mismatch() {
-    let bytes = busy().cell.snapshot();
+    let bytes = busy().cell.snapshot().expect("bodies are in memory");
     for position in 12..16 {
         let mut damaged = bytes.clone();
         damaged[position] ^= 0x01;
@@ -562,7 +570,7 @@ fn a_flipped_byte_in_the_checksum_is_a_checksum_mismatch() {
 
 #[test]
 fn a_wrong_magic_is_not_a_snapshot() {
-    let bytes = busy().cell.snapshot();
+    let bytes = busy().cell.snapshot().expect("bodies are in memory");
     for position in 0..8 {
         let mut damaged = bytes.clone();
         damaged[position] ^= 0x20;
@@ -576,7 +584,7 @@ fn a_wrong_magic_is_not_a_snapshot() {
 
 #[test]
 fn an_unknown_version_is_unsupported() {
-    let bytes = busy().cell.snapshot();
+    let bytes = busy().cell.snapshot().expect("bodies are in memory");
     assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), SNAPSHOT_VERSION);
     for version in [0, SNAPSHOT_VERSION + 1, 0x0100_0000, u32::MAX] {
         let mut damaged = bytes.clone();
@@ -587,7 +595,7 @@ fn an_unknown_version_is_unsupported() {
 
 #[test]
 fn a_truncated_snapshot_is_a_typed_error() {
-    let bytes = busy().cell.snapshot();
+    let bytes = busy().cell.snapshot().expect("bodies are in memory");
     for len in 0..bytes.len() {
         let result = Cell::restore(&bytes[..len]);
         if len < 16 {
@@ -600,7 +608,7 @@ fn a_truncated_snapshot_is_a_typed_error() {
 
 #[test]
 fn a_truncated_body_with_a_matching_checksum_is_malformed() {
-    let bytes = busy().cell.snapshot();
+    let bytes = busy().cell.snapshot().expect("bodies are in memory");
     for len in 16..bytes.len() {
         let mut damaged = bytes[..len].to_vec();
         rechecksum(&mut damaged);
@@ -611,14 +619,14 @@ fn a_truncated_body_with_a_matching_checksum_is_malformed() {
 
 #[test]
 fn a_header_alone_is_malformed() {
-    let mut bytes = Cell::new().snapshot()[..16].to_vec();
+    let mut bytes = Cell::new().snapshot().expect("bodies are in memory")[..16].to_vec();
     rechecksum(&mut bytes);
     assert!(matches!(Cell::restore(&bytes), Err(SnapshotError::Malformed { .. })));
 }
 
 #[test]
 fn altered_bodies_with_matching_checksums_never_panic() {
-    let bytes = busy().cell.snapshot();
+    let bytes = busy().cell.snapshot().expect("bodies are in memory");
     for position in 16..bytes.len() {
         for mask in [0x01, 0x80, 0xff] {
             let mut damaged = bytes.clone();
@@ -642,7 +650,7 @@ fn random_bodies_with_matching_checksums_are_refused_without_a_panic() {
     };
     for round in 0..500 {
         let len = (next() % 512) as usize;
-        let mut bytes = Cell::new().snapshot()[..16].to_vec();
+        let mut bytes = Cell::new().snapshot().expect("bodies are in memory")[..16].to_vec();
         bytes.extend((0..len).map(|_| next() as u8));
         rechecksum(&mut bytes);
         let result = Cell::restore(&bytes);
@@ -652,7 +660,7 @@ fn random_bodies_with_matching_checksums_are_refused_without_a_panic() {
 
 #[test]
 fn trailing_bytes_after_the_body_are_refused() {
-    let bytes = busy().cell.snapshot();
+    let bytes = busy().cell.snapshot().expect("bodies are in memory");
     let mut longer = bytes.clone();
     longer.extend_from_slice(b"trailing");
     assert!(matches!(Cell::restore(&longer), Err(SnapshotError::ChecksumMismatch { .. })));

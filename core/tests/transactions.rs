@@ -69,6 +69,7 @@ fn payloads(h: &Harness, stream: &str, partition: u32) -> Vec<String> {
         .map(|record| match &record.body {
             Body::Payload(bytes) => String::from_utf8_lossy(bytes).into_owned(),
             Body::Tombstone { .. } => panic!("unexpected tombstone"),
+            Body::Unreadable { reason } => panic!("unreadable body: {reason}"),
         })
         .collect()
 }

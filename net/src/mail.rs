@@ -188,10 +188,19 @@ pub fn stream_configs() -> [(&'static str, StreamConfig); 4] {
     [(OUTBOX, outbox), (INBOX, inbox), (PROVENANCE, provenance), (RESULTS, results)]
 }
 
+/// The payload, or `None` for a tombstone or a body this node cannot read (see [`unreadable`]).
 fn payload(record: &Record) -> Option<&Bytes> {
     match &record.body {
         Body::Payload(bytes) => Some(bytes),
-        Body::Tombstone { .. } => None,
+        Body::Tombstone { .. } | Body::Unreadable { .. } => None,
+    }
+}
+
+/// Why this node cannot read a record's body, if it cannot.
+fn unreadable(record: &Record) -> Option<&str> {
+    match &record.body {
+        Body::Unreadable { reason } => Some(reason),
+        _ => None,
     }
 }
 
@@ -443,6 +452,10 @@ impl Mailroom {
         };
         let mut mail = Vec::with_capacity(records.len());
         for record in records {
+            if let Some(reason) = unreadable(&record) {
+                let message = format!("this node cannot read inbox message {}: {reason}", record.seq);
+                return Err(failed(Code::DataLoss, "BODY_UNREADABLE", message));
+            }
             let Some(bytes) = payload(&record) else { continue };
             let opened = self.open(bytes, record.stored_at.0).map_err(|error| {
                 failed(
@@ -734,6 +747,11 @@ fn scan_outbox<S: Storage + Clone>(node: &CellNode<S>, jobs: &mut BTreeMap<u64, 
     let Ok(records) = replica.cell.read_from(OUTBOX, 0, *scanned + 1, 256) else { return };
     let now = Instant::now();
     for record in records {
+        if let Some(reason) = unreadable(&record) {
+            // Not skipped: a skipped envelope would never be delivered by this leader. Scanning resumes here.
+            tracing::error!(seq = record.seq, reason, "an outbox envelope cannot be read on this node; delivery waits");
+            return;
+        }
         *scanned = record.seq;
         let Some(bytes) = payload(&record) else { continue };
         let envelope = match Envelope::decode(bytes) {

@@ -308,7 +308,7 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         };
         let applied_index = lock(&self.node).last_applied.map_or(0, |log_id| log_id.index);
         Ok(Response::new(v1::ReadResponse {
-            messages: records.into_iter().map(convert::record_to_wire).collect(),
+            messages: records.into_iter().map(convert::record_to_wire).collect::<Result<_, _>>()?,
             applied_index,
         }))
     }
@@ -390,7 +390,7 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
             Command::Fetch { stream: request.stream, consumer: request.consumer, member, max: request.max.max(1) };
         match self.write(command).await? {
             Outcome::Fetched(deliveries) => Ok(Response::new(v1::FetchResponse {
-                deliveries: deliveries.into_iter().map(convert::delivery_to_wire).collect(),
+                deliveries: deliveries.into_iter().map(convert::delivery_to_wire).collect::<Result<_, _>>()?,
             })),
             other => Err(unexpected(&other)),
         }
@@ -441,7 +441,11 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
                         Ok(Outcome::Fetched(deliveries)) => {
                             let n = deliveries.len();
                             for delivery in deliveries {
-                                if sender.send(Ok(convert::delivery_to_wire(delivery))).await.is_err() {
+                                // A body this node cannot read ends the stream with its error: the client
+                                // subscribes again (elsewhere), and the delivery comes again after its ack wait.
+                                let item = convert::delivery_to_wire(delivery);
+                                let failed = item.is_err();
+                                if sender.send(item).await.is_err() || failed {
                                     return;
                                 }
                             }

@@ -43,6 +43,13 @@ pub fn invalid_argument(message: impl Into<String>) -> Status {
     status(Code::InvalidArgument, detail("INVALID_ARGUMENT", message))
 }
 
+/// This node's copy of a message body does not verify: nothing of it is served. Another node serves it; this one
+/// takes a whole snapshot at its next start. A fetched delivery is redelivered after its ack wait.
+pub fn body_unreadable(partition: u32, seq: u64, reason: &str) -> Status {
+    let message = format!("this node cannot serve message {partition}/{seq}: {reason}; read it from another node");
+    status(Code::DataLoss, detail("BODY_UNREADABLE", message))
+}
+
 /// The node cannot serve now; retrying (elsewhere or later) may help.
 pub fn unavailable(reason: &str, message: impl Into<String>, retry_after_ms: u64) -> Status {
     status(Code::Unavailable, ErrorDetail { retry_after_ms, ..detail(reason, message) })

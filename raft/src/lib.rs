@@ -4,6 +4,7 @@
 //! - [`runtime`]: the async runtime openraft runs on, tokio in production and madsim under `--cfg madsim`.
 //! - [`storage`]: the one `Storage` trait, its checksummed record format, and its implementations: RocksDB (behind the
 //!   `rocksdb` feature, which the simulation build leaves off) and the simulated disk.
+//! - [`bodies`]: the cell's message bodies in the storage's bodies space.
 //! - [`log_store`] and [`state_machine`]: openraft's storage traits over `Storage`, the latter applying committed
 //!   entries to `cellog-core`.
 //! - [`node`]: a running node: Raft over its storage, and the gate that keeps a repairing node from voting.
@@ -17,6 +18,7 @@
 
 #![allow(clippy::result_large_err, reason = "openraft's storage and network traits fix their (large) error types")]
 
+pub mod bodies;
 pub mod log_store;
 pub mod node;
 pub mod recovery;
@@ -26,6 +28,7 @@ pub mod storage;
 pub mod transition;
 pub mod types;
 
+pub use bodies::StoredBodies;
 pub use log_store::LogStore;
 pub use node::{
     Answer, CellNode, Clock, ENTRIES_IN_FLIGHT, MAX_BATCH, MAX_BATCH_BYTES, ProposeError, StartError, SystemClock,

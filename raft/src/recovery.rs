@@ -8,7 +8,10 @@
 //! gets everything from the leader. A vote that does not verify is dropped and the node repairs: it may have
 //! voted in a term it no longer knows, so it votes in none until a leader has brought its log past everything it
 //! held. (A stale leader of an older term could do that too; ending repair only at a current leader's commit index
-//! would close that gap.)
+//! would close that gap.) A message body that failed to read back while the node ran ([`MetaKey::BodiesDamaged`])
+//! counts as a damaged snapshot: the state and every body are dropped, and the node gets them again from the log or
+//! from the leader's snapshot. Bodies are otherwise verified when read, not here, so that a restart does not read
+//! every retained byte.
 
 use crate::log_store::{LogStore, decode_entry, read_meta};
 use crate::state_machine::StateMachineStore;
@@ -27,8 +30,10 @@ pub struct Recovery {
     pub log_cut_reason: Option<String>,
     /// The stored vote did not verify and was dropped.
     pub vote_dropped: bool,
-    /// The stored snapshot did not verify and was dropped.
+    /// The stored snapshot did not verify, or a body had failed to read back, and the state was dropped.
     pub snapshot_dropped: bool,
+    /// A body had failed to read back while the node ran.
+    pub bodies_damaged: bool,
     /// The node must hold the log up to this index again before it votes or campaigns.
     pub repair_target: Option<u64>,
     /// Log entries verified.
@@ -109,7 +114,7 @@ pub fn open_stores<S: Storage + Clone>(
     // repair. What each pass found adds up.
     let mut recovery = Recovery::default();
     for _ in 0..MAX_REPAIR_PASSES {
-        let (pass, repaired) = repair_pass(&storage)?;
+        let (pass, repaired, state_machine) = repair_pass(&storage)?;
         recovery.log_cut_from = match (recovery.log_cut_from, pass.log_cut_from) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -117,10 +122,15 @@ pub fn open_stores<S: Storage + Clone>(
         recovery.log_cut_reason = recovery.log_cut_reason.or(pass.log_cut_reason);
         recovery.vote_dropped |= pass.vote_dropped;
         recovery.snapshot_dropped |= pass.snapshot_dropped;
+        recovery.bodies_damaged |= pass.bodies_damaged;
         recovery.repair_target = recovery.repair_target.max(pass.repair_target);
         recovery.n_entries_verified = pass.n_entries_verified;
         if !repaired {
-            let state_machine = StateMachineStore::open(storage.clone())?;
+            // Opened by this pass, which wrote nothing.
+            let state_machine = match state_machine {
+                Some(state_machine) => state_machine,
+                None => StateMachineStore::open(storage.clone())?,
+            };
             return Ok((LogStore::new(storage), state_machine, recovery));
         }
     }
@@ -130,8 +140,11 @@ pub fn open_stores<S: Storage + Clone>(
 /// Verification passes before a node gives up on its storage.
 const MAX_REPAIR_PASSES: usize = 8;
 
-/// One verification pass: what it found, and whether it wrote a repair.
-fn repair_pass<S: Storage + Clone>(storage: &S) -> Result<(Recovery, bool), StorageError> {
+/// One verification pass: what it found, whether it wrote a repair, and the state machine it opened.
+#[allow(clippy::type_complexity)]
+fn repair_pass<S: Storage + Clone>(
+    storage: &S,
+) -> Result<(Recovery, bool, Option<StateMachineStore<S>>), StorageError> {
     let storage = storage.clone();
     let mut recovery = Recovery::default();
     let mut batch = Batch::new();
@@ -158,17 +171,33 @@ fn repair_pass<S: Storage + Clone>(storage: &S) -> Result<(Recovery, bool), Stor
     let mut purged_damaged = false;
     let mut last_purged: Option<LogId> = meta_or_damaged(&storage, MetaKey::LastPurged, &mut purged_damaged)?;
 
+    recovery.bodies_damaged = match storage.get(Space::Meta, MetaKey::BodiesDamaged as u64) {
+        Ok(mark) => mark.is_some(),
+        Err(StorageError::Corrupt { .. }) => true,
+        Err(other) => return Err(other),
+    };
     let mut wipe = false;
-    let snapshot_last = match StateMachineStore::open(storage.clone()) {
-        Ok(state_machine) => state_machine.replica().lock().map(|r| r.last_applied).unwrap_or(None),
-        Err(StorageError::Corrupt { .. }) => {
+    let mut opened = None;
+    let opening = match recovery.bodies_damaged {
+        true => Err(None),
+        false => StateMachineStore::open(storage.clone()).map_err(Some),
+    };
+    let snapshot_last = match opening {
+        Ok(state_machine) => {
+            let last = state_machine.replica().lock().map(|r| r.last_applied).unwrap_or(None);
+            opened = Some(state_machine);
+            last
+        }
+        Err(None | Some(StorageError::Corrupt { .. })) => {
             recovery.snapshot_dropped = true;
             batch.delete_range(Space::State, 0..u64::MAX);
+            batch.delete_range(Space::Bodies, 0..u64::MAX);
+            batch.delete_range(Space::Meta, MetaKey::BodiesDamaged as u64..MetaKey::BodiesDamaged as u64 + 1);
             // Without the snapshot the log cannot rebuild the state if it no longer reaches back to the start.
             wipe = last_purged.is_some() || purged_damaged;
             None
         }
-        Err(other) => return Err(other),
+        Err(Some(other)) => return Err(other),
     };
     if purged_damaged && !wipe {
         // Nothing before the snapshot is needed: purge up to it again and record that.
@@ -229,7 +258,7 @@ fn repair_pass<S: Storage + Clone>(storage: &S) -> Result<(Recovery, bool), Stor
         storage.sync()?;
     }
     recovery.repair_target = repair_target;
-    Ok((recovery, repaired))
+    Ok((recovery, repaired, opened))
 }
 
 /// Records that the node holds its log up to its repair target again: it may vote and campaign.

@@ -1,17 +1,22 @@
 //! openraft's state machine over `cellog-core`: committed entries are applied to the [`Cell`], and the cell's answer
-//! goes back to the proposer. Snapshots are the cell's own encoding plus the last applied log id and membership,
-//! written and synced to storage before openraft may purge the log they cover.
+//! goes back to the proposer. Message bodies live in the storage's bodies space ([`crate::bodies`]).
+//!
+//! The stored snapshot is the cell's state without its bodies, plus the last applied log id and membership, written
+//! and synced to storage (with the deletes of bodies removed before it) before openraft may purge the log it covers.
+//! The snapshot sent to a follower is the whole cell, bodies included, read back from the stored one; installing it
+//! replaces the follower's bodies and state in one write.
 
 use std::io::Cursor;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use cellog_core::{Cell, Effect};
+use cellog_core::{Bodies, Cell, Effect};
 use openraft::storage::RaftStateMachine;
 use openraft::{
     EntryPayload, OptionalSend, RaftSnapshotBuilder, Snapshot, SnapshotMeta, StorageIOError, StoredMembership,
 };
 use serde::{Deserialize, Serialize};
 
+use crate::bodies::StoredBodies;
 use crate::storage::{Batch, Space, Storage, StorageError};
 use crate::transition;
 use crate::types::{Entry, LogId, Node, NodeId, RaftStorageError, Response, TypeConfig};
@@ -58,8 +63,18 @@ fn keep_effects(
 struct SnapshotFile {
     last_applied: Option<LogId>,
     membership: StoredMembership<NodeId, Node>,
-    /// `Cell::snapshot()`: versioned and checksummed on its own.
+    /// `Cell::snapshot_state()` where stored, `Cell::snapshot()` (bodies included) where sent: versioned and
+    /// checksummed on its own.
     cell: Vec<u8>,
+}
+
+/// Whether a snapshot file must hold its bodies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Whole {
+    /// Stored: the bodies are in the bodies space.
+    No,
+    /// Sent: the bodies come with it.
+    Yes,
 }
 
 fn snapshot_id(last_applied: Option<LogId>) -> String {
@@ -74,6 +89,7 @@ fn snapshot_id(last_applied: Option<LogId>) -> String {
 #[derive(Clone, Debug)]
 pub struct StateMachineStore<S> {
     storage: S,
+    bodies: Arc<StoredBodies<S>>,
     replica: Arc<Mutex<Replica>>,
     /// The last log id covered by the stored snapshot. Held while a snapshot is written, so a snapshot built in the
     /// background never overwrites a newer one installed meanwhile.
@@ -87,20 +103,33 @@ fn state_error(error: impl std::fmt::Display) -> RaftStorageError {
 impl<S: Storage + Clone> StateMachineStore<S> {
     /// The state machine over `storage`, starting from the stored snapshot if there is one.
     pub fn open(storage: S) -> Result<Self, StorageError> {
+        let bodies = Arc::new(StoredBodies::new(storage.clone()));
         let replica = match storage.get(Space::State, SNAPSHOT_KEY)? {
-            Some(bytes) => Self::decode(&bytes)?,
-            None => Replica::default(),
+            Some(bytes) => Self::decode(&bytes, &bodies, Whole::No)?,
+            None => Replica { cell: Cell::with_bodies(bodies.clone()), ..Replica::default() },
         };
         let stored = Arc::new(Mutex::new(replica.last_applied));
-        Ok(StateMachineStore { storage, replica: Arc::new(Mutex::new(replica)), stored })
+        Ok(StateMachineStore { storage, bodies, replica: Arc::new(Mutex::new(replica)), stored })
     }
 
-    fn decode(bytes: &[u8]) -> Result<Replica, StorageError> {
+    /// Decodes a snapshot file over this node's bodies: a stored one (state only), or a sent one (`Whole::Yes`),
+    /// whose bodies go into the store's pending writes.
+    fn decode(bytes: &[u8], bodies: &Arc<StoredBodies<S>>, whole: Whole) -> Result<Replica, StorageError> {
         let corrupt = |reason: String| StorageError::Corrupt { space: Space::State, key: SNAPSHOT_KEY, reason };
         let file: SnapshotFile =
             postcard::from_bytes(bytes).map_err(|error| corrupt(format!("snapshot does not decode: {error}")))?;
-        let cell = Cell::restore(&file.cell).map_err(|error| corrupt(format!("cell snapshot: {error}")))?;
+        let store = Bodies::new(bodies.clone());
+        let cell = match whole {
+            Whole::No => Cell::restore_with(&file.cell, store),
+            Whole::Yes => Cell::restore_whole_with(&file.cell, store),
+        }
+        .map_err(|error| corrupt(format!("cell snapshot: {error}")))?;
         Ok(Replica { cell, last_applied: file.last_applied, membership: file.membership, ..Replica::default() })
+    }
+
+    /// The node's message bodies.
+    pub fn bodies(&self) -> Arc<StoredBodies<S>> {
+        self.bodies.clone()
     }
 
     /// The applied state, shared with the host for reads.
@@ -112,15 +141,19 @@ impl<S: Storage + Clone> StateMachineStore<S> {
         self.replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Encodes the current state, writes it to storage and syncs it.
+    /// Encodes the current state (without bodies), writes it to storage with the deletes of the bodies removed so far,
+    /// and syncs it.
     fn persist_snapshot(&self) -> Result<Snapshot<TypeConfig>, RaftStorageError> {
+        let mut batch = Batch::new();
         let (bytes, meta) = {
             let replica = self.lock();
             let file = SnapshotFile {
                 last_applied: replica.last_applied,
                 membership: replica.membership.clone(),
-                cell: replica.cell.snapshot(),
+                cell: replica.cell.snapshot_state(),
             };
+            // Taken with the state: every body removed so far is one this snapshot no longer refers to.
+            self.bodies.take_deletes(&mut batch);
             let meta = SnapshotMeta {
                 last_log_id: replica.last_applied,
                 last_membership: replica.membership.clone(),
@@ -130,11 +163,11 @@ impl<S: Storage + Clone> StateMachineStore<S> {
         };
         let mut stored = self.stored.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if *stored > meta.last_log_id {
-            // A newer snapshot was installed while this one was built: it stays, and is what this build returns.
+            // A newer snapshot was installed while this one was built: it stays (and replaced every body, so the
+            // deletes taken above are moot).
             drop(stored);
             return self.get_stored()?.ok_or_else(|| state_error("the stored snapshot vanished"));
         }
-        let mut batch = Batch::new();
         batch.put(Space::State, SNAPSHOT_KEY, &bytes);
         self.storage.write(batch).map_err(state_error)?;
         self.storage.sync().map_err(state_error)?;
@@ -142,17 +175,25 @@ impl<S: Storage + Clone> StateMachineStore<S> {
         Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(bytes)) })
     }
 
-    /// The stored snapshot, if any.
+    /// The stored snapshot, if any, whole: its state with every body it refers to, for a follower that has nothing.
+    /// Holds the stored snapshot in place meanwhile, so none of its bodies is deleted while they are read.
     fn get_stored(&self) -> Result<Option<Snapshot<TypeConfig>>, RaftStorageError> {
+        let _stored = self.stored.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let Some(bytes) = self.storage.get(Space::State, SNAPSHOT_KEY).map_err(state_error)? else {
             return Ok(None);
         };
-        let replica = Self::decode(&bytes).map_err(state_error)?;
+        let replica = Self::decode(&bytes, &self.bodies, Whole::No).map_err(state_error)?;
+        let file = SnapshotFile {
+            last_applied: replica.last_applied,
+            membership: replica.membership.clone(),
+            cell: replica.cell.snapshot().map_err(state_error)?,
+        };
         let meta = SnapshotMeta {
             last_log_id: replica.last_applied,
             last_membership: replica.membership,
             snapshot_id: snapshot_id(replica.last_applied),
         };
+        let bytes = postcard::to_stdvec(&file).expect("encoding into memory does not fail");
         Ok(Some(Snapshot { meta, snapshot: Box::new(Cursor::new(bytes)) }))
     }
 }
@@ -211,6 +252,9 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
             }
             responses.push(response);
         }
+        // Not synced: the log holds these bodies until a snapshot covers them, and that snapshot is stored only after
+        // a sync.
+        self.bodies.write_puts().map_err(state_error)?;
         Ok(responses)
     }
 
@@ -228,24 +272,40 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), RaftStorageError> {
         let bytes = snapshot.into_inner();
-        let replica = Self::decode(&bytes)
-            .map_err(|error| StorageIOError::read_snapshot(Some(meta.signature()), openraft::AnyError::new(&error)))?;
+        let mut stored = self.stored.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Everything pending belongs to the state being replaced.
+        self.bodies.reset();
+        let replica = match Self::decode(&bytes, &self.bodies, Whole::Yes) {
+            Ok(replica) => replica,
+            Err(error) => {
+                self.bodies.reset();
+                let error = openraft::AnyError::new(&error);
+                return Err(StorageIOError::read_snapshot(Some(meta.signature()), error).into());
+            }
+        };
         if replica.last_applied != meta.last_log_id {
+            self.bodies.reset();
             return Err(state_error(format!(
                 "snapshot {} holds state up to {:?}, its meta says {:?}",
                 meta.snapshot_id, replica.last_applied, meta.last_log_id
             )));
         }
-        // Durable before openraft purges the log this snapshot replaces.
-        {
-            let mut stored = self.stored.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            let mut batch = Batch::new();
-            batch.put(Space::State, SNAPSHOT_KEY, &bytes);
-            self.storage.write(batch).map_err(state_error)?;
-            self.storage.sync().map_err(state_error)?;
-            *stored = meta.last_log_id;
-        }
+        // The old bodies out, the new ones and the state in, in one write, durable before openraft purges the log
+        // this snapshot replaces. Readers wait meanwhile: the old state's bodies are going.
         let mut current = self.lock();
+        let mut batch = Batch::new();
+        batch.delete_range(Space::Bodies, 0..u64::MAX);
+        self.bodies.take_puts(&mut batch);
+        let file = SnapshotFile {
+            last_applied: replica.last_applied,
+            membership: replica.membership.clone(),
+            cell: replica.cell.snapshot_state(),
+        };
+        batch.put(Space::State, SNAPSHOT_KEY, &postcard::to_stdvec(&file).expect("encoding into memory does not fail"));
+        self.storage.write(batch).map_err(state_error)?;
+        self.storage.sync().map_err(state_error)?;
+        *stored = meta.last_log_id;
+        drop(stored);
         current.cell = replica.cell;
         #[cfg(madsim)]
         if cellog_core::mutant::active(cellog_core::mutant::Mutant::SnapshotSkipsConsumers) {

@@ -124,6 +124,7 @@ pub fn text(delivery: &Delivery) -> String {
     match &delivery.record.body {
         cellog_core::Body::Payload(bytes) => String::from_utf8_lossy(bytes).into_owned(),
         cellog_core::Body::Tombstone { .. } => panic!("a tombstone has no text"),
+        cellog_core::Body::Unreadable { reason } => panic!("unreadable body: {reason}"),
     }
 }
 

@@ -72,6 +72,9 @@ pub enum MetaKey {
     /// The last log index an append wrote, synced together with that append. A damaged record past it was never
     /// synced (a torn write); one at or before it was synced, maybe acknowledged, and damaged since.
     SyncedLog = 5,
+    /// A message body failed to read back (see [`crate::bodies`]): the next start drops the state and takes a whole
+    /// snapshot from the leader.
+    BodiesDamaged = 6,
 }
 
 /// What can go wrong in storage.
