@@ -7,7 +7,12 @@
 //! encodes to the same bytes, which is what makes the digest (SHA-256 of the state's encoding, which holds each
 //! body's length and crc32c) comparable across replicas.
 
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
 use bytes::Bytes;
+use serde::Deserializer;
 use sha2::{Digest, Sha256};
 
 use crate::body::Bodies;
@@ -33,6 +38,54 @@ impl std::fmt::Display for StateDigest {
 
 /// Stored bodies by key, in key order.
 type BodySection = Option<Vec<(u64, Bytes)>>;
+
+thread_local! {
+    /// While a cell is decoded: the subjects seen so far. Every message on a subject shares one allocation in a
+    /// running cell; without this, decoding would give each its own copy, and a million messages would take tens of
+    /// megabytes more after a restart than before it.
+    static SUBJECTS: RefCell<Option<BTreeSet<Arc<str>>>> = const { RefCell::new(None) };
+}
+
+/// Decodes a message's subject, shared with every other message on it while a cell is decoded.
+pub(crate) fn interned_subject<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Arc<str>, D::Error> {
+    struct Subject;
+    impl serde::de::Visitor<'_> for Subject {
+        type Value = Arc<str>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a subject")
+        }
+        fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Arc<str>, E> {
+            Ok(SUBJECTS.with_borrow_mut(|subjects| match subjects {
+                Some(subjects) => match subjects.get(text) {
+                    Some(shared) => shared.clone(),
+                    None => {
+                        let shared: Arc<str> = Arc::from(text);
+                        subjects.insert(shared.clone());
+                        shared
+                    }
+                },
+                None => Arc::from(text),
+            }))
+        }
+    }
+    deserializer.deserialize_str(Subject)
+}
+
+/// Shares subjects while it lives (see [`SUBJECTS`]).
+struct Interning;
+
+impl Interning {
+    fn start() -> Self {
+        SUBJECTS.set(Some(BTreeSet::new()));
+        Interning
+    }
+}
+
+impl Drop for Interning {
+    fn drop(&mut self) {
+        SUBJECTS.set(None);
+    }
+}
 
 fn encode_state(cell: &Cell) -> Vec<u8> {
     postcard::to_stdvec(cell).expect("encoding a cell into memory does not fail: every type is plainly serializable")
@@ -117,7 +170,9 @@ impl Cell {
             return Err(SnapshotError::ChecksumMismatch { stored, computed });
         }
         let malformed = |error: postcard::Error| SnapshotError::Malformed { reason: error.to_string() };
+        let interning = Interning::start();
         let (cell, rest) = postcard::take_from_bytes::<Cell>(body).map_err(malformed)?;
+        drop(interning);
         let (section, rest) = postcard::take_from_bytes::<BodySection>(rest).map_err(malformed)?;
         if !rest.is_empty() {
             return Err(SnapshotError::Malformed {

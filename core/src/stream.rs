@@ -20,12 +20,12 @@ use crate::time::Millis;
 pub(crate) struct Message {
     /// Arrival order across the stream's partitions; eviction takes the smallest first.
     pub stream_seq: u64,
+    /// Shared by every message on the subject, also when decoded from a snapshot.
+    #[serde(deserialize_with = "crate::snapshot::interned_subject")]
     pub subject: Arc<str>,
     pub msg_id: Option<Arc<str>>,
     /// Where the payload is stored (see [`crate::body`]).
     pub body: BodyRef,
-    /// Bytes counted against limits: subject, key, headers and payload.
-    pub size: u64,
     pub stored_at: Millis,
     pub extras: Option<Box<Extras>>,
 }
@@ -44,6 +44,13 @@ impl Message {
     pub fn accounted_size(subject: &str, key: Option<&Bytes>, headers: &Headers, payload_len: usize) -> u64 {
         let header_bytes: usize = headers.iter().map(|(name, value)| name.len() + value.len()).sum();
         (subject.len() + key.map_or(0, Bytes::len) + header_bytes + payload_len) as u64
+    }
+
+    /// Bytes counted against limits: subject, key, headers and payload (none once recalled). Computed rather than
+    /// stored: partitions hold millions of messages.
+    pub fn size(&self) -> u64 {
+        const NO_HEADERS: &Headers = &Headers::new();
+        Message::accounted_size(&self.subject, self.key(), self.headers().unwrap_or(NO_HEADERS), self.body.len as usize)
     }
 
     pub fn key(&self) -> Option<&Bytes> {
@@ -129,7 +136,7 @@ impl Partition {
     fn push(&mut self, message: Message) -> u64 {
         let seq = self.next_seq();
         self.n_messages += 1;
-        self.n_bytes += message.size;
+        self.n_bytes += message.size();
         self.slots.push_back(Some(message));
         seq
     }
@@ -138,7 +145,7 @@ impl Partition {
         let index = usize::try_from(seq.checked_sub(self.first_seq)?).ok()?;
         let message = self.slots.get_mut(index)?.take()?;
         self.n_messages -= 1;
-        self.n_bytes -= message.size;
+        self.n_bytes -= message.size();
         while matches!(self.slots.front(), Some(None)) {
             self.slots.pop_front();
             self.first_seq += 1;
@@ -458,9 +465,9 @@ impl Stream {
                 }
                 let Some(message) = self.message(partition, seq) else { continue };
                 messages -= 1;
-                bytes -= message.size;
+                bytes -= message.size();
                 freed_messages += 1;
-                freed_bytes += message.size;
+                freed_bytes += message.size();
                 plan.push((partition, seq, RemovalReason::SubjectLimit));
             }
         }
@@ -478,7 +485,7 @@ impl Stream {
                     continue;
                 }
                 messages -= 1;
-                bytes -= message.size;
+                bytes -= message.size();
                 plan.push((partition, seq, RemovalReason::StreamLimit));
             }
         }
@@ -536,10 +543,10 @@ impl Stream {
             subject: subject.clone(),
             msg_id: msg_id.clone(),
             body,
-            size,
             stored_at: at,
             extras,
         };
+        debug_assert_eq!(message.size(), size);
         self.next_stream_seq += 1;
         self.n_messages += 1;
         self.n_bytes += size;
@@ -565,12 +572,13 @@ impl Stream {
         if message.recalled_at().is_none() {
             self.bodies.store().delete(message.body.key);
         }
+        let size = message.size();
         self.n_messages -= 1;
-        self.n_bytes -= message.size;
+        self.n_bytes -= size;
         let mut subject_emptied = false;
         if let Some(state) = self.subjects.get_mut(&*message.subject) {
             state.n_messages -= 1;
-            state.n_bytes -= message.size;
+            state.n_bytes -= size;
             subject_emptied = state.n_messages == 0;
             let partitions = &self.partitions;
             let dead = |entry: &&(u32, u64)| partitions[entry.0 as usize].get(entry.1).is_none();
@@ -611,7 +619,6 @@ impl Stream {
         let freed = u64::from(message.body.len);
         self.bodies.store().delete(message.body.key);
         message.body = BodyRef::of(message.body.key, &[]);
-        message.size -= freed;
         message.extras.get_or_insert_default().recalled_at = Some(at);
         let subject = message.subject.clone();
         partition_state.n_bytes -= freed;

@@ -210,3 +210,15 @@ fn body_keys_are_part_of_the_state_and_never_reused() {
     restored.apply(Millis(10_000), Command::Publish(PublishRequest::new("orders.a", "next"))).unwrap();
     assert_eq!(restored.body_refs().iter().map(|body| body.key).collect::<Vec<_>>(), vec![6]);
 }
+
+#[test]
+fn a_restored_cell_shares_each_subject_among_its_messages() {
+    let mut h = Harness::new();
+    h.simple_stream("orders");
+    for i in 0..3 {
+        h.publish("orders.a", &format!("m{i}")).unwrap();
+    }
+    let restored = Cell::restore(&h.cell.snapshot().unwrap()).unwrap();
+    let records = restored.read_from("orders", 0, 0, 10).unwrap();
+    assert!(records.windows(2).all(|pair| Arc::ptr_eq(&pair[0].subject, &pair[1].subject)));
+}

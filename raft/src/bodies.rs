@@ -90,7 +90,11 @@ impl<S: Storage> StoredBodies<S> {
 
     fn damaged(&self, key: u64, reason: &str) {
         self.n_unreadable.fetch_add(1, Ordering::Relaxed);
-        tracing::error!(key, reason, "a message body does not verify; it is not served, and the node takes a whole snapshot at its next start");
+        tracing::error!(
+            key,
+            reason,
+            "a message body does not verify; it is not served, and the node takes a whole snapshot at its next start"
+        );
         let mut batch = Batch::new();
         batch.put(Space::Meta, MetaKey::BodiesDamaged as u64, &key.to_le_bytes());
         if let Err(error) = self.storage.write(batch).and_then(|()| self.storage.sync()) {

@@ -170,6 +170,42 @@ async fn a_corrupt_snapshot_is_dropped_and_the_node_catches_up_from_the_leader()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_body_is_never_served_and_the_node_takes_a_whole_snapshot_at_its_next_start() {
+    let mut cell = TestCell::new(20);
+    cell.bootstrap(&[1, 2, 3]).await;
+    cell.create_stream().await;
+    cell.publish("history", 80).await;
+    let leader = cell.wait_leader(&[1, 2, 3]).await;
+    let victim = [1, 2, 3].into_iter().find(|id| *id != leader).unwrap();
+    cell.node(victim)
+        .raft
+        .wait(Some(TIMEOUT))
+        .metrics(|m| m.purged.is_some(), "the follower snapshotted and purged")
+        .await
+        .expect("the follower purges");
+    let bodies = cell.disks[&victim].keys(Space::Bodies);
+    assert!(cell.disks[&victim].flip_bit(Space::Bodies, bodies[bodies.len() / 2], 99));
+
+    // Reading every acknowledged message on the victim: the damaged one is refused, never served changed.
+    let node = cell.node(victim);
+    let unreadable = {
+        let replica = node.replica.lock().unwrap();
+        let records = (0..2).flat_map(|partition| replica.cell.read_from("orders", partition, 0, 1_000).unwrap());
+        records.filter(|record| matches!(record.body, cellog_core::Body::Unreadable { .. })).count()
+    };
+    assert_eq!(unreadable, 1);
+    drop(node);
+
+    cell.stop(victim, false).await;
+    let node = cell.start(victim).await;
+    assert!(node.recovery.bodies_damaged && node.recovery.snapshot_dropped);
+    assert!(node.is_repairing(), "without its state the node must get it back before voting");
+    cell.publish("during-repair", 20).await;
+    common::wait_repaired(&node).await;
+    cell.converge().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_publishes_share_syncs() {
     let mut cell = TestCell::new(NO_SNAPSHOTS);
     cell.bootstrap(&[1, 2, 3]).await;

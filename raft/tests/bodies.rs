@@ -1,0 +1,157 @@
+//! Message bodies in a node's storage, on both stores: written by apply, out of the stored snapshot, deleted once a
+//! snapshot no longer refers to them, sent with a whole snapshot, and never served when they do not verify.
+
+use bytes::Bytes;
+use cellog_core::{Body, Command, Millis, PublishRequest, Record, StreamConfig};
+use cellog_raft::storage::{MetaKey, SimDisk, Space, Storage};
+use cellog_raft::{Entry, Request, StateMachineStore, open_stores};
+use openraft::storage::RaftStateMachine;
+use openraft::{EntryPayload, RaftSnapshotBuilder};
+
+const BODY_BYTES: usize = 1_000;
+
+fn entry(index: u64, command: Command) -> Entry {
+    Entry {
+        log_id: openraft::LogId::new(openraft::CommittedLeaderId::new(1, 1), index),
+        payload: EntryPayload::Normal(Request { at: Millis(index), commands: vec![command] }),
+    }
+}
+
+fn body(i: u64) -> Bytes {
+    Bytes::from(format!("{i:0>width$}", width = BODY_BYTES))
+}
+
+/// A stream keeping 5 messages, and 10 published to it (so 5 removed): entries 1 to 11.
+async fn fill<S: Storage + Clone>(state_machine: &mut StateMachineStore<S>) {
+    let config = StreamConfig { max_messages: Some(5), ..StreamConfig::with_subjects(["orders.>"]) };
+    state_machine.apply(vec![entry(1, Command::CreateStream { name: "orders".to_string(), config })]).await.unwrap();
+    // One apply each: a body put and removed within one apply is never written at all.
+    for i in 1..=10 {
+        let publish = Command::Publish(PublishRequest::new("orders.a", body(i)));
+        state_machine.apply(vec![entry(i + 1, publish)]).await.expect("applies");
+    }
+}
+
+fn records<S: Storage + Clone>(state_machine: &StateMachineStore<S>) -> Vec<Record> {
+    state_machine.replica().lock().unwrap().cell.read_from("orders", 0, 0, 100).expect("the stream is there")
+}
+
+fn payloads<S: Storage + Clone>(state_machine: &StateMachineStore<S>) -> Vec<Bytes> {
+    records(state_machine)
+        .into_iter()
+        .map(|record| match record.body {
+            Body::Payload(bytes) => bytes,
+            other => panic!("message {} reads as {other:?}", record.seq),
+        })
+        .collect()
+}
+
+fn n_bodies<S: Storage>(store: &S) -> usize {
+    store.scan(Space::Bodies, 0..u64::MAX, usize::MAX).expect("bodies verify").len()
+}
+
+async fn bodies_live_in_storage<S: Storage + Clone>(store: S, reopen: impl FnOnce(S) -> S) {
+    let (_, mut state_machine, _) = open_stores(store.clone()).expect("opens");
+    fill(&mut state_machine).await;
+    let retained: Vec<Bytes> = (6..=10).map(body).collect();
+    assert_eq!(payloads(&state_machine), retained);
+    // Removed bodies stay until a snapshot no longer refers to them: the stored snapshot may still be sent.
+    assert_eq!(n_bodies(&store), 10);
+
+    state_machine.build_snapshot().await.expect("snapshot");
+    assert_eq!(n_bodies(&store), 5, "the snapshot took the removed bodies with it");
+    let state = store.get(Space::State, 0).unwrap().expect("stored");
+    assert!(state.len() < BODY_BYTES, "the stored snapshot is the state alone: {} bytes", state.len());
+
+    // A restart reads the bodies from storage.
+    store.sync().unwrap();
+    drop(state_machine);
+    let store = reopen(store);
+    let (_, mut restarted, recovery) = open_stores(store.clone()).expect("reopens");
+    assert!(!recovery.snapshot_dropped && !recovery.bodies_damaged);
+    assert_eq!(payloads(&restarted), retained);
+
+    // The snapshot a follower gets is whole, and installing it replaces the follower's bodies.
+    let snapshot = restarted.get_current_snapshot().await.unwrap().expect("there is one");
+    assert!(snapshot.snapshot.get_ref().len() > 5 * BODY_BYTES);
+    let follower = SimDisk::new(7);
+    let (_, mut other, _) = open_stores(follower.clone()).expect("opens");
+    other
+        .apply(vec![entry(
+            1,
+            Command::CreateStream { name: "stale".to_string(), config: StreamConfig::with_subjects(["stale.>"]) },
+        )])
+        .await
+        .unwrap();
+    other.apply(vec![entry(2, Command::Publish(PublishRequest::new("stale.a", "old body")))]).await.unwrap();
+    other.install_snapshot(&snapshot.meta, snapshot.snapshot).await.expect("installs");
+    assert_eq!(payloads(&other), retained);
+    assert_eq!(n_bodies(&follower), 5, "the follower's old body went");
+    follower.crash();
+    let (_, other, _) = open_stores(follower).expect("reopens");
+    assert_eq!(payloads(&other), retained, "installed durably");
+}
+
+#[tokio::test]
+async fn bodies_live_in_storage_on_sim_disk() {
+    bodies_live_in_storage(SimDisk::new(3), |disk| {
+        disk.crash();
+        disk
+    })
+    .await;
+}
+
+#[cfg(feature = "rocksdb")]
+#[tokio::test]
+async fn bodies_live_in_storage_on_rocksdb() {
+    use std::sync::Arc;
+
+    use cellog_raft::storage::RocksStorage;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    bodies_live_in_storage(Arc::new(RocksStorage::open(&path).unwrap()), |store| {
+        drop(store);
+        Arc::new(RocksStorage::open(&path).unwrap())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn unsynced_bodies_come_back_from_the_log() {
+    // Bodies written by apply are not synced on their own; a crash before any sync loses them, and the state goes
+    // with them (the snapshot is synced after its bodies), so nothing refers to a lost body.
+    let disk = SimDisk::new(5);
+    let (_, mut state_machine, _) = open_stores(disk.clone()).expect("opens");
+    fill(&mut state_machine).await;
+    state_machine.build_snapshot().await.expect("snapshot");
+    state_machine.apply(vec![entry(12, Command::Publish(PublishRequest::new("orders.a", body(11))))]).await.unwrap();
+    disk.crash();
+    let (_, state_machine, _) = open_stores(disk.clone()).expect("reopens");
+    assert_eq!(payloads(&state_machine), (6..=10).map(body).collect::<Vec<_>>(), "the state the snapshot holds");
+}
+
+#[tokio::test]
+async fn a_damaged_body_is_not_served_and_the_next_start_drops_the_state() {
+    let disk = SimDisk::new(9);
+    let (_, mut state_machine, _) = open_stores(disk.clone()).expect("opens");
+    fill(&mut state_machine).await;
+    state_machine.build_snapshot().await.expect("snapshot");
+    let damaged = disk.keys(Space::Bodies)[2];
+    assert!(disk.flip_bit(Space::Bodies, damaged, 4242));
+
+    let read = records(&state_machine);
+    let unreadable: Vec<u64> =
+        read.iter().filter(|record| matches!(record.body, Body::Unreadable { .. })).map(|record| record.seq).collect();
+    assert_eq!(unreadable.len(), 1, "exactly the damaged body is refused: {read:?}");
+    assert_eq!(state_machine.bodies().n_unreadable(), 1);
+    assert!(disk.get(Space::Meta, MetaKey::BodiesDamaged as u64).unwrap().is_some(), "the damage is recorded");
+    // Nor is it sent to a follower.
+    assert!(state_machine.get_current_snapshot().await.is_err());
+
+    disk.crash();
+    let (_, state_machine, recovery) = open_stores(disk.clone()).expect("reopens");
+    assert!(recovery.bodies_damaged && recovery.snapshot_dropped);
+    assert!(disk.keys(Space::Bodies).is_empty(), "every body goes with the state");
+    assert!(disk.get(Space::Meta, MetaKey::BodiesDamaged as u64).unwrap().is_none());
+    assert!(state_machine.replica().lock().unwrap().cell.stream_info("orders").is_err(), "the state went");
+}
