@@ -73,7 +73,8 @@ async fn main() {
     if std::env::args().any(|a| a == "--open") {
         let before = resident_mb();
         let started = Instant::now();
-        let storage = Arc::new(cellog_raft::storage::RocksStorage::open(std::path::Path::new(&args[0])).expect("opens"));
+        let storage =
+            Arc::new(cellog_raft::storage::RocksStorage::open(std::path::Path::new(&args[0])).expect("opens"));
         open(storage, started, before);
         return;
     }
