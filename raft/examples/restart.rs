@@ -75,6 +75,7 @@ async fn main() {
         let started = Instant::now();
         let storage =
             Arc::new(cellog_raft::storage::RocksStorage::open(std::path::Path::new(&args[0])).expect("opens"));
+        println!("database_open_s={:.3}", started.elapsed().as_secs_f64());
         open(storage, started, before);
         return;
     }

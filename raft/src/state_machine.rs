@@ -171,6 +171,7 @@ impl<S: Storage + Clone> StateMachineStore<S> {
         batch.put(Space::State, SNAPSHOT_KEY, &bytes);
         self.storage.write(batch).map_err(state_error)?;
         self.storage.sync().map_err(state_error)?;
+        self.storage.checkpoint().map_err(state_error)?;
         *stored = meta.last_log_id;
         Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(bytes)) })
     }
@@ -304,6 +305,7 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
         batch.put(Space::State, SNAPSHOT_KEY, &postcard::to_stdvec(&file).expect("encoding into memory does not fail"));
         self.storage.write(batch).map_err(state_error)?;
         self.storage.sync().map_err(state_error)?;
+        self.storage.checkpoint().map_err(state_error)?;
         *stored = meta.last_log_id;
         drop(stored);
         current.cell = replica.cell;

@@ -184,6 +184,13 @@ pub trait Storage: Send + Sync + 'static {
         std::time::Duration::ZERO
     }
 
+    /// Called after a snapshot was stored and synced: a store that replays a journal when it opens may move what it
+    /// holds into its long-term files now, so that a restart replays little. Changes nothing that reads see and
+    /// nothing about durability. Does nothing by default.
+    fn checkpoint(&self) -> Result<(), StorageError> {
+        Ok(())
+    }
+
     /// A verified record.
     fn get(&self, space: Space, key: u64) -> Result<Option<Vec<u8>>, StorageError> {
         match self.read_sealed(space, key)? {
@@ -219,6 +226,9 @@ impl<S: Storage + ?Sized> Storage for std::sync::Arc<S> {
     }
     fn sync_delay(&self) -> std::time::Duration {
         (**self).sync_delay()
+    }
+    fn checkpoint(&self) -> Result<(), StorageError> {
+        (**self).checkpoint()
     }
 }
 
