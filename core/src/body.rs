@@ -51,8 +51,9 @@ impl BodyRef {
 /// ### To ensure correctness
 /// - `get` returns the bytes of the last `put` (or `copy`) under the key, or an error; never other bytes. The cell
 ///   verifies them against the [`BodyRef`] anyway.
-/// - A key is put once. `delete` is called when no message refers to the key any more; the store may defer it (a
-///   durable store keeps a body until the state that no longer refers to it is durable).
+/// - A key always holds the same body: a host replaying its log after a restart may put it again. `delete` is called
+///   when no message refers to the key any more; the store may defer it (a durable store keeps a body until the state
+///   that no longer refers to it is durable).
 /// - Nothing here may draw on a clock or randomness: every replica calls the same operations in the same order.
 pub trait BodyStore: Send + Sync {
     /// Stores `body` under `key`.

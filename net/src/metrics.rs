@@ -40,6 +40,7 @@ pub struct Metrics {
     raft_last_log_index: Gauge,
     streams: Gauge,
     messages: Gauge,
+    bodies_unreadable: Gauge,
 }
 
 fn latency_buckets() -> impl Iterator<Item = f64> {
@@ -77,6 +78,7 @@ impl Metrics {
             raft_last_log_index: Gauge::default(),
             streams: Gauge::default(),
             messages: Gauge::default(),
+            bodies_unreadable: Gauge::default(),
         };
         registry.register("published", "Messages published (appended or deduplicated)", metrics.published.clone());
         registry.register("publish_rejected", "Publishes the cell refused", metrics.publish_rejected.clone());
@@ -124,6 +126,12 @@ impl Metrics {
         registry.register("raft_last_log_index", "Last log index held", metrics.raft_last_log_index.clone());
         registry.register("streams", "Streams in the cell", metrics.streams.clone());
         registry.register("messages", "Messages retained in the cell", metrics.messages.clone());
+        registry.register(
+            "bodies_unreadable",
+            "Reads of message bodies that did not verify since this node started; above zero, restart the node so it \
+             takes a whole snapshot",
+            metrics.bodies_unreadable.clone(),
+        );
         *metrics.registry.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = registry;
         metrics
     }
@@ -132,6 +140,7 @@ impl Metrics {
     pub fn render<S: Storage + Clone>(&self, node: &CellNode<S>) -> String {
         self.observe_raft(node);
         self.observe_replica(&node.replica);
+        self.bodies_unreadable.set(saturating_i64(node.bodies.n_unreadable()));
         let mut text = String::new();
         let registry = self.registry.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if encode(&mut text, &registry).is_err() {

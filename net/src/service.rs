@@ -441,8 +441,8 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
                         Ok(Outcome::Fetched(deliveries)) => {
                             let n = deliveries.len();
                             for delivery in deliveries {
-                                // A body this node cannot read ends the stream with its error: the client
-                                // subscribes again (elsewhere), and the delivery comes again after its ack wait.
+                                // A body this node cannot read ends the stream with its error; the delivery comes
+                                // again after its ack wait.
                                 let item = convert::delivery_to_wire(delivery);
                                 let failed = item.is_err();
                                 if sender.send(item).await.is_err() || failed {

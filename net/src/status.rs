@@ -43,10 +43,14 @@ pub fn invalid_argument(message: impl Into<String>) -> Status {
     status(Code::InvalidArgument, detail("INVALID_ARGUMENT", message))
 }
 
-/// This node's copy of a message body does not verify: nothing of it is served. Another node serves it; this one
-/// takes a whole snapshot at its next start. A fetched delivery is redelivered after its ack wait.
+/// This node's copy of a message body does not verify: nothing of it is served. The node takes a whole snapshot at
+/// its next start (its `cellog_bodies_unreadable` gauge says so); a fetched delivery is redelivered after its ack
+/// wait.
 pub fn body_unreadable(partition: u32, seq: u64, reason: &str) -> Status {
-    let message = format!("this node cannot serve message {partition}/{seq}: {reason}; read it from another node");
+    let message = format!(
+        "this node's copy of message {partition}/{seq} does not verify ({reason}), so it is not served; the node \
+         repairs it from the leader's snapshot when restarted"
+    );
     status(Code::DataLoss, detail("BODY_UNREADABLE", message))
 }
 

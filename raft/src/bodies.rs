@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use bytes::Bytes;
 use cellog_core::BodyStore;
@@ -34,12 +34,19 @@ pub struct StoredBodies<S> {
     storage: S,
     pending: Mutex<Pending>,
     n_unreadable: AtomicU64,
+    /// The damage mark is written (once per process is enough: it stays until the next start acts on it).
+    marked: AtomicBool,
 }
 
 impl<S: Storage> StoredBodies<S> {
     /// The bodies in `storage`.
     pub fn new(storage: S) -> Self {
-        StoredBodies { storage, pending: Mutex::new(Pending::default()), n_unreadable: AtomicU64::new(0) }
+        StoredBodies {
+            storage,
+            pending: Mutex::new(Pending::default()),
+            n_unreadable: AtomicU64::new(0),
+            marked: AtomicBool::new(false),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
@@ -95,6 +102,9 @@ impl<S: Storage> StoredBodies<S> {
             reason,
             "a message body does not verify; it is not served, and the node takes a whole snapshot at its next start"
         );
+        if self.marked.swap(true, Ordering::Relaxed) {
+            return;
+        }
         let mut batch = Batch::new();
         batch.put(Space::Meta, MetaKey::BodiesDamaged as u64, &key.to_le_bytes());
         if let Err(error) = self.storage.write(batch).and_then(|()| self.storage.sync()) {
@@ -116,10 +126,10 @@ impl<S: Storage> BodyStore for StoredBodies<S> {
 
     fn delete(&self, key: u64) {
         let mut pending = self.lock();
-        // Put during this apply: no stored snapshot refers to it, so it may go at once.
-        if pending.puts.remove(&key).is_none() {
-            pending.deletes.push(key);
-        }
+        // Put during this apply, it need not be written. It is deleted from storage all the same: a log replayed
+        // after a restart puts bodies again that were written before it.
+        pending.puts.remove(&key);
+        pending.deletes.push(key);
     }
 
     fn get(&self, key: u64) -> Result<Bytes, String> {

@@ -13,6 +13,7 @@ use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 use openraft::network::RaftNetworkFactory;
 use openraft::raft::{VoteRequest, VoteResponse};
 
+use crate::bodies::StoredBodies;
 use crate::recovery::{Recovery, clear_repair_target, open_stores};
 use crate::state_machine::Replica;
 use crate::storage::{Storage, StorageError};
@@ -122,6 +123,8 @@ pub struct CellNode<S> {
     pub replica: Arc<Mutex<Replica>>,
     /// What opening its storage found and repaired.
     pub recovery: Recovery,
+    /// Its message bodies.
+    pub bodies: Arc<StoredBodies<S>>,
     storage: S,
     repairing: Arc<AtomicBool>,
     clock: Arc<CellClock>,
@@ -178,6 +181,7 @@ impl<S: Storage + Clone> CellNode<S> {
     {
         let (log_store, state_machine, recovery) = open_stores(storage.clone())?;
         let replica = state_machine.replica();
+        let bodies = state_machine.bodies();
         // A repairing node must not campaign, from its very first election timeout on.
         let config = match recovery.repair_target {
             Some(_) => Arc::new(Config { enable_elect: false, ..(*config).clone() }),
@@ -211,7 +215,7 @@ impl<S: Storage + Clone> CellNode<S> {
         tokio::spawn(pack_proposals(raft.clone(), queue, replica.clone()));
         #[cfg(not(madsim))]
         tokio::spawn(pack_proposals(raft.clone(), queue));
-        Ok(CellNode { id, raft, replica, recovery, storage, repairing, clock, stopped, proposals })
+        Ok(CellNode { id, raft, replica, recovery, bodies, storage, repairing, clock, stopped, proposals })
     }
 
     /// Proposes a command stamped with this node's clock (never earlier than the cell's last stamp).

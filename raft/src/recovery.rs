@@ -214,6 +214,7 @@ fn repair_pass<S: Storage + Clone>(
     if wipe {
         // Take everything from the leader; until then the node does not vote.
         batch.delete_range(Space::Log, 0..u64::MAX);
+        batch.delete_range(Space::Bodies, 0..u64::MAX);
         batch.delete_range(Space::Meta, MetaKey::LastPurged as u64..MetaKey::LastPurged as u64 + 1);
         let held = highest_held.or(last_purged.map(|id| id.index)).unwrap_or(0);
         repair_target = Some(repair_target.unwrap_or(0).max(held + 1));

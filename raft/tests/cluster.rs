@@ -194,6 +194,7 @@ async fn a_damaged_body_is_never_served_and_the_node_takes_a_whole_snapshot_at_i
         records.filter(|record| matches!(record.body, cellog_core::Body::Unreadable { .. })).count()
     };
     assert_eq!(unreadable, 1);
+    assert_eq!(node.bodies.n_unreadable(), 1);
     drop(node);
 
     cell.stop(victim, false).await;
