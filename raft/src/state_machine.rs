@@ -7,7 +7,6 @@
 //! replaces the follower's bodies and state in one write.
 
 use std::io::Cursor;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use cellog_core::{Bodies, Cell, Effect};
@@ -95,10 +94,10 @@ pub struct StateMachineStore<S> {
     /// The last log id covered by the stored snapshot. Held while a snapshot is written, so a snapshot built in the
     /// background never overwrites a newer one installed meanwhile.
     stored: Arc<Mutex<Option<LogId>>>,
-    /// Set from `open` until openraft first asks for the current snapshot, or anything is applied, built or installed.
-    /// openraft 0.9.25 asks first when the node starts (`get_initial_state`), for the meta alone; answering that with
-    /// the meta spares the start reading every body.
-    starting: Arc<AtomicBool>,
+    /// The stored snapshot's meta, from `open` until openraft first asks for the current snapshot or a snapshot is
+    /// built or installed. openraft 0.9.25 asks first when the node starts (`get_initial_state`, after re-applying
+    /// the committed log), for the meta alone; answering with it spares the start reading every body.
+    initial_meta: Arc<Mutex<Option<SnapshotMeta<NodeId, Node>>>>,
 }
 
 fn state_error(error: impl std::fmt::Display) -> RaftStorageError {
@@ -114,8 +113,13 @@ impl<S: Storage + Clone> StateMachineStore<S> {
             None => Replica { cell: Cell::with_bodies(bodies.clone()), ..Replica::default() },
         };
         let stored = Arc::new(Mutex::new(replica.last_applied));
-        let starting = Arc::new(AtomicBool::new(true));
-        Ok(StateMachineStore { storage, bodies, replica: Arc::new(Mutex::new(replica)), stored, starting })
+        let initial_meta = replica.last_applied.map(|last_applied| SnapshotMeta {
+            last_log_id: Some(last_applied),
+            last_membership: replica.membership.clone(),
+            snapshot_id: snapshot_id(Some(last_applied)),
+        });
+        let initial_meta = Arc::new(Mutex::new(initial_meta));
+        Ok(StateMachineStore { storage, bodies, replica: Arc::new(Mutex::new(replica)), stored, initial_meta })
     }
 
     /// Decodes a snapshot file over this node's bodies: a stored one (state only), or a sent one (`Whole::Yes`),
@@ -131,6 +135,10 @@ impl<S: Storage + Clone> StateMachineStore<S> {
         }
         .map_err(|error| corrupt(format!("cell snapshot: {error}")))?;
         Ok(Replica { cell, last_applied: file.last_applied, membership: file.membership, ..Replica::default() })
+    }
+
+    fn take_initial_meta(&self) -> Option<SnapshotMeta<NodeId, Node>> {
+        self.initial_meta.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take()
     }
 
     /// The node's message bodies.
@@ -150,7 +158,7 @@ impl<S: Storage + Clone> StateMachineStore<S> {
     /// Encodes the current state (without bodies), writes it to storage with the deletes of the bodies removed so far,
     /// and syncs it.
     fn persist_snapshot(&self) -> Result<Snapshot<TypeConfig>, RaftStorageError> {
-        self.starting.store(false, Ordering::Relaxed);
+        self.take_initial_meta();
         let mut batch = Batch::new();
         let (bytes, meta) = {
             let replica = self.lock();
@@ -225,7 +233,6 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        self.starting.store(false, Ordering::Relaxed);
         let mut replica = self.lock();
         let replica = &mut *replica;
         let mut responses = Vec::new();
@@ -280,7 +287,7 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
         meta: &SnapshotMeta<NodeId, Node>,
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), RaftStorageError> {
-        self.starting.store(false, Ordering::Relaxed);
+        self.take_initial_meta();
         let bytes = snapshot.into_inner();
         let mut stored = self.stored.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         // Everything pending belongs to the state being replaced.
@@ -328,18 +335,9 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, RaftStorageError> {
-        if self.starting.swap(false, Ordering::Relaxed) {
-            // Nothing was applied since `open`, so the replica is the stored snapshot. The data is left empty: it
-            // does not decode, so it could never be installed by mistake.
-            let replica = self.lock();
-            return Ok(replica.last_applied.map(|last_applied| Snapshot {
-                meta: SnapshotMeta {
-                    last_log_id: Some(last_applied),
-                    last_membership: replica.membership.clone(),
-                    snapshot_id: snapshot_id(Some(last_applied)),
-                },
-                snapshot: Box::new(Cursor::new(Vec::new())),
-            }));
+        if let Some(meta) = self.take_initial_meta() {
+            // The data is left empty: it does not decode, so it could never be installed by mistake.
+            return Ok(Some(Snapshot { meta, snapshot: Box::new(Cursor::new(Vec::new())) }));
         }
         self.get_stored()
     }

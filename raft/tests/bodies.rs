@@ -77,9 +77,13 @@ async fn bodies_live_in_storage<S: Storage + Clone>(store: S, reopen: impl FnOnc
     assert!(!recovery.snapshot_dropped && !recovery.bodies_damaged);
     assert_eq!(payloads(&restarted), retained);
 
-    // Starting, openraft asks for the snapshot's meta: it gets no data, so the start reads no body.
+    // Starting, openraft re-applies the committed log, then asks for the snapshot's meta: it gets the stored one's,
+    // and no data, so the start reads no body.
+    let next = Command::Publish(PublishRequest::new("orders.a", body(11)));
+    restarted.apply(vec![entry(12, next)]).await.unwrap();
     let meta_only = restarted.get_current_snapshot().await.unwrap().expect("there is one");
     assert!(meta_only.snapshot.get_ref().is_empty());
+    assert_eq!(meta_only.meta.last_log_id.map(|id| id.index), Some(11), "the stored snapshot's, not the replica's");
     // The snapshot a follower gets is whole, and installing it replaces the follower's bodies.
     let snapshot = restarted.get_current_snapshot().await.unwrap().expect("there is one");
     assert_eq!(snapshot.meta, meta_only.meta);

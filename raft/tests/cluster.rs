@@ -11,8 +11,8 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use cellog_raft::Node;
 use cellog_raft::storage::{DiskFaults, Space};
+use cellog_raft::{Node, NodeId};
 use common::{TIMEOUT, TestCell};
 use openraft::raft::VoteRequest;
 
@@ -144,8 +144,8 @@ async fn a_whole_cell_power_failure_keeps_every_acknowledged_publish() {
     cell.converge().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_corrupt_snapshot_is_dropped_and_the_node_catches_up_from_the_leader() {
+/// A cell with 80 messages and snapshots every 20 entries, and a follower that has snapshotted and purged its log.
+async fn with_a_purged_follower() -> (TestCell, NodeId) {
     let mut cell = TestCell::new(20);
     cell.bootstrap(&[1, 2, 3]).await;
     cell.create_stream().await;
@@ -158,6 +158,12 @@ async fn a_corrupt_snapshot_is_dropped_and_the_node_catches_up_from_the_leader()
         .metrics(|m| m.purged.is_some(), "the follower snapshotted and purged")
         .await
         .expect("the follower purges");
+    (cell, victim)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_snapshot_is_dropped_and_the_node_catches_up_from_the_leader() {
+    let (mut cell, victim) = with_a_purged_follower().await;
     cell.stop(victim, false).await;
     assert!(cell.disks[&victim].flip_bit(Space::State, 0, 1234));
 
@@ -171,18 +177,7 @@ async fn a_corrupt_snapshot_is_dropped_and_the_node_catches_up_from_the_leader()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_body_is_never_served_and_the_node_takes_a_whole_snapshot_at_its_next_start() {
-    let mut cell = TestCell::new(20);
-    cell.bootstrap(&[1, 2, 3]).await;
-    cell.create_stream().await;
-    cell.publish("history", 80).await;
-    let leader = cell.wait_leader(&[1, 2, 3]).await;
-    let victim = [1, 2, 3].into_iter().find(|id| *id != leader).unwrap();
-    cell.node(victim)
-        .raft
-        .wait(Some(TIMEOUT))
-        .metrics(|m| m.purged.is_some(), "the follower snapshotted and purged")
-        .await
-        .expect("the follower purges");
+    let (mut cell, victim) = with_a_purged_follower().await;
     let bodies = cell.disks[&victim].keys(Space::Bodies);
     assert!(cell.disks[&victim].flip_bit(Space::Bodies, bodies[bodies.len() / 2], 99));
 

@@ -15,7 +15,7 @@ use cellog_envelope::{CellKey, Keyring};
 use cellog_net::{
     Client, ClientOptions, MailConfig, NodeConfig, Peer, RaftTiming, RetryPolicy, RunningNode, proto as v1,
 };
-use cellog_raft::storage::{DiskFaults, SimDisk};
+use cellog_raft::storage::{DiskFaults, MetaKey, SimDisk, Space, Storage};
 use cellog_raft::{Clock, Node, SystemClock};
 use madsim::net::NetSim;
 use madsim::runtime::{Handle, NodeHandle};
@@ -327,6 +327,22 @@ impl Cluster {
         self.nodes.iter().filter(|(_, node)| node.up).map(|(id, _)| *id).collect()
     }
 
+    /// Restarts every running node that found a damaged message body (its disk holds the mark), as an operator does
+    /// when its `cellog_bodies_unreadable` gauge is above zero: the node drops its state and takes it again from the
+    /// leader. Returns whether it restarted any.
+    pub fn restart_damaged(&mut self) -> bool {
+        let damaged: Vec<SimNodeId> = self
+            .running()
+            .into_iter()
+            .filter(|id| !matches!(self.disk(*id).get(Space::Meta, MetaKey::BodiesDamaged as u64), Ok(None)))
+            .collect();
+        for &id in &damaged {
+            self.node(id).crash();
+            self.node(id).restart();
+        }
+        !damaged.is_empty()
+    }
+
     /// The ids of the nodes of `cell` that run.
     pub fn running_in(&self, cell: &str) -> Vec<SimNodeId> {
         self.nodes.iter().filter(|(_, node)| node.up && node.cell == cell).map(|(id, _)| *id).collect()
@@ -572,6 +588,16 @@ impl Cluster {
     /// Every message node `id` holds in `stream`'s partitions `0..partitions`, read locally, in partition and
     /// sequence order.
     pub async fn messages_on(&self, id: SimNodeId, stream: &str, partitions: u32) -> Vec<v1::Message> {
+        self.try_messages_on(id, stream, partitions).await.expect("a local read")
+    }
+
+    /// [`Cluster::messages_on`], or the error of the first read that failed.
+    pub async fn try_messages_on(
+        &self,
+        id: SimNodeId,
+        stream: &str,
+        partitions: u32,
+    ) -> Result<Vec<v1::Message>, cellog_net::ClientError> {
         let client = self.client_of(id);
         let stream = stream.to_string();
         self.on_client(async move {
@@ -579,13 +605,13 @@ impl Cluster {
             for partition in 0..partitions {
                 let mut from = 1;
                 loop {
-                    let response = client.read(&stream, partition, from, 1000, true).await.expect("a local read");
+                    let response = client.read(&stream, partition, from, 1000, true).await?;
                     let Some(last) = response.messages.last().map(|message| message.seq) else { break };
                     messages.extend(response.messages);
                     from = last + 1;
                 }
             }
-            messages
+            Ok(messages)
         })
         .await
     }

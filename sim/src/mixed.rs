@@ -119,6 +119,9 @@ fn fork(rng: &mut ChaCha8Rng) -> ChaCha8Rng {
     ChaCha8Rng::seed_from_u64(rng.r#gen())
 }
 
+/// Restarts of damaged nodes before the final reads give up.
+const MAX_REPAIR_ROUNDS: usize = 4;
+
 /// Runs the workload on `cluster` with the faults of `schedule`, then heals everything, lets the consumers drain, and
 /// waits for the replicas to converge (a liveness check: it panics if they do not within its budget).
 pub async fn run(cluster: &mut Cluster, schedule: &[Step]) -> Outcome {
@@ -244,16 +247,34 @@ pub async fn run(cluster: &mut Cluster, schedule: &[Step]) -> Outcome {
             }
         })
         .await;
-    cluster.converge().await;
-    let (mut stored, mut feed, mut stamps) = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
-    for node in cluster.running() {
-        // One read of each stream per node: what it holds by id, and the cell time each message was stored at.
-        let messages = cluster.messages_on(node, STREAM, PARTITIONS).await;
-        stamps.insert(node, messages.iter().map(|m| (m.partition, m.seq, m.stored_at_ms)).collect());
-        stored.insert(node, by_id(messages));
-        feed.insert(node, cluster.stored_on(node, FEED, 1).await);
+    // A node that found a damaged body, before or while it is read here, is restarted (see `restart_damaged`) and
+    // read again once it has repaired.
+    for _ in 0..MAX_REPAIR_ROUNDS {
+        cluster.restart_damaged();
+        cluster.converge().await;
+        let (mut stored, mut feed, mut stamps) = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
+        let mut damaged = false;
+        for node in cluster.running() {
+            // One read of each stream per node: what it holds by id, and the cell time each message was stored at.
+            let read = match cluster.try_messages_on(node, STREAM, PARTITIONS).await {
+                Ok(messages) => cluster.try_messages_on(node, FEED, 1).await.map(|feed| (messages, feed)),
+                Err(error) => Err(error),
+            };
+            match read {
+                Ok((messages, feed_messages)) => {
+                    stamps.insert(node, messages.iter().map(|m| (m.partition, m.seq, m.stored_at_ms)).collect());
+                    stored.insert(node, by_id(messages));
+                    feed.insert(node, by_id(feed_messages));
+                }
+                Err(error) if error.reason() == Some("BODY_UNREADABLE") => damaged = true,
+                Err(error) => panic!("a local read on node {node}: {error}"),
+            }
+        }
+        if !damaged {
+            return Outcome { committed, stored, feed, stamps };
+        }
     }
-    Outcome { committed, stored, feed, stamps }
+    panic!("nodes still hold damaged bodies after {MAX_REPAIR_ROUNDS} restarts")
 }
 
 /// The checks `ci/sim-run` makes (the chaos checkers make finer ones): every acknowledged publish held once, where it
