@@ -178,10 +178,9 @@ fn repair_pass<S: Storage + Clone>(
     };
     let mut wipe = false;
     let mut opened = None;
-    let opening = match recovery.bodies_damaged {
-        true => Err(None),
-        false => StateMachineStore::open(storage.clone()).map_err(Some),
-    };
+    // A damaged body is a damaged state: it is dropped as a snapshot that does not verify is.
+    let opening =
+        if recovery.bodies_damaged { Err(None) } else { StateMachineStore::open(storage.clone()).map_err(Some) };
     let snapshot_last = match opening {
         Ok(state_machine) => {
             let last = state_machine.replica().lock().map(|r| r.last_applied).unwrap_or(None);

@@ -68,6 +68,22 @@ struct SnapshotFile {
     cell: Vec<u8>,
 }
 
+impl Replica {
+    /// A snapshot file of this replica around `cell` (its state alone, or whole).
+    fn file(&self, cell: Vec<u8>) -> SnapshotFile {
+        SnapshotFile { last_applied: self.last_applied, membership: self.membership.clone(), cell }
+    }
+
+    /// The meta of a snapshot of this replica.
+    fn meta(&self) -> SnapshotMeta<NodeId, Node> {
+        SnapshotMeta {
+            last_log_id: self.last_applied,
+            last_membership: self.membership.clone(),
+            snapshot_id: snapshot_id(self.last_applied),
+        }
+    }
+}
+
 /// Whether a snapshot file must hold its bodies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Whole {
@@ -113,12 +129,7 @@ impl<S: Storage + Clone> StateMachineStore<S> {
             None => Replica { cell: Cell::with_bodies(bodies.clone()), ..Replica::default() },
         };
         let stored = Arc::new(Mutex::new(replica.last_applied));
-        let initial_meta = replica.last_applied.map(|last_applied| SnapshotMeta {
-            last_log_id: Some(last_applied),
-            last_membership: replica.membership.clone(),
-            snapshot_id: snapshot_id(Some(last_applied)),
-        });
-        let initial_meta = Arc::new(Mutex::new(initial_meta));
+        let initial_meta = Arc::new(Mutex::new(replica.last_applied.map(|_| replica.meta())));
         Ok(StateMachineStore { storage, bodies, replica: Arc::new(Mutex::new(replica)), stored, initial_meta })
     }
 
@@ -162,18 +173,10 @@ impl<S: Storage + Clone> StateMachineStore<S> {
         let mut batch = Batch::new();
         let (bytes, meta) = {
             let replica = self.lock();
-            let file = SnapshotFile {
-                last_applied: replica.last_applied,
-                membership: replica.membership.clone(),
-                cell: replica.cell.snapshot_state(),
-            };
+            let file = replica.file(replica.cell.snapshot_state());
             // Taken with the state: every body removed so far is one this snapshot no longer refers to.
             self.bodies.take_deletes(&mut batch);
-            let meta = SnapshotMeta {
-                last_log_id: replica.last_applied,
-                last_membership: replica.membership.clone(),
-                snapshot_id: snapshot_id(replica.last_applied),
-            };
+            let meta = replica.meta();
             (postcard::to_stdvec(&file).expect("encoding into memory does not fail"), meta)
         };
         let mut stored = self.stored.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -199,16 +202,8 @@ impl<S: Storage + Clone> StateMachineStore<S> {
             return Ok(None);
         };
         let replica = Self::decode(&bytes, &self.bodies, Whole::No).map_err(state_error)?;
-        let file = SnapshotFile {
-            last_applied: replica.last_applied,
-            membership: replica.membership.clone(),
-            cell: replica.cell.snapshot().map_err(state_error)?,
-        };
-        let meta = SnapshotMeta {
-            last_log_id: replica.last_applied,
-            last_membership: replica.membership,
-            snapshot_id: snapshot_id(replica.last_applied),
-        };
+        let file = replica.file(replica.cell.snapshot().map_err(state_error)?);
+        let meta = replica.meta();
         let bytes = postcard::to_stdvec(&file).expect("encoding into memory does not fail");
         Ok(Some(Snapshot { meta, snapshot: Box::new(Cursor::new(bytes)) }))
     }
@@ -290,34 +285,28 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
         self.take_initial_meta();
         let bytes = snapshot.into_inner();
         let mut stored = self.stored.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        // Everything pending belongs to the state being replaced.
+        // Everything pending belongs to the state being replaced; a snapshot that is refused leaves nothing pending.
         self.bodies.reset();
-        let replica = match Self::decode(&bytes, &self.bodies, Whole::Yes) {
-            Ok(replica) => replica,
-            Err(error) => {
-                self.bodies.reset();
-                let error = openraft::AnyError::new(&error);
-                return Err(StorageIOError::read_snapshot(Some(meta.signature()), error).into());
-            }
-        };
-        if replica.last_applied != meta.last_log_id {
-            self.bodies.reset();
-            return Err(state_error(format!(
-                "snapshot {} holds state up to {:?}, its meta says {:?}",
-                meta.snapshot_id, replica.last_applied, meta.last_log_id
-            )));
-        }
+        let replica = Self::decode(&bytes, &self.bodies, Whole::Yes)
+            .map_err(|error| StorageIOError::read_snapshot(Some(meta.signature()), openraft::AnyError::new(&error)))
+            .map_err(RaftStorageError::from)
+            .and_then(|replica| {
+                if replica.last_applied == meta.last_log_id {
+                    return Ok(replica);
+                }
+                Err(state_error(format!(
+                    "snapshot {} holds state up to {:?}, its meta says {:?}",
+                    meta.snapshot_id, replica.last_applied, meta.last_log_id
+                )))
+            })
+            .inspect_err(|_| self.bodies.reset())?;
         // The old bodies out, the new ones and the state in, in one write, durable before openraft purges the log
         // this snapshot replaces. Readers wait meanwhile: the old state's bodies are going.
         let mut current = self.lock();
         let mut batch = Batch::new();
         batch.delete_range(Space::Bodies, 0..u64::MAX);
         self.bodies.take_puts(&mut batch);
-        let file = SnapshotFile {
-            last_applied: replica.last_applied,
-            membership: replica.membership.clone(),
-            cell: replica.cell.snapshot_state(),
-        };
+        let file = replica.file(replica.cell.snapshot_state());
         batch.put(Space::State, SNAPSHOT_KEY, &postcard::to_stdvec(&file).expect("encoding into memory does not fail"));
         self.storage.write(batch).map_err(state_error)?;
         self.storage.sync().map_err(state_error)?;

@@ -38,6 +38,20 @@ async fn fill<S: Storage + Clone>(state_machine: &mut StateMachineStore<S>) {
     }
 }
 
+/// The bodies [`entries`] leaves retained.
+fn retained() -> Vec<Bytes> {
+    (6..=10).map(body).collect()
+}
+
+/// A simulated disk after [`fill`] and a stored snapshot.
+async fn snapshotted(seed: u64) -> (SimDisk, StateMachineStore<SimDisk>) {
+    let disk = SimDisk::new(seed);
+    let (_, mut state_machine, _) = open_stores(disk.clone()).expect("opens");
+    fill(&mut state_machine).await;
+    state_machine.build_snapshot().await.expect("snapshot");
+    (disk, state_machine)
+}
+
 fn records<S: Storage + Clone>(state_machine: &StateMachineStore<S>) -> Vec<Record> {
     state_machine.replica().lock().unwrap().cell.read_from("orders", 0, 0, 100).expect("the stream is there")
 }
@@ -59,7 +73,7 @@ fn n_bodies<S: Storage>(store: &S) -> usize {
 async fn bodies_live_in_storage<S: Storage + Clone>(store: S, reopen: impl FnOnce(S) -> S) {
     let (_, mut state_machine, _) = open_stores(store.clone()).expect("opens");
     fill(&mut state_machine).await;
-    let retained: Vec<Bytes> = (6..=10).map(body).collect();
+    let retained = retained();
     assert_eq!(payloads(&state_machine), retained);
     // Removed bodies stay until a snapshot no longer refers to them: the stored snapshot may still be sent.
     assert_eq!(n_bodies(&store), 10);
@@ -134,14 +148,11 @@ async fn bodies_live_in_storage_on_rocksdb() {
 async fn unsynced_bodies_come_back_from_the_log() {
     // Bodies written by apply are not synced on their own; a crash before any sync loses them, and the state goes
     // with them (the snapshot is synced after its bodies), so nothing refers to a lost body.
-    let disk = SimDisk::new(5);
-    let (_, mut state_machine, _) = open_stores(disk.clone()).expect("opens");
-    fill(&mut state_machine).await;
-    state_machine.build_snapshot().await.expect("snapshot");
+    let (disk, mut state_machine) = snapshotted(5).await;
     state_machine.apply(vec![entry(12, Command::Publish(PublishRequest::new("orders.a", body(11))))]).await.unwrap();
     disk.crash();
     let (_, state_machine, _) = open_stores(disk.clone()).expect("reopens");
-    assert_eq!(payloads(&state_machine), (6..=10).map(body).collect::<Vec<_>>(), "the state the snapshot holds");
+    assert_eq!(payloads(&state_machine), retained(), "the state the snapshot holds");
 }
 
 #[tokio::test]
@@ -158,15 +169,12 @@ async fn a_replayed_log_leaves_no_body_behind() {
     state_machine.apply(entries()).await.expect("replays");
     state_machine.build_snapshot().await.expect("snapshot");
     assert_eq!(n_bodies(&disk), 5, "only the retained bodies are left");
-    assert_eq!(payloads(&state_machine), (6..=10).map(body).collect::<Vec<_>>());
+    assert_eq!(payloads(&state_machine), retained());
 }
 
 #[tokio::test]
 async fn a_damaged_body_is_not_served_and_the_next_start_drops_the_state() {
-    let disk = SimDisk::new(9);
-    let (_, mut state_machine, _) = open_stores(disk.clone()).expect("opens");
-    fill(&mut state_machine).await;
-    state_machine.build_snapshot().await.expect("snapshot");
+    let (disk, mut state_machine) = snapshotted(9).await;
     let damaged = disk.keys(Space::Bodies)[2];
     assert!(disk.flip_bit(Space::Bodies, damaged, 4242));
 
