@@ -1,6 +1,7 @@
 //! Throughput of `Cell::apply`: publishes of 256-byte bodies (plain, with message ids, keyed over partitions) and
 //! consume-and-ack with fetches of 256. Commands are built before the clock starts, as a replica receives them
-//! decoded from the log; draining effects is counted, since every host does it.
+//! decoded from the log; draining effects after every apply is counted, and so is keeping the bodies they store in
+//! memory, since every host does both.
 //!
 //! Run with `cargo bench -p cellog-core --bench apply`.
 #![allow(clippy::disallowed_methods, reason = "a benchmark measures wall-clock time")]
@@ -9,7 +10,9 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use cellog_core::{AckKind, Cell, Command, ConsumerConfig, Millis, Outcome, PublishRequest, StreamConfig};
+use cellog_core::{
+    AckKind, Cell, Command, ConsumerConfig, MemoryBodies, Millis, Outcome, PublishRequest, StreamConfig,
+};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 const BODY_BYTES: usize = 256;
@@ -21,6 +24,11 @@ fn cell_with_stream(partitions: u32) -> Cell {
     let config = StreamConfig { partitions, ..StreamConfig::with_subjects(["bench.>"]) };
     cell.apply(Millis(0), Command::CreateStream { name: "bench".to_string(), config }).expect("stream");
     cell
+}
+
+/// What a host does after every apply: takes the effects and keeps the bodies they store.
+fn drain(cell: &mut Cell, bodies: &mut MemoryBodies) {
+    cell.drain_effects().for_each(|effect| bodies.apply(&effect));
 }
 
 /// Builds `n` publish commands; `shape` fills in id and key.
@@ -40,12 +48,13 @@ fn run_publishes(
     while remaining > 0 {
         let n = remaining.min(CHUNK);
         let mut cell = cell_with_stream(partitions);
+        let mut bodies = MemoryBodies::default();
         let commands = publishes(n, shape);
         let start = Instant::now();
         for (i, command) in commands.into_iter().enumerate() {
             // A thousand commands per millisecond of cell time.
             black_box(cell.apply(Millis(1 + i as u64 / 1000), command)).expect("publish");
-            cell.drain_effects().for_each(drop);
+            drain(&mut cell, &mut bodies);
         }
         total += start.elapsed();
         remaining -= n;
@@ -74,18 +83,19 @@ fn publish(c: &mut Criterion) {
         let mut cell = Cell::new();
         let config = StreamConfig { max_messages: Some(100_000), ..StreamConfig::with_subjects(["bench.>"]) };
         cell.apply(Millis(0), Command::CreateStream { name: "bench".to_string(), config }).expect("stream");
+        let mut bodies = MemoryBodies::default();
         let mut at = 1u64;
         for command in publishes(100_000, |_, r| r) {
             cell.apply(Millis(at), command).expect("publish");
+            drain(&mut cell, &mut bodies);
         }
-        cell.drain_effects().for_each(drop);
         b.iter_custom(|iters| {
             let commands = publishes(iters, |_, r| r);
             let start = Instant::now();
             for command in commands {
                 at += 1;
                 black_box(cell.apply(Millis(at / 1000), command)).expect("publish");
-                cell.drain_effects().for_each(drop);
+                drain(&mut cell, &mut bodies);
             }
             start.elapsed()
         })
@@ -104,8 +114,10 @@ fn consume_and_ack(c: &mut Criterion) {
             while remaining > 0 {
                 let n = remaining.min(CHUNK);
                 let mut cell = cell_with_stream(1);
+                let mut bodies = MemoryBodies::default();
                 for (i, command) in publishes(n, |_, r| r).into_iter().enumerate() {
                     cell.apply(Millis(1 + i as u64 / 1000), command).expect("publish");
+                    drain(&mut cell, &mut bodies);
                 }
                 let config = ConsumerConfig { max_in_flight: 1024, ..ConsumerConfig::default() };
                 cell.apply(
@@ -113,7 +125,7 @@ fn consume_and_ack(c: &mut Criterion) {
                     Command::CreateConsumer { stream: "bench".to_string(), name: "c".to_string(), config },
                 )
                 .expect("consumer");
-                cell.drain_effects().for_each(drop);
+                drain(&mut cell, &mut bodies);
                 let at = Millis(1_000);
                 let start = Instant::now();
                 let mut acked = 0;
@@ -125,6 +137,7 @@ fn consume_and_ack(c: &mut Criterion) {
                         max: 256,
                     };
                     let Ok(Outcome::Fetched(deliveries)) = cell.apply(at, fetch) else { panic!("fetch") };
+                    drain(&mut cell, &mut bodies);
                     for delivery in deliveries {
                         let ack = Command::Ack {
                             stream: "bench".to_string(),
@@ -134,9 +147,9 @@ fn consume_and_ack(c: &mut Criterion) {
                             kind: AckKind::Applied,
                         };
                         black_box(cell.apply(at, ack)).expect("ack");
+                        drain(&mut cell, &mut bodies);
                         acked += 1;
                     }
-                    cell.drain_effects().for_each(drop);
                 }
                 total += start.elapsed();
                 remaining -= n;

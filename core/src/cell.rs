@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use crate::body::{Bodies, BodyRef, BodyStore};
+use crate::body::BodyRef;
 use crate::command::{
     AbortReason, AckKind, AckState, Command, Effect, Outcome, ProducerRef, PublishAck, PublishRequest, Record,
 };
@@ -85,18 +85,17 @@ fn reschedule_sweep(stream: &mut Stream, timers: &mut Timers, at: Millis) {
     }
 }
 
-/// Appends a message that has been checked and made room for, and keeps the stream's sweep timer right: after an
-/// append the next sweep can only move earlier through the new message itself (its TTL, its dedup window, or its
-/// age when it is the first of its partition).
-/// Stores a new body under the cell's next body key.
-fn store_body(bodies: &Bodies, next_body: &mut u64, payload: Bytes) -> BodyRef {
+/// Gives a new body the cell's next body key, and asks the host to store it.
+fn store_body(effects: &mut Vec<Effect>, next_body: &mut u64, payload: Bytes) -> BodyRef {
     let body = BodyRef::of(*next_body, &payload);
     *next_body += 1;
-    bodies.store().put(body.key, payload);
+    effects.push(Effect::BodyStored { key: body.key, body: payload });
     body
 }
 
-/// Appends a message whose body is stored (`request.payload` is not looked at).
+/// Appends a message whose body is stored (`request.payload` is not looked at), and keeps the stream's sweep timer
+/// right: after an append the next sweep can only move earlier through the new message itself (its TTL, its dedup
+/// window, or its age when it is the first of its partition).
 fn append_message(
     stream: &mut Stream,
     timers: &mut Timers,
@@ -146,13 +145,15 @@ fn append_message(
 /// The host (the Raft state-machine adapter, a test, a simulation) owns a `Cell` and:
 /// 1. applies every committed command in log order with [`Cell::apply`], passing the time the leader stamped on it
 ///    (`max(previous stamp, leader clock)`); the outcome goes back to whoever proposed the command;
-/// 2. drains [`Cell::drain_effects`] after each apply, to push deliveries, delete stored bodies and trace;
+/// 2. drains [`Cell::drain_effects`] after each apply (before the next: `apply` asserts it), stores, copies and
+///    releases bodies as the body effects say, in the same storage batch as the entry, and traces the rest;
 /// 3. watches [`Cell::next_deadline`]: once the leader's clock passes it, the leader proposes [`Command::Tick`].
 ///
 /// Every command first fires the timers due at its time, so the state is a pure function of the sequence of
 /// `(at, command)` pairs: replicas that apply the same log hold the same state ([`Cell::digest`] compares them).
 ///
-/// The cell reads no clock, spawns nothing, draws no random numbers and does no IO.
+/// The cell reads no clock, spawns nothing, draws no random numbers and does no IO; it holds no body bytes once
+/// `apply` returns (see [`crate::body`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cell {
     last_at: Millis,
@@ -168,9 +169,6 @@ pub struct Cell {
     pinned_by: BTreeMap<MessageRef, MessageRef>,
     /// The key the next stored body gets (see [`crate::body`]).
     next_body: u64,
-    /// Where bodies are stored. Not state: not in snapshots, not compared.
-    #[serde(skip)]
-    bodies: Bodies,
     /// Transient: not part of the state, not in snapshots, not compared.
     #[serde(skip)]
     effects: Vec<Effect>,
@@ -303,27 +301,8 @@ impl Cell {
             timers: Timers::default(),
             pinned_by: BTreeMap::new(),
             next_body: 1,
-            bodies: Bodies::in_memory(),
             effects: Vec::new(),
         }
-    }
-
-    /// An empty cell whose bodies go to `store`.
-    pub fn with_bodies(store: Arc<dyn BodyStore>) -> Self {
-        Cell { bodies: Bodies::new(store), ..Cell::new() }
-    }
-
-    /// Stores this cell's bodies in `store` from now on (after decoding a cell whose bodies are already there).
-    pub(crate) fn attach_bodies(&mut self, bodies: Bodies) {
-        for stream in self.streams.values_mut() {
-            stream.bodies = bodies.clone();
-        }
-        self.bodies = bodies;
-    }
-
-    /// The body store.
-    pub fn bodies(&self) -> &Bodies {
-        &self.bodies
     }
 
     /// Every stored body the state refers to, in key order (recalled messages have none).
@@ -485,7 +464,7 @@ impl Cell {
             .get(partition as usize)
             .ok_or_else(|| invalid(format!("stream {stream:?} has no partition {partition}")))?;
         Ok((from.max(log.first_seq)..log.next_seq())
-            .filter_map(|seq| log.get(seq).map(|message| message.record(partition, seq, &s.bodies)))
+            .filter_map(|seq| log.get(seq).map(|message| message.record(partition, seq)))
             .take(max.min(MAX_READ))
             .collect())
     }
@@ -535,9 +514,18 @@ impl Cell {
         }
     }
 
-    /// Applies one command at the leader-stamped time `at`. Timers due at `at` fire first. A rejection leaves the
-    /// state as it was (timers that fired stay fired: they depend on time alone).
+    /// Applies one command at the leader-stamped time `at`. Timers due at `at` fire first. A rejection changes
+    /// nothing the command asked for, with one exception: a refused commit aborts the transaction and moves the
+    /// producer to its next epoch (the refusal says so). Timers that fired stay fired: they depend on time alone.
+    ///
+    /// # Panics
+    /// If the effects of an earlier apply were not drained: a host that forgets them loses body writes.
     pub fn apply(&mut self, at: Millis, command: Command) -> Result<Outcome, Rejection> {
+        assert!(
+            self.effects.is_empty(),
+            "the host must drain the effects of every apply before the next; {} are queued",
+            self.effects.len()
+        );
         // The leader stamps monotonic times; a replica clamps rather than trusting that, so state never sees time
         // go backwards.
         #[cfg(madsim)]
@@ -550,7 +538,6 @@ impl Cell {
         let at = at.max(self.last_at);
         self.last_at = at;
         self.n_applied += 1;
-        let first_effect = self.effects.len();
         self.fire_timers(at);
         let result = match command {
             Command::CreateStream { name, config } => self.create_stream(at, name, config),
@@ -583,7 +570,7 @@ impl Cell {
             Command::UpdateConsumer { stream, name, config } => self.update_consumer(&stream, &name, config),
         };
         if !self.pinned_by.is_empty() {
-            self.release_pins(at, first_effect);
+            self.release_pins(at, 0);
         }
         result
     }
@@ -741,7 +728,7 @@ impl Cell {
         self.next_stream_id += 1;
         let name: Arc<str> = Arc::from(name);
         self.stream_names.insert(id, name.clone());
-        self.streams.insert(name.clone(), Stream::new(id, name, config, at, self.bodies.clone()));
+        self.streams.insert(name.clone(), Stream::new(id, name, config, at));
         Ok(Outcome::StreamCreated { created: true })
     }
 
@@ -787,7 +774,7 @@ impl Cell {
         self.stream_names.remove(&stream.id);
         for message in stream.partitions.iter().flat_map(|partition| partition.slots.iter().flatten()) {
             if message.recalled_at().is_none() {
-                self.bodies.store().delete(message.body.key);
+                self.effects.push(Effect::BodyReleased { key: message.body.key });
             }
         }
         let mut released: BTreeSet<Arc<str>> = BTreeSet::new();
@@ -890,7 +877,7 @@ impl Cell {
             let stream = stream.name.clone();
             return Ok(Outcome::Published(PublishAck { stream, partition, seq, duplicate: false, original: None }));
         }
-        let body = store_body(&stream.bodies, &mut self.next_body, std::mem::take(&mut request.payload));
+        let body = store_body(&mut self.effects, &mut self.next_body, std::mem::take(&mut request.payload));
         let seq = append_message(stream, &mut self.timers, &mut self.effects, partition, request, body, at);
         let name = stream.name.clone();
         if let Some((target, p, s)) = pin {
@@ -915,17 +902,17 @@ impl Cell {
             Some(source) => {
                 let body = BodyRef { key: self.next_body, ..source };
                 self.next_body += 1;
-                stream.bodies.store().copy(source.key, body.key);
+                self.effects.push(Effect::BodyCopied { from: source.key, to: body.key });
                 body
             }
-            None => store_body(&stream.bodies, &mut self.next_body, std::mem::take(&mut request.payload)),
+            None => store_body(&mut self.effects, &mut self.next_body, std::mem::take(&mut request.payload)),
         };
         append_message(stream, &mut self.timers, &mut self.effects, partition, request, body, at)
     }
 
     fn recall(&mut self, _at: Millis, stream: &str, partition: u32, seq: u64) -> Result<Outcome, Rejection> {
         let s = stream_in(&mut self.streams, stream)?;
-        if s.recall(partition, seq, _at)? {
+        if s.recall(partition, seq, _at, &mut self.effects)? {
             self.effects.push(Effect::Recalled { stream: s.name.clone(), partition, seq });
         }
         Ok(Outcome::Recalled)
@@ -1327,11 +1314,11 @@ impl Cell {
         let s = stream_in(&mut self.streams, stream)?;
         let stream_id = s.id;
         Self::consumer_mut(s, consumer)?;
-        let Stream { partitions, consumers, bodies, .. } = s;
+        let Stream { partitions, consumers, .. } = s;
         let c = consumers.get_mut(consumer).expect("checked above");
         let consumer_id = c.id;
         let member: Arc<str> = Arc::from(member);
-        let (deliveries, timers) = c.fetch(partitions, bodies, &member, max, at);
+        let (deliveries, timers) = c.fetch(partitions, &member, max, at);
         for (due, partition, seq) in timers {
             self.timers.set(due, Timer::Delivery { stream_id, consumer_id, partition, seq });
         }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use crate::body::BodyRef;
 use crate::config::{ConsumerConfig, StreamConfig};
 use crate::time::Millis;
 
@@ -238,18 +239,13 @@ pub enum Command {
 /// What a reader sees in place of a body.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Body {
-    /// The payload as published.
-    Payload(Bytes),
+    /// The payload as published, stored by the host under the reference's key. The node that answers reads and
+    /// verifies it; the cell never does.
+    Stored(BodyRef),
     /// The message was recalled.
     Tombstone {
         /// When it was recalled.
         recalled_at: Millis,
-    },
-    /// This replica's copy of the body is missing or does not verify against its length and crc32c: it is not
-    /// served. Another replica, or this one after it repaired its store, serves it.
-    Unreadable {
-        /// What does not verify.
-        reason: String,
     },
 }
 
@@ -375,6 +371,13 @@ pub enum Outcome {
     ConsumerUpdated,
 }
 
+impl Effect {
+    /// Whether this is storage work for the host (a body stored, copied or released) rather than a transition.
+    pub fn is_body_work(&self) -> bool {
+        matches!(self, Effect::BodyStored { .. } | Effect::BodyCopied { .. } | Effect::BodyReleased { .. })
+    }
+}
+
 /// Why a message left a stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
 #[strum(serialize_all = "kebab-case")]
@@ -405,8 +408,13 @@ pub enum AbortReason {
     CommitRefused,
 }
 
-/// A state transition the host may act on (push deliveries, delete stored bodies, trace). Effects queue up in the
-/// cell until drained with [`crate::Cell::drain_effects`].
+/// A state transition the host acts on. Effects queue up in the cell until drained with
+/// [`crate::Cell::drain_effects`], which the host must do after every apply ([`crate::Cell::apply`] refuses to run
+/// while effects are queued).
+///
+/// The body effects (`BodyStored`, `BodyCopied`, `BodyReleased`) are storage work: the host applies them, in order, in
+/// the same storage batch as the entry that produced them. The others describe what happened; the host traces them
+/// (the golden traces and the simulator's trace are made of them).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
 #[strum(serialize_all = "kebab-case")]
 pub enum Effect {
@@ -419,7 +427,7 @@ pub enum Effect {
         /// The sequence.
         seq: u64,
     },
-    /// A message was removed; its body can be deleted from storage.
+    /// A message was removed.
     Removed {
         /// The stream.
         stream: Arc<str>,
@@ -430,7 +438,7 @@ pub enum Effect {
         /// Why.
         reason: RemovalReason,
     },
-    /// A message's payload was replaced by a tombstone; its body can be deleted from storage.
+    /// A message's payload was replaced by a tombstone.
     Recalled {
         /// The stream.
         stream: Arc<str>,
@@ -490,5 +498,26 @@ pub enum Effect {
     StreamDeleted {
         /// The stream.
         stream: Arc<str>,
+    },
+    /// Store `body` under `key`: a published message's payload.
+    BodyStored {
+        /// The key its [`BodyRef`] names.
+        key: u64,
+        /// The bytes.
+        body: Bytes,
+    },
+    /// Store under `to` a copy of the body under `from` (a dead letter's copy). A host that cannot read `from` stores
+    /// nothing under `to`, and a later read of the copy fails its check.
+    BodyCopied {
+        /// The original's key.
+        from: u64,
+        /// The copy's key.
+        to: u64,
+    },
+    /// No message refers to the body under `key` any more. A host whose state becomes durable later than its bodies
+    /// deletes it once a durable state no longer refers to it.
+    BodyReleased {
+        /// The key.
+        key: u64,
     },
 }

@@ -10,7 +10,6 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::body::Bodies;
 use crate::command::{AckState, Delivery};
 use crate::config::ConsumerConfig;
 use crate::stream::Partition;
@@ -159,7 +158,6 @@ impl Consumer {
     pub fn fetch(
         &mut self,
         partitions: &[Partition],
-        bodies: &Bodies,
         member: &Arc<str>,
         max: u32,
         at: Millis,
@@ -179,7 +177,7 @@ impl Consumer {
                 self.forget(partition, seq);
                 continue;
             };
-            let record = message.record(partition, seq, bodies);
+            let record = message.record(partition, seq);
             self.set_phase(partition, seq, Phase::Pending { deadline });
             let entry = self.outstanding.get_mut(&(partition, seq)).expect("just set");
             entry.delivery_count += 1;
@@ -240,7 +238,7 @@ impl Consumer {
                 self.n_pending += 1;
                 self.n_delivered += 1;
                 deliveries.push(Delivery {
-                    record: message.record(partition, seq, bodies),
+                    record: message.record(partition, seq),
                     delivery_count: 1,
                     ack_deadline: deadline,
                 });

@@ -6,21 +6,23 @@
 //! Raft replicate it and the simulator replay it bit for bit.
 //!
 //! ```text
-//!                 (at, Command)                       Outcome | Rejection
+//!                 (at, Command)                       Outcome | Rejection (bodies by reference)
 //!  Raft log ───────────────────────▶  Cell::apply  ───────────────────────▶ proposer
 //!                                        │   ▲
-//!                   Effect (appended,    │   │ Command::Tick when the leader's clock
-//!                   removed, expired,    ▼   │ passes Cell::next_deadline()
-//!                   dead-lettered, ...)  host
+//!     Effect: body work (stored, copied, │   │ Command::Tick when the leader's clock
+//!     released) into the entry's storage ▼   │ passes Cell::next_deadline()
+//!     batch; transitions to the trace   host
 //! ```
 //!
 //! - [`Cell`] holds the state; [`Cell::apply`] is the only way to change it.
 //! - [`Command`] lists every state change; [`Outcome`] and [`Rejection`] are the answers.
-//! - [`Effect`]s are queued for the host (push deliveries, delete stored bodies, trace) and drained after each apply.
-//! - [`Cell::snapshot`] / [`Cell::restore`] encode the whole state deterministically; [`Cell::digest`] compares
-//!   replicas.
+//! - [`Effect`]s are queued for the host and drained after each apply: body work ([`body`]) the host stores in the
+//!   same batch as the entry, transitions it traces. `apply` refuses to run over undrained effects.
+//! - [`Cell::snapshot`] / [`Cell::restore`] encode the state deterministically (bodies by reference;
+//!   [`Cell::snapshot_whole`] adds the bytes the host hands it); [`Cell::digest`] compares replicas.
 //!
-//! What this crate is not: it does not store anything durably, does not replicate, and does not talk to clients.
+//! What this crate is not: it does not store anything (bodies included), does not replicate, and does not talk to
+//! clients. Records and deliveries carry [`BodyRef`]s; the node that answers reads the bytes.
 
 pub mod body;
 mod cell;
@@ -37,7 +39,7 @@ pub mod subject;
 mod time;
 mod transaction;
 
-pub use body::{Bodies, BodyRef, BodyStore, MemoryBodies};
+pub use body::{BodyRef, MemoryBodies};
 pub use cell::{
     Cell, MAX_CONSUMERS_PER_STREAM, MAX_FETCH, MAX_HEADER_BYTES, MAX_ID_BYTES, MAX_PEERS_PER_STREAM, MAX_READ,
     MAX_STREAMS, PIN_HEADER,

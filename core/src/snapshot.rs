@@ -2,8 +2,8 @@
 //!
 //! Layout: 8 bytes of magic, a little-endian `u32` version, a little-endian `u32` crc32c of the body, then the body:
 //! the cell encoded with postcard, then the message bodies (postcard `Option<Vec<(key, bytes)>>`, in key order).
-//! [`Cell::snapshot`] includes the bodies, so the bytes are the whole state; [`Cell::snapshot_state`] leaves them out
-//! for a host whose body store is durable on its own. Every map in the cell is a `BTreeMap`, so the same state always
+//! [`Cell::snapshot_whole`] includes the bodies the host hands it, so the bytes are the whole state;
+//! [`Cell::snapshot`] leaves them out (the section is `None`) for a host whose body store is durable on its own. Every map in the cell is a `BTreeMap`, so the same state always
 //! encodes to the same bytes, which is what makes the digest (SHA-256 of the state's encoding, which holds each
 //! body's length and crc32c) comparable across replicas.
 
@@ -15,7 +15,7 @@ use bytes::Bytes;
 use serde::Deserializer;
 use sha2::{Digest, Sha256};
 
-use crate::body::Bodies;
+use crate::body::BodyRef;
 use crate::cell::Cell;
 use crate::error::SnapshotError;
 
@@ -38,6 +38,23 @@ impl std::fmt::Display for StateDigest {
 
 /// Stored bodies by key, in key order.
 type BodySection = Option<Vec<(u64, Bytes)>>;
+
+/// Checks a body section against the references of the state it goes with: the same keys in the same order, each
+/// body verifying against its reference.
+fn check_bodies(refs: &[BodyRef], section: &[(u64, Bytes)]) -> Result<(), SnapshotError> {
+    if refs.len() != section.len() {
+        return Err(SnapshotError::Malformed {
+            reason: format!("the state refers to {} bodies, the snapshot holds {}", refs.len(), section.len()),
+        });
+    }
+    for (body, (key, bytes)) in refs.iter().zip(section) {
+        if body.key != *key {
+            return Err(SnapshotError::Body { key: body.key, reason: format!("found body {key} in its place") });
+        }
+        body.verify(bytes).map_err(|reason| SnapshotError::Body { key: *key, reason })?;
+    }
+    Ok(())
+}
 
 thread_local! {
     /// While a cell is decoded: the subjects seen so far. Every message on a subject shares one allocation in a
@@ -110,49 +127,42 @@ impl Cell {
         bytes
     }
 
-    /// The whole state with every retained message's body, versioned and checksummed: what a replica that has
-    /// nothing needs. `Cell::restore(&cell.snapshot()?)` equals `cell` (pending effects aside, which are not state).
-    /// Fails if the body store cannot give back a body the state refers to.
-    pub fn snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
-        let bodies = self
-            .body_refs()
-            .into_iter()
-            .map(|body| {
-                let bytes =
-                    self.bodies().read(&body).map_err(|reason| SnapshotError::Body { key: body.key, reason })?;
-                Ok((body.key, bytes))
-            })
-            .collect::<Result<Vec<_>, SnapshotError>>()?;
-        Ok(self.encode(&Some(bodies)))
-    }
-
-    /// The state without the bodies, for a host whose body store keeps them durably: it restores with
-    /// [`Cell::restore_with`] over that store.
-    pub fn snapshot_state(&self) -> Vec<u8> {
+    /// The state without the bodies, versioned and checksummed, for a host whose body store keeps them:
+    /// `Cell::restore(&cell.snapshot())` equals `cell` (pending effects aside, which are not state).
+    pub fn snapshot(&self) -> Vec<u8> {
         self.encode(&None)
     }
 
-    /// Rebuilds a cell from [`Cell::snapshot`] bytes, its bodies in a fresh [`crate::MemoryBodies`], refusing
-    /// anything damaged or unknown.
+    /// The whole state with every retained message's body, for a replica that has nothing. `bodies` are the host's
+    /// bytes for [`Cell::body_refs`], in the same order; each is checked against its reference.
+    pub fn snapshot_whole(&self, bodies: Vec<(u64, Bytes)>) -> Result<Vec<u8>, SnapshotError> {
+        check_bodies(&self.body_refs(), &bodies)?;
+        Ok(self.encode(&Some(bodies)))
+    }
+
+    /// Rebuilds a cell from [`Cell::snapshot`] bytes (or [`Cell::snapshot_whole`] bytes, whose bodies are checked and
+    /// left out), refusing anything damaged or unknown. The host's body store must hold the bodies it refers to.
     pub fn restore(bytes: &[u8]) -> Result<Cell, SnapshotError> {
-        Self::restore_whole_with(bytes, Bodies::in_memory())
-    }
-
-    /// Rebuilds a cell from [`Cell::snapshot`] bytes, putting its bodies into `bodies`. Refuses a state-only
-    /// snapshot whose state refers to any body ([`SnapshotError::NoBodies`]): what it needs is not in it.
-    pub fn restore_whole_with(bytes: &[u8], bodies: Bodies) -> Result<Cell, SnapshotError> {
         let (cell, section) = Self::decode(bytes)?;
-        if section.is_none() && !cell.body_refs().is_empty() {
-            return Err(SnapshotError::NoBodies);
+        if let Some(section) = &section {
+            check_bodies(&cell.body_refs(), section)?;
         }
-        Self::attach(cell, section, bodies)
+        Ok(cell)
     }
 
-    /// Rebuilds a cell whose bodies live in `bodies`. A whole snapshot's bodies are checked against the state and put
-    /// into the store; a state-only one trusts the store to hold them (each read verifies its body).
-    pub fn restore_with(bytes: &[u8], bodies: Bodies) -> Result<Cell, SnapshotError> {
+    /// Rebuilds a cell and its bodies from [`Cell::snapshot_whole`] bytes, each body checked against the state; the
+    /// host stores them. Refuses a state-only snapshot whose state refers to any body ([`SnapshotError::NoBodies`]):
+    /// what it needs is not in it.
+    pub fn restore_whole(bytes: &[u8]) -> Result<(Cell, Vec<(u64, Bytes)>), SnapshotError> {
         let (cell, section) = Self::decode(bytes)?;
-        Self::attach(cell, section, bodies)
+        let refs = cell.body_refs();
+        let section = match section {
+            Some(section) => section,
+            None if refs.is_empty() => Vec::new(),
+            None => return Err(SnapshotError::NoBodies),
+        };
+        check_bodies(&refs, &section)?;
+        Ok((cell, section))
     }
 
     fn decode(bytes: &[u8]) -> Result<(Cell, BodySection), SnapshotError> {
@@ -180,31 +190,6 @@ impl Cell {
             });
         }
         Ok((cell, section))
-    }
-
-    fn attach(mut cell: Cell, section: BodySection, bodies: Bodies) -> Result<Cell, SnapshotError> {
-        if let Some(section) = section {
-            let refs = cell.body_refs();
-            if refs.len() != section.len() {
-                return Err(SnapshotError::Malformed {
-                    reason: format!("the state refers to {} bodies, the snapshot holds {}", refs.len(), section.len()),
-                });
-            }
-            for (body, (key, bytes)) in refs.iter().zip(&section) {
-                if body.key != *key {
-                    return Err(SnapshotError::Body {
-                        key: body.key,
-                        reason: format!("found body {key} in its place"),
-                    });
-                }
-                body.verify(bytes).map_err(|reason| SnapshotError::Body { key: *key, reason })?;
-            }
-            for (key, bytes) in section {
-                bodies.store().put(key, bytes);
-            }
-        }
-        cell.attach_bodies(bodies);
-        Ok(cell)
     }
 
     /// SHA-256 of the state's encoding: equal digests mean equal states.

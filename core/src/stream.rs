@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use crate::body::{Bodies, BodyRef};
+use crate::body::BodyRef;
 use crate::command::{Body, Effect, Headers, PublishAck, Record, RemovalReason};
 use crate::config::{DiscardPolicy, RateLimit, RetentionPolicy, StreamConfig};
 use crate::consumer::Consumer;
@@ -73,8 +73,8 @@ impl Message {
         self.extras.as_ref().and_then(|extras| extras.recalled_at)
     }
 
-    /// The message as readers see it, its body read from `bodies` and verified.
-    pub fn record(&self, partition: u32, seq: u64, bodies: &Bodies) -> Record {
+    /// The message as readers see it: its body by reference.
+    pub fn record(&self, partition: u32, seq: u64) -> Record {
         Record {
             partition,
             seq,
@@ -84,10 +84,7 @@ impl Message {
             headers: self.headers().cloned().unwrap_or_default(),
             body: match self.recalled_at() {
                 Some(recalled_at) => Body::Tombstone { recalled_at },
-                None => match bodies.read(&self.body) {
-                    Ok(bytes) => Body::Payload(bytes),
-                    Err(reason) => Body::Unreadable { reason },
-                },
+                None => Body::Stored(self.body),
             },
             stored_at: self.stored_at,
         }
@@ -266,13 +263,10 @@ pub(crate) struct Stream {
     pub pins: BTreeMap<(u32, u64), u32>,
     /// When the stream's sweep timer is set for.
     pub sweep_at: Option<Millis>,
-    /// The cell's body store (not state: attached again when a cell is decoded).
-    #[serde(skip)]
-    pub bodies: Bodies,
 }
 
 impl Stream {
-    pub fn new(id: u64, name: Arc<str>, config: StreamConfig, at: Millis, bodies: Bodies) -> Self {
+    pub fn new(id: u64, name: Arc<str>, config: StreamConfig, at: Millis) -> Self {
         let partitions = (0..config.partitions).map(|_| Partition::new()).collect();
         let bucket = config.rate_limit.map(|rate| TokenBucket::full(rate, at));
         Stream {
@@ -295,7 +289,6 @@ impl Stream {
             peers: BTreeMap::new(),
             pins: BTreeMap::new(),
             sweep_at: None,
-            bodies,
         }
     }
 
@@ -335,7 +328,7 @@ impl Stream {
     }
 
     pub fn record(&self, partition: u32, seq: u64) -> Option<Record> {
-        self.message(partition, seq).map(|message| message.record(partition, seq, &self.bodies))
+        self.message(partition, seq).map(|message| message.record(partition, seq))
     }
 
     /// The earlier publish with this message id, if it is remembered.
@@ -570,7 +563,7 @@ impl Stream {
     pub fn remove(&mut self, partition: u32, seq: u64, reason: RemovalReason, effects: &mut Vec<Effect>) -> bool {
         let Some(message) = self.partitions[partition as usize].take(seq) else { return false };
         if message.recalled_at().is_none() {
-            self.bodies.store().delete(message.body.key);
+            effects.push(Effect::BodyReleased { key: message.body.key });
         }
         let size = message.size();
         self.n_messages -= 1;
@@ -606,7 +599,13 @@ impl Stream {
     }
 
     /// Replaces a message's payload with a tombstone; its id stays remembered so a retry does not republish it.
-    pub fn recall(&mut self, partition: u32, seq: u64, at: Millis) -> Result<bool, Rejection> {
+    pub fn recall(
+        &mut self,
+        partition: u32,
+        seq: u64,
+        at: Millis,
+        effects: &mut Vec<Effect>,
+    ) -> Result<bool, Rejection> {
         let not_found = || Rejection::MessageNotFound { stream: self.name.to_string(), partition, seq };
         if self.is_pinned(partition, seq) {
             return Err(Rejection::Pinned { stream: self.name.to_string(), partition, seq });
@@ -617,7 +616,7 @@ impl Stream {
             return Ok(false);
         }
         let freed = u64::from(message.body.len);
-        self.bodies.store().delete(message.body.key);
+        effects.push(Effect::BodyReleased { key: message.body.key });
         message.body = BodyRef::of(message.body.key, &[]);
         message.extras.get_or_insert_default().recalled_at = Some(at);
         let subject = message.subject.clone();

@@ -1,52 +1,59 @@
-//! Message bodies live in the body store, not in the cell's state: each removal lets go of its body, a dead letter
-//! copies its body, a damaged body is never served, and snapshots carry bodies only when asked to.
+//! Message bodies leave the cell as effects and come back only by reference: a publish asks the host to store its
+//! body, each removal releases it, a dead letter copies it, records carry references the host verifies, and
+//! snapshots carry bodies only when the host hands them over.
 
 mod common;
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use cellog_core::{
-    AckKind, Bodies, Body, BodyStore, Cell, Command, ConsumerConfig, MemoryBodies, Millis, PublishRequest,
-    SnapshotError, StreamConfig,
+    AckKind, Body, Cell, Command, ConsumerConfig, Effect, MemoryBodies, Millis, PublishRequest, SnapshotError,
+    StreamConfig,
 };
-use common::Harness;
+use common::{Harness, is_body_work};
 
-/// A harness whose cell keeps its bodies in `store`.
-fn harness_over(store: Arc<dyn BodyStore>) -> Harness {
-    Harness { cell: Cell::with_bodies(store), ..Harness::new() }
-}
-
-fn payload(body: &Body) -> &[u8] {
-    match body {
-        Body::Payload(bytes) => bytes,
-        other => panic!("expected a payload, found {other:?}"),
-    }
+/// The body work of one command, as data.
+fn body_work(h: &mut Harness, command: Command) -> Vec<Effect> {
+    let outcome = h.cell.apply(h.now, command);
+    outcome.unwrap_or_else(|rejection| panic!("{rejection}"));
+    let effects: Vec<Effect> = h.cell.drain_effects().collect();
+    effects.iter().for_each(|effect| h.bodies.apply(effect));
+    effects.into_iter().filter(is_body_work).collect()
 }
 
 #[test]
-fn bodies_are_stored_outside_the_state() {
-    let store = Arc::new(MemoryBodies::default());
-    let mut h = harness_over(store.clone());
+fn a_publish_hands_its_body_to_the_host_and_keeps_a_reference() {
+    let mut h = Harness::new();
+    h.simple_stream("orders");
+    let work = body_work(&mut h, Command::Publish(PublishRequest::new("orders.a", "hello")));
+    assert_eq!(work, vec![Effect::BodyStored { key: 1, body: Bytes::from_static(b"hello") }]);
+    let record = h.cell.read("orders", 0, 1).unwrap();
+    let Body::Stored(body) = record.body else { panic!("expected a stored body, found {:?}", record.body) };
+    assert_eq!((body.key, body.len, body.crc), (1, 5, crc32c::crc32c(b"hello")));
+}
+
+#[test]
+fn bodies_are_kept_outside_the_state() {
+    let mut h = Harness::new();
     h.simple_stream("orders");
     let big = "x".repeat(10_000);
     for _ in 0..100 {
         h.publish("orders.a", &big).unwrap();
     }
-    assert_eq!(store.len(), 100);
+    assert_eq!(h.bodies.len(), 100);
     // A million bytes of payload, and the state without them is a few kilobytes.
-    let state = h.cell.snapshot_state();
+    let state = h.cell.snapshot();
     assert!(state.len() < 20_000, "state-only snapshot is {} bytes", state.len());
-    let whole = h.cell.snapshot().unwrap();
+    let bodies: Vec<(u64, Bytes)> = h.bodies.iter().map(|(key, body)| (key, body.clone())).collect();
+    let whole = h.cell.snapshot_whole(bodies).unwrap();
     assert!(whole.len() > 1_000_000, "whole snapshot is {} bytes", whole.len());
-    assert_eq!(payload(&h.cell.read("orders", 0, 7).unwrap().body), big.as_bytes());
+    assert_eq!(h.payload(&h.cell.read("orders", 0, 7).unwrap()), big.as_bytes());
 }
 
 #[test]
-fn every_way_a_message_goes_lets_go_of_its_body() {
-    let store = Arc::new(MemoryBodies::default());
-    let mut h = harness_over(store.clone());
+fn every_way_a_message_goes_releases_its_body() {
+    let mut h = Harness::new();
     h.create_stream("dlq", StreamConfig::with_subjects(["dlq.>"]));
     h.create_stream(
         "orders",
@@ -56,32 +63,40 @@ fn every_way_a_message_goes_lets_go_of_its_body() {
             ..StreamConfig::with_subjects(["orders.>"])
         },
     );
-    for i in 1..=5 {
+    for i in 1..=3 {
         h.publish("orders.a", &format!("m{i}")).unwrap();
     }
-    // The limit removed two.
-    assert_eq!((store.len(), h.cell.body_refs().len()), (3, 3));
+    // The limit makes room: the oldest body is released before the new one is stored.
+    let work = body_work(&mut h, Command::Publish(PublishRequest::new("orders.a", "m4")));
+    assert_eq!(work, vec![Effect::BodyReleased { key: 1 }, Effect::BodyStored { key: 4, body: "m4".into() }]);
+    h.publish("orders.a", "m5").unwrap();
+    assert_eq!((h.bodies.len(), h.cell.body_refs().len()), (3, 3));
 
-    // A recall drops the body, keeping the tombstone.
-    h.ok(Command::Recall { stream: "orders".to_string(), partition: 0, seq: 5 });
-    assert_eq!(store.len(), 2);
+    // A recall releases the body, keeping the tombstone.
+    let work = body_work(&mut h, Command::Recall { stream: "orders".to_string(), partition: 0, seq: 5 });
+    assert_eq!(work, vec![Effect::BodyReleased { key: 5 }]);
     assert!(matches!(h.cell.read("orders", 0, 5).unwrap().body, Body::Tombstone { .. }));
 
-    // A dead letter copies its body: the copy reads back the original's bytes.
+    // A dead letter copies its body under a new key: the copy reads back the original's bytes.
     h.create_consumer("orders", "c", ConsumerConfig { max_deliver: Some(1), ..ConsumerConfig::default() });
     let delivered = h.fetch("orders", "c", 1);
     let seq = delivered[0].record.seq;
     assert_eq!(seq, 3);
-    h.ack("orders", "c", 0, seq, AckKind::Failed).unwrap();
+    let work = body_work(
+        &mut h,
+        Command::Ack { stream: "orders".into(), consumer: "c".into(), partition: 0, seq, kind: AckKind::Failed },
+    );
+    assert_eq!(work, vec![Effect::BodyCopied { from: 3, to: 6 }]);
     let copies = h.cell.read_from("dlq", 0, 1, 10).unwrap();
-    assert_eq!(payload(&copies[0].body), payload(&delivered[0].record.body));
-    assert_eq!(store.len(), 3);
+    assert_eq!(h.payload(&copies[0]), h.payload(&delivered[0].record));
+    assert_eq!(h.bodies.len(), 3);
 
-    // Deleting a stream drops every body it held; the copy stays.
-    h.ok(Command::DeleteStream { name: "orders".to_string() });
-    assert_eq!(store.len(), 1);
+    // Deleting a stream releases every body it held; the copy stays.
+    let work = body_work(&mut h, Command::DeleteStream { name: "orders".to_string() });
+    assert_eq!(work, vec![Effect::BodyReleased { key: 3 }, Effect::BodyReleased { key: 4 }]);
+    assert_eq!(h.bodies.len(), 1);
     assert_eq!(h.cell.body_refs().len(), 1);
-    assert_eq!(payload(&h.cell.read("dlq", 0, 1).unwrap().body), payload(&delivered[0].record.body));
+    assert_eq!(h.payload(&h.cell.read("dlq", 0, 1).unwrap()), "m3");
 
     // A recalled message dead-lettered: its copy has an empty body.
     h.create_stream(
@@ -93,94 +108,63 @@ fn every_way_a_message_goes_lets_go_of_its_body() {
     h.create_consumer("tasks", "c", ConsumerConfig { max_deliver: Some(1), ..ConsumerConfig::default() });
     h.fetch("tasks", "c", 1);
     h.ack("tasks", "c", 0, 1, AckKind::Failed).unwrap();
-    assert_eq!(payload(&h.cell.read("dlq", 0, 2).unwrap().body), b"");
-    assert_eq!(store.len(), 2);
-}
-
-/// A store that answers with whatever a test put in its place.
-#[derive(Default)]
-struct Tampered {
-    bodies: Mutex<BTreeMap<u64, Bytes>>,
-}
-
-impl Tampered {
-    fn replace(&self, key: u64, bytes: &'static [u8]) {
-        self.bodies.lock().unwrap().insert(key, Bytes::from_static(bytes));
-    }
-
-    fn lose(&self, key: u64) {
-        self.bodies.lock().unwrap().remove(&key);
-    }
-}
-
-impl BodyStore for Tampered {
-    fn put(&self, key: u64, body: Bytes) {
-        self.bodies.lock().unwrap().insert(key, body);
-    }
-    fn copy(&self, from: u64, to: u64) {
-        let body = self.bodies.lock().unwrap().get(&from).cloned();
-        if let Some(body) = body {
-            self.put(to, body);
-        }
-    }
-    fn delete(&self, key: u64) {
-        self.bodies.lock().unwrap().remove(&key);
-    }
-    fn get(&self, key: u64) -> Result<Bytes, String> {
-        self.bodies.lock().unwrap().get(&key).cloned().ok_or_else(|| format!("no body {key}"))
-    }
+    assert_eq!(h.payload(&h.cell.read("dlq", 0, 2).unwrap()), b"".as_slice());
+    assert_eq!(h.bodies.len(), 2);
 }
 
 #[test]
-fn a_damaged_or_missing_body_is_never_served() {
-    let store = Arc::new(Tampered::default());
-    let mut h = harness_over(store.clone());
+fn a_damaged_or_missing_body_does_not_verify() {
+    let mut h = Harness::new();
     h.simple_stream("orders");
     h.publish("orders.a", "first").unwrap();
     h.publish("orders.a", "second").unwrap();
     h.publish("orders.a", "third").unwrap();
     let keys: Vec<u64> = h.cell.body_refs().iter().map(|body| body.key).collect();
+    let read = |h: &Harness, seq: u64| h.bodies.payload(&h.cell.read("orders", 0, seq).unwrap());
 
-    // Same length, other bytes: the crc32c in the state catches it.
-    store.replace(keys[0], b"FIRST");
-    let Body::Unreadable { reason } = h.cell.read("orders", 0, 1).unwrap().body else {
-        panic!("served a changed body")
-    };
+    // Same length, other bytes: the crc32c in the reference catches it.
+    h.bodies.insert(keys[0], Bytes::from_static(b"FIRST"));
+    let reason = read(&h, 1).unwrap_err();
     assert!(reason.contains("crc32c"), "{reason}");
     // Another length.
-    store.replace(keys[1], b"sec");
-    let Body::Unreadable { reason } = h.cell.read("orders", 0, 2).unwrap().body else { panic!("served a cut body") };
+    h.bodies.insert(keys[1], Bytes::from_static(b"sec"));
+    let reason = read(&h, 2).unwrap_err();
     assert!(reason.contains("bytes long"), "{reason}");
     // Gone.
-    store.lose(keys[2]);
-    assert!(matches!(h.cell.read("orders", 0, 3).unwrap().body, Body::Unreadable { .. }));
+    h.bodies.remove(keys[2]);
+    assert!(read(&h, 3).is_err());
 
-    // A consumer is not handed the damaged bytes either, and a whole snapshot cannot be made.
-    h.create_consumer("orders", "c", ConsumerConfig::default());
-    let delivered = h.fetch("orders", "c", 3);
-    assert!(delivered.iter().all(|d| matches!(d.record.body, Body::Unreadable { .. })));
-    assert!(matches!(h.cell.snapshot(), Err(SnapshotError::Body { key, .. }) if key == keys[0]));
+    // A whole snapshot cannot be made of bodies that do not verify.
+    let bodies: Vec<(u64, Bytes)> = h.bodies.iter().map(|(key, body)| (key, body.clone())).collect();
+    assert!(matches!(h.cell.snapshot_whole(bodies), Err(SnapshotError::Malformed { .. })));
+    let mut bodies: Vec<(u64, Bytes)> = h.bodies.iter().map(|(key, body)| (key, body.clone())).collect();
+    bodies.push((keys[2], Bytes::from_static(b"third")));
+    assert!(matches!(h.cell.snapshot_whole(bodies), Err(SnapshotError::Body { key, .. }) if key == keys[0]));
 }
 
 #[test]
-fn a_state_only_snapshot_restores_over_the_store_that_holds_the_bodies() {
-    let store = Arc::new(MemoryBodies::default());
-    let mut h = harness_over(store.clone());
+fn a_whole_snapshot_carries_the_bodies_a_state_only_one_does_not() {
+    let mut h = Harness::new();
     h.simple_stream("orders");
     h.publish("orders.a", "kept").unwrap();
-    let state = h.cell.snapshot_state();
-    assert_eq!(Cell::restore(&state), Err(SnapshotError::NoBodies));
+    let state = h.cell.snapshot();
+    assert_eq!(Cell::restore_whole(&state), Err(SnapshotError::NoBodies));
 
-    let restored = Cell::restore_with(&state, Bodies::new(store.clone())).unwrap();
+    // A state-only snapshot restores over the store that holds the bodies.
+    let restored = Cell::restore(&state).unwrap();
     assert_eq!(restored, h.cell);
     assert_eq!(restored.digest(), h.cell.digest());
-    assert_eq!(payload(&restored.read("orders", 0, 1).unwrap().body), b"kept");
+    assert_eq!(h.bodies.payload(&restored.read("orders", 0, 1).unwrap()).unwrap(), "kept");
 
     // A whole snapshot fills an empty store.
-    let empty = Arc::new(MemoryBodies::default());
-    let restored = Cell::restore_with(&h.cell.snapshot().unwrap(), Bodies::new(empty.clone())).unwrap();
-    assert_eq!(empty.len(), 1);
-    assert_eq!(payload(&restored.read("orders", 0, 1).unwrap().body), b"kept");
+    let whole = h.cell.snapshot_whole(vec![(1, Bytes::from_static(b"kept"))]).unwrap();
+    let (restored, bodies) = Cell::restore_whole(&whole).unwrap();
+    assert_eq!(bodies, vec![(1, Bytes::from_static(b"kept"))]);
+    let mut empty = MemoryBodies::default();
+    bodies.into_iter().for_each(|(key, body)| empty.insert(key, body));
+    assert_eq!(empty.payload(&restored.read("orders", 0, 1).unwrap()).unwrap(), "kept");
+    // And it restores as a state too, its bodies checked and left out.
+    assert_eq!(Cell::restore(&whole).unwrap(), h.cell);
 }
 
 #[test]
@@ -206,7 +190,7 @@ fn body_keys_are_part_of_the_state_and_never_reused() {
     }
     assert_eq!(keys, vec![1, 2, 3, 4, 5]);
     // A restored cell goes on counting where the original was.
-    let mut restored = Cell::restore(&h.cell.snapshot().unwrap()).unwrap();
+    let mut restored = Cell::restore(&h.cell.snapshot()).unwrap();
     restored.apply(Millis(10_000), Command::Publish(PublishRequest::new("orders.a", "next"))).unwrap();
     assert_eq!(restored.body_refs().iter().map(|body| body.key).collect::<Vec<_>>(), vec![6]);
 }
@@ -218,7 +202,7 @@ fn a_restored_cell_shares_each_subject_among_its_messages() {
     for i in 0..3 {
         h.publish("orders.a", &format!("m{i}")).unwrap();
     }
-    let restored = Cell::restore(&h.cell.snapshot().unwrap()).unwrap();
+    let restored = Cell::restore(&h.cell.snapshot()).unwrap();
     let records = restored.read_from("orders", 0, 0, 10).unwrap();
     assert!(records.windows(2).all(|pair| Arc::ptr_eq(&pair[0].subject, &pair[1].subject)));
 }

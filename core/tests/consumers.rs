@@ -6,7 +6,7 @@ use common::*;
 
 use bytes::Bytes;
 use cellog_core::{
-    AckKind, AckState, Body, Command, ConsumerConfig, DeliverPolicy, Delivery, DeliveryPhase, Effect, Millis, Outcome,
+    AckKind, AckState, Command, ConsumerConfig, DeliverPolicy, Delivery, DeliveryPhase, Effect, Millis, Outcome,
     PublishRequest, Rejection, RemovalReason, RetentionPolicy, StreamConfig, subject::partition_for_key,
 };
 
@@ -16,8 +16,14 @@ fn seqs(deliveries: &[Delivery]) -> Vec<u64> {
     deliveries.iter().map(|d| d.record.seq).collect()
 }
 
-fn texts(deliveries: &[Delivery]) -> Vec<String> {
-    deliveries.iter().map(text).collect()
+fn texts(h: &Harness, deliveries: &[Delivery]) -> Vec<String> {
+    deliveries.iter().map(|delivery| h.text(delivery)).collect()
+}
+
+/// Fetches for `consumer` and reads the payloads as text.
+fn fetch_texts(h: &mut Harness, stream: &str, consumer: &str, max: u32) -> Vec<String> {
+    let deliveries = h.fetch(stream, consumer, max);
+    texts(h, &deliveries)
 }
 
 fn counts(deliveries: &[Delivery]) -> Vec<u32> {
@@ -176,7 +182,7 @@ fn consumer_created_later_starts_from_the_beginning() {
     h.create_consumer("orders", "late", ConsumerConfig::default());
     assert_eq!(ConsumerConfig::default().deliver_policy, DeliverPolicy::All);
     let deliveries = h.fetch("orders", "late", 10);
-    assert_eq!(texts(&deliveries), vec!["m1", "m2", "m3"]);
+    assert_eq!(texts(&h, &deliveries), vec!["m1", "m2", "m3"]);
     assert_eq!(seqs(&deliveries), vec![1, 2, 3]);
 }
 
@@ -195,7 +201,7 @@ fn messages_published_with_no_consumer_wait_on_an_interest_stream() {
 
     h.create_consumer("jobs", "worker", ConsumerConfig::default());
     let deliveries = h.fetch("jobs", "worker", 10);
-    assert_eq!(texts(&deliveries), vec!["m1", "m2"]);
+    assert_eq!(texts(&h, &deliveries), vec!["m1", "m2"]);
     for seq in [1, 2] {
         h.ack("jobs", "worker", 0, seq, AckKind::Applied).unwrap();
     }
@@ -221,7 +227,7 @@ fn deliver_policy_new_skips_what_was_already_published() {
     assert!(h.fetch("orders", "c", 10).is_empty());
     h.publish("orders.a", "fresh").unwrap();
     let deliveries = h.fetch("orders", "c", 10);
-    assert_eq!(texts(&deliveries), vec!["fresh"]);
+    assert_eq!(texts(&h, &deliveries), vec!["fresh"]);
     assert_eq!(seqs(&deliveries), vec![4]);
 }
 
@@ -264,7 +270,7 @@ fn deliver_policy_from_sequence_beyond_the_end_waits_for_that_sequence() {
     h.publish("orders.a", "m3").unwrap();
     assert!(h.fetch("orders", "c", 10).is_empty());
     h.publish("orders.a", "m4").unwrap();
-    assert_eq!(texts(&h.fetch("orders", "c", 10)), vec!["m4"]);
+    assert_eq!(fetch_texts(&mut h, "orders", "c", 10), vec!["m4"]);
 }
 
 #[test]
@@ -292,11 +298,11 @@ fn deliver_policy_from_time_starts_at_the_first_message_stored_then() {
         "future",
         ConsumerConfig { deliver_policy: DeliverPolicy::FromTime(Millis(99_000)), ..Default::default() },
     );
-    assert_eq!(texts(&h.fetch("orders", "exact", 10)), vec!["exact", "late"]);
-    assert_eq!(texts(&h.fetch("orders", "between", 10)), vec!["late"]);
+    assert_eq!(fetch_texts(&mut h, "orders", "exact", 10), vec!["exact", "late"]);
+    assert_eq!(fetch_texts(&mut h, "orders", "between", 10), vec!["late"]);
     assert!(h.fetch("orders", "future", 10).is_empty());
     h.publish("orders.a", "next").unwrap();
-    assert_eq!(texts(&h.fetch("orders", "future", 10)), vec!["next"]);
+    assert_eq!(fetch_texts(&mut h, "orders", "future", 10), vec!["next"]);
 }
 
 // ----- filters -----
@@ -315,7 +321,7 @@ fn filter_subject_skips_non_matching_messages() {
     h.publish("orders.eu.paid", "c").unwrap();
     h.publish("orders.eu.paid.late", "d").unwrap();
     let deliveries = h.fetch("orders", "eu", 10);
-    assert_eq!(texts(&deliveries), vec!["a", "c"]);
+    assert_eq!(texts(&h, &deliveries), vec!["a", "c"]);
     assert_eq!(seqs(&deliveries), vec![1, 3]);
     assert!(deliveries.iter().all(|d| d.record.subject.starts_with("orders.eu.")));
 }
@@ -329,7 +335,7 @@ fn filter_subject_takes_up_no_fetch_budget() {
         h.publish("orders.a", &format!("skip{i}")).unwrap();
     }
     h.publish("orders.b", "wanted").unwrap();
-    assert_eq!(texts(&h.fetch("orders", "b", 1)), vec!["wanted"]);
+    assert_eq!(fetch_texts(&mut h, "orders", "b", 1), vec!["wanted"]);
 }
 
 #[test]
@@ -391,7 +397,7 @@ fn delivery_carries_the_record_the_count_and_the_ack_deadline() {
     assert_eq!(&*delivery.record.subject, "orders.a");
     assert_eq!(delivery.record.msg_id.as_deref(), Some("id-1"));
     assert_eq!(header(&delivery.record, "trace"), Some("t-1"));
-    assert_eq!(delivery.record.body, Body::Payload(Bytes::from_static(b"body")));
+    assert_eq!(h.payload(&delivery.record), Bytes::from_static(b"body"));
     assert_eq!(delivery.record.stored_at, Millis(1_000));
     assert_eq!(h.cell.next_deadline(), Some(Millis(6_500)));
 }
@@ -406,7 +412,7 @@ fn fetch_reads_every_partition() {
         publish_keyed(&mut h, "orders.a", &key, &format!("p{partition}"));
     }
     let deliveries = h.fetch("orders", "c", 10);
-    let mut seen: Vec<(u32, String)> = deliveries.iter().map(|d| (d.record.partition, text(d))).collect();
+    let mut seen: Vec<(u32, String)> = deliveries.iter().map(|d| (d.record.partition, h.text(d))).collect();
     seen.sort();
     assert_eq!(seen, vec![(0, "p0".into()), (1, "p1".into()), (2, "p2".into())]);
 }
@@ -544,7 +550,7 @@ fn nack_without_delay_is_redelivered_on_the_next_fetch() {
     // The redelivery comes first, then the new message.
     assert_eq!(seqs(&next), vec![1, 3]);
     assert_eq!(counts(&next), vec![2, 1]);
-    assert_eq!(text(&next[0]), "m1");
+    assert_eq!(h.text(&next[0]), "m1");
 }
 
 #[test]
@@ -571,7 +577,7 @@ fn nack_with_delay_does_not_hold_back_other_messages() {
     h.fetch("orders", "c", 1);
     ack0(&mut h, 1, AckKind::Nack { delay_ms: 5_000 }).unwrap();
     h.publish("orders.a", "m2").unwrap();
-    assert_eq!(texts(&h.fetch("orders", "c", 10)), vec!["m2"]);
+    assert_eq!(fetch_texts(&mut h, "orders", "c", 10), vec!["m2"]);
 }
 
 #[test]
@@ -780,7 +786,7 @@ fn max_deliver_sends_the_message_to_the_dead_letter_stream() {
     let copies = h.cell.read_from("dlq", 0, 1, 10).unwrap();
     assert_eq!(copies.len(), 1);
     let copy = &copies[0];
-    assert_eq!(copy.body, Body::Payload(Bytes::from_static(b"poison")));
+    assert_eq!(h.payload(copy), Bytes::from_static(b"poison"));
     assert_eq!(&*copy.subject, "orders.eu");
     assert_eq!(header(copy, "origin"), Some("shop"));
     assert_eq!(header(copy, "cellog-dead-letter-stream"), Some("orders"));
@@ -791,7 +797,7 @@ fn max_deliver_sends_the_message_to_the_dead_letter_stream() {
     assert_eq!(header(copy, "cellog-dead-letter-reason"), Some("max_deliver"));
     assert_eq!(h.cell.stream_info("dlq").unwrap().n_messages, 1);
     // The original stays in a limits stream.
-    assert_eq!(h.cell.read("orders", 0, 1).unwrap().body, Body::Payload(Bytes::from_static(b"poison")));
+    assert_eq!(h.payload(&h.cell.read("orders", 0, 1).unwrap()), Bytes::from_static(b"poison"));
 }
 
 #[test]
@@ -804,7 +810,7 @@ fn the_dead_letter_stream_can_be_consumed() {
     h.tick();
     h.create_consumer("dlq", "inspector", ConsumerConfig::default());
     let deliveries = h.fetch("dlq", "inspector", 10);
-    assert_eq!(texts(&deliveries), vec!["m1", "m2"]);
+    assert_eq!(texts(&h, &deliveries), vec!["m1", "m2"]);
     let origin: Vec<_> =
         deliveries.iter().map(|d| header(&d.record, "cellog-dead-letter-seq").unwrap().to_string()).collect();
     assert_eq!(origin, vec!["1", "2"]);
@@ -1091,7 +1097,7 @@ fn delayed_delivery_is_not_delivered_before_its_time() {
     assert!(h.fetch("orders", "c", 10).is_empty());
     h.now = Millis(6_000);
     let deliveries = h.fetch("orders", "c", 10);
-    assert_eq!(texts(&deliveries), vec!["later"]);
+    assert_eq!(texts(&h, &deliveries), vec!["later"]);
     assert_eq!(counts(&deliveries), vec![1]);
     assert_eq!(deliveries[0].ack_deadline, Millis(36_000));
     let info = h.cell.consumer_info("orders", "c", h.now).unwrap();
@@ -1103,7 +1109,7 @@ fn a_delayed_message_not_yet_looked_at_is_delivered_once_due() {
     let mut h = orders();
     publish_delayed(&mut h, "orders.a", "later", 5_000);
     h.now = Millis(7_000);
-    assert_eq!(texts(&h.fetch("orders", "c", 10)), vec!["later"]);
+    assert_eq!(fetch_texts(&mut h, "orders", "c", 10), vec!["later"]);
 }
 
 #[test]
@@ -1111,9 +1117,9 @@ fn a_delayed_message_does_not_hold_back_later_ones() {
     let mut h = orders();
     publish_delayed(&mut h, "orders.a", "later", 5_000);
     h.publish("orders.a", "now").unwrap();
-    assert_eq!(texts(&h.fetch("orders", "c", 10)), vec!["now"]);
+    assert_eq!(fetch_texts(&mut h, "orders", "c", 10), vec!["now"]);
     h.now = Millis(6_000);
-    assert_eq!(texts(&h.fetch("orders", "c", 10)), vec!["later"]);
+    assert_eq!(fetch_texts(&mut h, "orders", "c", 10), vec!["later"]);
 }
 
 #[test]

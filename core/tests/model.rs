@@ -6,7 +6,6 @@
 //! command?"), while the cell keeps indexes and a timer queue; agreement between the two is the point.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use bytes::Bytes;
 use cellog_core::subject::partition_for_key;
@@ -539,6 +538,7 @@ fn setup(cell: &mut Cell) {
         ..StreamConfig::with_subjects(["s.>"])
     };
     cell.apply(Millis(0), Command::CreateStream { name: STREAM.to_string(), config }).unwrap();
+    cell.drain_effects().for_each(drop);
     for (name, filter) in CONSUMERS {
         let config = ConsumerConfig {
             filter_subject: filter.map(str::to_string),
@@ -549,6 +549,7 @@ fn setup(cell: &mut Cell) {
         };
         cell.apply(Millis(0), Command::CreateConsumer { stream: STREAM.to_string(), name: name.to_string(), config })
             .unwrap();
+        cell.drain_effects().for_each(drop);
     }
 }
 
@@ -631,16 +632,15 @@ fn step(cell: &mut Cell, model: &mut Model, op: &Op, counter: &mut u64) -> (Answ
 }
 
 /// The visible state of both sides must agree.
-fn compare_state(cell: &Cell, model: &Model) -> Result<(), TestCaseError> {
+fn compare_state(cell: &Cell, bodies: &MemoryBodies, model: &Model) -> Result<(), TestCaseError> {
     for partition in 0..N_PARTITIONS {
         let stored: Vec<(u64, Vec<u8>)> = cell
             .read_from(STREAM, partition, 0, 1_000)
             .unwrap()
             .into_iter()
-            .map(|r| match r.body {
-                cellog_core::Body::Payload(bytes) => (r.seq, bytes.to_vec()),
-                cellog_core::Body::Tombstone { .. } => (r.seq, Vec::new()),
-                cellog_core::Body::Unreadable { reason } => (r.seq, format!("unreadable: {reason}").into_bytes()),
+            .map(|r| match bodies.payload(&r) {
+                Ok(bytes) => (r.seq, bytes.to_vec()),
+                Err(reason) => (r.seq, format!("unreadable: {reason}").into_bytes()),
             })
             .collect();
         let mut expected: Vec<(u64, Vec<u8>)> =
@@ -698,23 +698,23 @@ fn check_invariants(cell: &Cell, now: u64) -> Result<(), TestCaseError> {
         let consumer = cell.consumer_info(STREAM, name, Millis(now)).unwrap();
         prop_assert!(consumer.n_pending as usize <= MAX_IN_FLIGHT, "max_in_flight exceeded");
     }
-    let mut restored = Cell::restore(&cell.snapshot().expect("bodies are in memory")).expect("a snapshot restores");
+    let mut restored = Cell::restore(&cell.snapshot()).expect("a snapshot restores");
     prop_assert!(restored == *cell, "restore(snapshot(cell)) differs from cell");
     prop_assert_eq!(restored.drain_effects().count(), 0);
     Ok(())
 }
 
 fn run(ops: &[Op]) -> Result<Cell, TestCaseError> {
-    let bodies = Arc::new(MemoryBodies::default());
-    let mut cell = Cell::with_bodies(bodies.clone());
+    let mut bodies = MemoryBodies::default();
+    let mut cell = Cell::new();
     setup(&mut cell);
     let mut model = Model::new();
     let mut counter = 0;
     for (index, op) in ops.iter().enumerate() {
         let (actual, expected) = step(&mut cell, &mut model, op, &mut counter);
-        cell.drain_effects().for_each(drop);
+        cell.drain_effects().for_each(|effect| bodies.apply(&effect));
         prop_assert_eq!(actual, expected, "step {} {:?} at {}ms", index, op, model.now);
-        compare_state(&cell, &model)?;
+        compare_state(&cell, &bodies, &model)?;
         // Every removal (retention, recall, dead letter, stream deletion) lets go of its body; nothing leaks.
         prop_assert_eq!(bodies.len(), cell.body_refs().len(), "bodies stored vs bodies referred to");
         check_invariants(&cell, cell.last_at().0)?;

@@ -172,9 +172,10 @@ fn pins_survive_a_snapshot() {
     let mut h = setup(None, DiscardPolicy::Old);
     h.publish("material.x", "a").unwrap();
     pin(&mut h, "rows.x", "material/0/1").unwrap();
-    let mut restored = Cell::restore(&h.cell.snapshot().expect("bodies are in memory")).unwrap();
+    let mut restored = Cell::restore(&h.cell.snapshot()).unwrap();
     assert_eq!(restored.digest(), h.cell.digest());
     restored.apply(Millis(100_000), Command::Tick).unwrap();
+    restored.drain_effects().for_each(drop);
     assert_eq!(restored.read_from("material", 0, 0, 10).unwrap().len(), 1, "still pinned after the restore");
     restored.apply(Millis(100_001), Command::DeleteStream { name: "rows".to_string() }).unwrap();
     assert_eq!(restored.read_from("material", 0, 0, 10).unwrap().len(), 0);

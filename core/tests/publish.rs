@@ -8,19 +8,17 @@ use bytes::Bytes;
 use cellog_core::subject::partition_for_key;
 use cellog_core::{
     Body, Command, DiscardPolicy, Effect, MAX_DURATION_MS, MAX_HEADER_BYTES, MAX_ID_BYTES, Millis, NameKind, Outcome,
-    PublishAck, PublishRequest, Quota, RateLimit, Rejection, RemovalReason, StreamConfig, SubjectError,
+    PublishAck, PublishRequest, Quota, RateLimit, Record, Rejection, RemovalReason, StreamConfig, SubjectError,
 };
 
 fn request(subject: &str, payload: &str) -> PublishRequest {
     PublishRequest::new(subject, Bytes::copy_from_slice(payload.as_bytes()))
 }
 
-fn payload(body: &Body) -> &[u8] {
-    match body {
-        Body::Payload(bytes) => bytes,
-        Body::Tombstone { .. } => panic!("expected a payload, found a tombstone"),
-        Body::Unreadable { reason } => panic!("expected a payload, found an unreadable body: {reason}"),
-    }
+/// A stored record's payload as the host reads it (panics on a tombstone).
+fn payload(h: &Harness, record: &Record) -> Vec<u8> {
+    assert!(matches!(record.body, Body::Stored(_)), "expected a payload, found {:?}", record.body);
+    h.payload(record).to_vec()
 }
 
 fn seqs(h: &Harness, stream: &str) -> Vec<u64> {
@@ -101,7 +99,7 @@ fn the_stored_record_reads_back_as_published() {
     assert_eq!(record.key.as_deref(), Some(&b"customer-7"[..]));
     assert_eq!(record.msg_id.as_deref(), Some("id-1"));
     assert_eq!(record.headers.get("trace").map(String::as_str), Some("abc"));
-    assert_eq!(payload(&record.body), b"body");
+    assert_eq!(payload(&h, &record), b"body");
     assert_eq!(record.stored_at, Millis(1_234));
     assert_eq!((record.partition, record.seq), (0, 1));
 }
@@ -209,7 +207,7 @@ fn a_repeated_message_id_returns_the_original() {
     let again = h.publish_id("orders.eu", "changed", "id-1").unwrap();
     assert_eq!((again.seq, again.partition, again.duplicate), (first.seq, first.partition, true));
     let original = again.original.expect("the original is still retained");
-    assert_eq!((original.seq, payload(&original.body)), (1, &b"original"[..]));
+    assert_eq!((original.seq, payload(&h, &original)), (1, b"original".to_vec()));
     assert_eq!(original.msg_id.as_deref(), Some("id-1"));
     assert!(h.take_effects().is_empty(), "a duplicate appends nothing");
     assert_eq!(n_messages(&h, "orders"), 2);
@@ -470,9 +468,9 @@ fn newest_wins_keeps_only_the_last_value_of_each_subject() {
     h.publish("kv.a", "a3").unwrap();
     assert_eq!(removals(&mut h), vec![(0, 3, RemovalReason::SubjectLimit)]);
     let a = h.cell.last_for_subject("kv", "kv.a").unwrap();
-    assert_eq!((a.seq, payload(&a.body)), (4, &b"a3"[..]));
+    assert_eq!((a.seq, payload(&h, &a)), (4, b"a3".to_vec()));
     let b = h.cell.last_for_subject("kv", "kv.b").unwrap();
-    assert_eq!((b.seq, payload(&b.body)), (2, &b"b1"[..]));
+    assert_eq!((b.seq, payload(&h, &b)), (2, b"b1".to_vec()));
     let info = h.cell.stream_info("kv").unwrap();
     assert_eq!((info.n_messages, info.n_subjects), (2, 2));
 }
@@ -541,7 +539,7 @@ fn last_for_subject_follows_the_newest_across_partitions() {
     h.publish_request(keyed("s.a", &k0, "first")).unwrap();
     h.publish_request(keyed("s.a", &k1, "second")).unwrap();
     let last = h.cell.last_for_subject("s", "s.a").unwrap();
-    assert_eq!((last.partition, payload(&last.body)), (1, &b"second"[..]));
+    assert_eq!((last.partition, payload(&h, &last)), (1, b"second".to_vec()));
 }
 
 // ----- stream limits -----
@@ -924,7 +922,7 @@ fn a_recalled_last_value_reads_as_a_tombstone() {
     recall(&mut h, "kv", 0, 1).unwrap();
     assert!(matches!(h.cell.last_for_subject("kv", "kv.a").unwrap().body, Body::Tombstone { .. }));
     h.publish("kv.a", "v2").unwrap();
-    assert_eq!(payload(&h.cell.last_for_subject("kv", "kv.a").unwrap().body), b"v2");
+    assert_eq!(payload(&h, &h.cell.last_for_subject("kv", "kv.a").unwrap()), b"v2");
 }
 
 // ----- validation of what is published -----

@@ -279,9 +279,10 @@ fn busy() -> Harness {
 /// A harness around a cell restored from `h`'s snapshot, at the same time.
 fn restored(h: &Harness) -> Harness {
     Harness {
-        cell: Cell::restore(&h.cell.snapshot().expect("bodies are in memory")).expect("a fresh snapshot restores"),
+        cell: Cell::restore(&h.cell.snapshot()).expect("a fresh snapshot restores"),
         now: h.now,
         effects: vec![],
+        bodies: h.bodies.clone(),
     }
 }
 
@@ -314,13 +315,13 @@ fn the_busy_history_leaves_something_of_everything() {
 #[test]
 fn restore_of_a_snapshot_equals_the_cell() {
     let h = busy();
-    assert_eq!(Cell::restore(&h.cell.snapshot().expect("bodies are in memory")).unwrap(), h.cell);
+    assert_eq!(Cell::restore(&h.cell.snapshot()).unwrap(), h.cell);
 }
 
 #[test]
 fn restore_of_an_empty_cell_equals_it() {
     let cell = Cell::new();
-    assert_eq!(Cell::restore(&cell.snapshot().expect("bodies are in memory")).unwrap(), cell);
+    assert_eq!(Cell::restore(&cell.snapshot()).unwrap(), cell);
 }
 
 #[test]
@@ -328,8 +329,7 @@ fn every_prefix_of_the_history_round_trips() {
     let mut h = Harness::new();
     for s in busy_history().into_iter().chain(continuation()) {
         run(&mut h, std::slice::from_ref(&s));
-        let back = Cell::restore(&h.cell.snapshot().expect("bodies are in memory"))
-            .unwrap_or_else(|e| panic!("after {s:?}: {e}"));
+        let back = Cell::restore(&h.cell.snapshot()).unwrap_or_else(|e| panic!("after {s:?}: {e}"));
         assert!(back == h.cell, "restore differs after {s:?}");
     }
 }
@@ -337,9 +337,9 @@ fn every_prefix_of_the_history_round_trips() {
 #[test]
 fn a_restored_cell_snapshots_to_the_same_bytes_and_digest() {
     let h = busy();
-    let bytes = h.cell.snapshot().expect("bodies are in memory");
+    let bytes = h.cell.snapshot();
     let back = Cell::restore(&bytes).unwrap();
-    assert_eq!(back.snapshot().expect("bodies are in memory"), bytes);
+    assert_eq!(back.snapshot(), bytes);
     assert_eq!(back.digest(), h.cell.digest());
 }
 
@@ -369,18 +369,32 @@ fn a_restored_cell_answers_queries_like_the_original() {
 fn pending_effects_are_not_part_of_the_state() {
     let mut drained = Harness::new();
     run(&mut drained, &busy_history());
+    // Each apply's effects are drained before the next, but the last apply's are left queued.
     let mut undrained = Cell::new();
     for s in busy_history() {
+        undrained.drain_effects().for_each(drop);
         let _ = undrained.apply(Millis(s.at), s.command);
     }
-    assert_eq!(
-        undrained.snapshot().expect("bodies are in memory"),
-        drained.cell.snapshot().expect("bodies are in memory")
-    );
+    undrained.drain_effects().for_each(drop);
+    undrained.apply(Millis(1_000_000), publish("dlq.last", "last")).unwrap_or_else(|rejection| panic!("{rejection}"));
+    drained.now = Millis(1_000_000);
+    drained.apply(publish("dlq.last", "last")).unwrap();
+    assert_eq!(undrained.snapshot(), drained.cell.snapshot());
     assert_eq!(undrained.digest(), drained.cell.digest());
     // The restored cell has nothing pending.
-    assert_eq!(Cell::restore(&undrained.snapshot().expect("bodies are in memory")).unwrap().drain_effects().count(), 0);
+    assert_eq!(Cell::restore(&undrained.snapshot()).unwrap().drain_effects().count(), 0);
     assert!(undrained.drain_effects().count() > 0);
+}
+
+#[test]
+#[should_panic(expected = "the host must drain the effects of every apply before the next")]
+fn an_apply_over_undrained_effects_is_refused() {
+    // A host that forgot the body effects of one apply would lose its bodies: the next apply stops it.
+    let mut cell = Cell::new();
+    cell.apply(Millis(1), Command::CreateStream { name: "s".into(), config: StreamConfig::with_subjects(["s.>"]) })
+        .unwrap();
+    cell.apply(Millis(2), publish("s.a", "x")).unwrap();
+    let _ = cell.apply(Millis(3), publish("s.a", "y"));
 }
 
 // ----- carrying on after a restore -----
@@ -436,7 +450,7 @@ fn the_same_commands_at_the_same_times_give_the_same_digest() {
     let a = busy();
     let b = busy();
     assert_eq!(a.cell.digest(), b.cell.digest());
-    assert_eq!(a.cell.snapshot().expect("bodies are in memory"), b.cell.snapshot().expect("bodies are in memory"));
+    assert_eq!(a.cell.snapshot(), b.cell.snapshot());
     assert_eq!(a.cell.digest().to_string().len(), 64);
 }
 
@@ -534,6 +548,7 @@ fn a_cell_clamps_time_that_goes_backwards() {
             Command::CreateStream { name: "s".into(), config: StreamConfig::with_subjects(["s.>"]) },
         )
         .unwrap();
+        cell.drain_effects().for_each(drop);
         cell.apply(Millis(second_at), publish("s.a", "x")).unwrap();
     }
     assert_eq!(backwards.digest(), clamped.digest());
@@ -544,7 +559,7 @@ fn a_cell_clamps_time_that_goes_backwards() {
 
 #[test]
 fn a_flipped_byte_in_the_body_is_a_checksum_mismatch() {
-    let bytes = busy().cell.snapshot().expect("bodies are in memory");
+    let bytes = busy().cell.snapshot();
     let stored = u32::from_le_bytes(bytes[12..16].try_into().unwrap());
     for position in 16..bytes.len() {
         let mut damaged = bytes.clone();
@@ -560,7 +575,7 @@ fn a_flipped_byte_in_the_body_is_a_checksum_mismatch() {
 
 #[test]
 fn a_flipped_byte_in_the_checksum_is_a_checksum_mismatch() {
-    let bytes = busy().cell.snapshot().expect("bodies are in memory");
+    let bytes = busy().cell.snapshot();
     for position in 12..16 {
         let mut damaged = bytes.clone();
         damaged[position] ^= 0x01;
@@ -570,7 +585,7 @@ fn a_flipped_byte_in_the_checksum_is_a_checksum_mismatch() {
 
 #[test]
 fn a_wrong_magic_is_not_a_snapshot() {
-    let bytes = busy().cell.snapshot().expect("bodies are in memory");
+    let bytes = busy().cell.snapshot();
     for position in 0..8 {
         let mut damaged = bytes.clone();
         damaged[position] ^= 0x20;
@@ -584,7 +599,7 @@ fn a_wrong_magic_is_not_a_snapshot() {
 
 #[test]
 fn an_unknown_version_is_unsupported() {
-    let bytes = busy().cell.snapshot().expect("bodies are in memory");
+    let bytes = busy().cell.snapshot();
     assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), SNAPSHOT_VERSION);
     for version in [0, SNAPSHOT_VERSION + 1, 0x0100_0000, u32::MAX] {
         let mut damaged = bytes.clone();
@@ -595,7 +610,7 @@ fn an_unknown_version_is_unsupported() {
 
 #[test]
 fn a_truncated_snapshot_is_a_typed_error() {
-    let bytes = busy().cell.snapshot().expect("bodies are in memory");
+    let bytes = busy().cell.snapshot();
     for len in 0..bytes.len() {
         let result = Cell::restore(&bytes[..len]);
         if len < 16 {
@@ -608,7 +623,7 @@ fn a_truncated_snapshot_is_a_typed_error() {
 
 #[test]
 fn a_truncated_body_with_a_matching_checksum_is_malformed() {
-    let bytes = busy().cell.snapshot().expect("bodies are in memory");
+    let bytes = busy().cell.snapshot();
     for len in 16..bytes.len() {
         let mut damaged = bytes[..len].to_vec();
         rechecksum(&mut damaged);
@@ -619,14 +634,14 @@ fn a_truncated_body_with_a_matching_checksum_is_malformed() {
 
 #[test]
 fn a_header_alone_is_malformed() {
-    let mut bytes = Cell::new().snapshot().expect("bodies are in memory")[..16].to_vec();
+    let mut bytes = Cell::new().snapshot()[..16].to_vec();
     rechecksum(&mut bytes);
     assert!(matches!(Cell::restore(&bytes), Err(SnapshotError::Malformed { .. })));
 }
 
 #[test]
 fn altered_bodies_with_matching_checksums_never_panic() {
-    let bytes = busy().cell.snapshot().expect("bodies are in memory");
+    let bytes = busy().cell.snapshot();
     for position in 16..bytes.len() {
         for mask in [0x01, 0x80, 0xff] {
             let mut damaged = bytes.clone();
@@ -650,7 +665,7 @@ fn random_bodies_with_matching_checksums_are_refused_without_a_panic() {
     };
     for round in 0..500 {
         let len = (next() % 512) as usize;
-        let mut bytes = Cell::new().snapshot().expect("bodies are in memory")[..16].to_vec();
+        let mut bytes = Cell::new().snapshot()[..16].to_vec();
         bytes.extend((0..len).map(|_| next() as u8));
         rechecksum(&mut bytes);
         let result = Cell::restore(&bytes);
@@ -660,7 +675,7 @@ fn random_bodies_with_matching_checksums_are_refused_without_a_panic() {
 
 #[test]
 fn trailing_bytes_after_the_body_are_refused() {
-    let bytes = busy().cell.snapshot().expect("bodies are in memory");
+    let bytes = busy().cell.snapshot();
     let mut longer = bytes.clone();
     longer.extend_from_slice(b"trailing");
     assert!(matches!(Cell::restore(&longer), Err(SnapshotError::ChecksumMismatch { .. })));

@@ -141,17 +141,13 @@ pub fn publish_ack_to_wire(ack: &PublishAck) -> v1::PublishAck {
     }
 }
 
-/// A stored message for the wire, or `DATA_LOSS BODY_UNREADABLE` when this node's copy of its body does not verify
-/// (nothing of it is served).
-pub fn record_to_wire(record: Record) -> Result<v1::Message, Status> {
-    let (payload, recalled_at_ms) = match record.body {
-        Body::Payload(payload) => (payload, None),
-        Body::Tombstone { recalled_at } => (bytes::Bytes::new(), Some(recalled_at.0)),
-        Body::Unreadable { reason } => {
-            return Err(crate::status::body_unreadable(record.partition, record.seq, &reason));
-        }
+/// A stored message for the wire, with its payload as this node read it (empty for a tombstone).
+pub fn record_to_wire(record: Record, payload: bytes::Bytes) -> v1::Message {
+    let recalled_at_ms = match record.body {
+        Body::Stored(_) => None,
+        Body::Tombstone { recalled_at } => Some(recalled_at.0),
     };
-    Ok(v1::Message {
+    v1::Message {
         partition: record.partition,
         seq: record.seq,
         subject: record.subject.to_string(),
@@ -161,16 +157,16 @@ pub fn record_to_wire(record: Record) -> Result<v1::Message, Status> {
         payload,
         recalled_at_ms,
         stored_at_ms: record.stored_at.0,
-    })
+    }
 }
 
 /// A delivery for the wire (see [`record_to_wire`]).
-pub fn delivery_to_wire(delivery: Delivery) -> Result<v1::Delivery, Status> {
-    Ok(v1::Delivery {
-        message: Some(record_to_wire(delivery.record)?),
+pub fn delivery_to_wire(delivery: Delivery, payload: bytes::Bytes) -> v1::Delivery {
+    v1::Delivery {
+        message: Some(record_to_wire(delivery.record, payload)),
         delivery_count: delivery.delivery_count,
         ack_deadline_ms: delivery.ack_deadline.0,
-    })
+    }
 }
 
 /// A consumer config from the wire; unset fields take the core's defaults.

@@ -28,7 +28,7 @@ use cellog_envelope::{CellKey, Direction, Envelope, Keyring, OpenError, Provenan
 use cellog_proto::v1::{self, DeliveryResult, ErrorDetail};
 use cellog_raft::storage::Storage;
 use cellog_raft::transition::TARGET as TRANSITIONS;
-use cellog_raft::{CellNode, ProposeError};
+use cellog_raft::{BodyError, CellNode, ProposeError};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha12Rng;
 use tokio::sync::{Notify, watch};
@@ -188,19 +188,16 @@ pub fn stream_configs() -> [(&'static str, StreamConfig); 4] {
     [(OUTBOX, outbox), (INBOX, inbox), (PROVENANCE, provenance), (RESULTS, results)]
 }
 
-/// The payload, or `None` for a tombstone or a body this node cannot read (see [`unreadable`]).
-fn payload(record: &Record) -> Option<&Bytes> {
-    match &record.body {
-        Body::Payload(bytes) => Some(bytes),
-        Body::Tombstone { .. } | Body::Unreadable { .. } => None,
+/// A record's payload read from this node's storage: `None` for a tombstone or a message removed since the record
+/// was taken, an error for a body this node cannot read. Called with the replica's lock released.
+fn payload<S: Storage + Clone>(node: &CellNode<S>, stream: &str, record: &Record) -> Result<Option<Bytes>, String> {
+    if matches!(record.body, Body::Tombstone { .. }) {
+        return Ok(None);
     }
-}
-
-/// Why this node cannot read a record's body, if it cannot.
-fn unreadable(record: &Record) -> Option<&str> {
-    match &record.body {
-        Body::Unreadable { reason } => Some(reason),
-        _ => None,
+    match node.payload(stream, record) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(BodyError::Removed { .. }) => Ok(None),
+        Err(error @ BodyError::Unreadable { .. }) => Err(error.to_string()),
     }
 }
 
@@ -295,12 +292,14 @@ impl Mailroom {
         }
         self.ensure_streams(node).await?;
         let subject = format!("mail.out.{id}");
-        if let Ok(record) = lock(&node.replica).cell.last_for_subject(OUTBOX, &subject) {
+        let existing = lock(&node.replica).cell.last_for_subject(OUTBOX, &subject).ok();
+        if let Some(record) = existing {
+            let envelope = payload(node, OUTBOX, &record).ok().flatten();
             return Ok(v1::SendSealedResponse {
                 envelope_id: id,
                 outbox_seq: record.seq,
                 duplicate: true,
-                envelope_bytes: payload(&record).map_or(0, |bytes| bytes.len() as u64),
+                envelope_bytes: envelope.map_or(0, |bytes| bytes.len() as u64),
             });
         }
         let recipients: Vec<&str> = request.recipients.iter().map(String::as_str).collect();
@@ -452,12 +451,12 @@ impl Mailroom {
         };
         let mut mail = Vec::with_capacity(records.len());
         for record in records {
-            if let Some(reason) = unreadable(&record) {
+            let bytes = payload(node, INBOX, &record).map_err(|reason| {
                 let message = format!("this node cannot read inbox message {}: {reason}", record.seq);
-                return Err(failed(Code::DataLoss, "BODY_UNREADABLE", message));
-            }
-            let Some(bytes) = payload(&record) else { continue };
-            let opened = self.open(bytes, record.stored_at.0).map_err(|error| {
+                failed(Code::DataLoss, "BODY_UNREADABLE", message)
+            })?;
+            let Some(bytes) = bytes else { continue };
+            let opened = self.open(&bytes, record.stored_at.0).map_err(|error| {
                 failed(
                     Code::DataLoss,
                     "UNREADABLE_MAIL",
@@ -484,13 +483,17 @@ impl Mailroom {
         node: &CellNode<S>,
         id: &str,
     ) -> Result<v1::DeliveryStatusResponse, Status> {
-        let replica = lock(&node.replica);
         let not_found = || failed(Code::NotFound, "ENVELOPE_NOT_FOUND", format!("no envelope {id:?} in the outbox"));
         check_token("envelope id", id).map_err(|message| failed(Code::InvalidArgument, "INVALID_NAME", message))?;
-        let record = replica.cell.last_for_subject(OUTBOX, &format!("mail.out.{id}")).map_err(|_| not_found())?;
-        let envelope = payload(&record).and_then(|bytes| Envelope::decode(bytes).ok()).ok_or_else(|| {
+        let record = lock(&node.replica).cell.last_for_subject(OUTBOX, &format!("mail.out.{id}"));
+        let record = record.map_err(|_| not_found())?;
+        let bytes = payload(node, OUTBOX, &record)
+            .map_err(|reason| failed(Code::DataLoss, "BODY_UNREADABLE", format!("outbox envelope {id:?}: {reason}")))?
+            .ok_or_else(not_found)?;
+        let envelope = Envelope::decode(&bytes).map_err(|_| {
             failed(Code::DataLoss, "UNREADABLE_MAIL", format!("outbox envelope {id:?} does not decode"))
         })?;
+        let replica = lock(&node.replica);
         let attempts = lock(&self.attempts);
         let mut response = v1::DeliveryStatusResponse { envelope_id: id.to_string(), ..Default::default() };
         for recipient in &envelope.header.recipients {
@@ -743,18 +746,25 @@ pub async fn deliver_loop<S: Storage + Clone + Send + Sync + 'static>(
     reason = "retries are scheduled on the runtime's clock, which the simulator drives"
 )]
 fn scan_outbox<S: Storage + Clone>(node: &CellNode<S>, jobs: &mut BTreeMap<u64, Job>, scanned: &mut u64) {
-    let replica = lock(&node.replica);
-    let Ok(records) = replica.cell.read_from(OUTBOX, 0, *scanned + 1, 256) else { return };
+    let records = lock(&node.replica).cell.read_from(OUTBOX, 0, *scanned + 1, 256);
+    let Ok(records) = records else { return };
     let now = Instant::now();
     for record in records {
-        if let Some(reason) = unreadable(&record) {
-            // Not skipped: a skipped envelope would never be delivered by this leader. Scanning resumes here.
-            tracing::error!(seq = record.seq, reason, "an outbox envelope cannot be read on this node; delivery waits");
-            return;
-        }
+        let bytes = match payload(node, OUTBOX, &record) {
+            Ok(bytes) => bytes,
+            Err(reason) => {
+                // Not skipped: a skipped envelope would never be delivered by this leader. Scanning resumes here.
+                tracing::error!(
+                    seq = record.seq,
+                    reason,
+                    "an outbox envelope cannot be read on this node; delivery waits"
+                );
+                return;
+            }
+        };
         *scanned = record.seq;
-        let Some(bytes) = payload(&record) else { continue };
-        let envelope = match Envelope::decode(bytes) {
+        let Some(bytes) = bytes else { continue };
+        let envelope = match Envelope::decode(&bytes) {
             Ok(envelope) => envelope,
             Err(error) => {
                 tracing::error!(seq = record.seq, %error, "an outbox message is not an envelope; skipped");
@@ -762,6 +772,7 @@ fn scan_outbox<S: Storage + Clone>(node: &CellNode<S>, jobs: &mut BTreeMap<u64, 
             }
         };
         let id = envelope.header.id;
+        let replica = lock(&node.replica);
         let pending: BTreeMap<String, (u32, Option<Instant>)> = envelope
             .header
             .recipients
@@ -771,8 +782,9 @@ fn scan_outbox<S: Storage + Clone>(node: &CellNode<S>, jobs: &mut BTreeMap<u64, 
             })
             .map(|recipient| (recipient.cell, (0, Some(now))))
             .collect();
+        drop(replica);
         if !pending.is_empty() {
-            jobs.insert(record.seq, Job { id, bytes: bytes.clone(), sealed_at_ms: record.stored_at.0, pending });
+            jobs.insert(record.seq, Job { id, bytes, sealed_at_ms: record.stored_at.0, pending });
         }
     }
 }

@@ -6,10 +6,10 @@ use std::pin::Pin;
 use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
 
-use cellog_core::{Cell, Command, MAX_FETCH, MAX_READ, Outcome, Rejection};
+use cellog_core::{Cell, Command, MAX_FETCH, MAX_READ, Outcome, Record, Rejection};
 use cellog_proto::v1::{self, cellog_server::Cellog};
 use cellog_raft::storage::Storage;
-use cellog_raft::{Answer, CellNode, Node, NodeId, ProposeError, Replica};
+use cellog_raft::{Answer, BodyError, CellNode, Node, NodeId, ProposeError, Replica};
 use futures::{Stream, StreamExt};
 use openraft::ChangeMembers;
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
@@ -114,6 +114,19 @@ impl<S: Storage + Clone> CellogService<S> {
         self.node.read_barrier().await.map_err(from_propose)?;
         let replica = lock(&self.node);
         read(&replica.cell).map_err(|rejection| from_rejection(&rejection))
+    }
+
+    /// A record's payload for an answer, read from this node's storage after the apply or read, outside the
+    /// replica's lock: `None` when retention removed the message in between (it is answered as if the read came
+    /// after the removal), `DATA_LOSS BODY_UNREADABLE` when this node's copy does not verify.
+    fn payload(&self, stream: &str, record: &Record) -> Result<Option<bytes::Bytes>, Status> {
+        match self.node.payload(stream, record) {
+            Ok(payload) => Ok(Some(payload)),
+            Err(BodyError::Removed { .. }) => Ok(None),
+            Err(BodyError::Unreadable { partition, seq, reason }) => {
+                Err(crate::status::body_unreadable(partition, seq, &reason))
+            }
+        }
     }
 
     fn status(&self) -> v1::ClusterStatusResponse {
@@ -307,10 +320,14 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
             self.read(read).await?
         };
         let applied_index = lock(&self.node).last_applied.map_or(0, |log_id| log_id.index);
-        Ok(Response::new(v1::ReadResponse {
-            messages: records.into_iter().map(convert::record_to_wire).collect::<Result<_, _>>()?,
-            applied_index,
-        }))
+        let mut messages = Vec::with_capacity(records.len());
+        for record in records {
+            // A message removed since it was read is one the read no longer finds.
+            if let Some(payload) = self.payload(&request.stream, &record)? {
+                messages.push(convert::record_to_wire(record, payload));
+            }
+        }
+        Ok(Response::new(v1::ReadResponse { messages, applied_index }))
     }
 
     async fn recall(&self, request: Request<v1::RecallRequest>) -> Result<Response<v1::RecallResponse>, Status> {
@@ -386,12 +403,22 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
     async fn fetch(&self, request: Request<v1::FetchRequest>) -> Result<Response<v1::FetchResponse>, Status> {
         let request = request.into_inner();
         let member = if request.member.is_empty() { DEFAULT_MEMBER.to_string() } else { request.member };
-        let command =
-            Command::Fetch { stream: request.stream, consumer: request.consumer, member, max: request.max.max(1) };
+        let command = Command::Fetch {
+            stream: request.stream.clone(),
+            consumer: request.consumer,
+            member,
+            max: request.max.max(1),
+        };
         match self.write(command).await? {
-            Outcome::Fetched(deliveries) => Ok(Response::new(v1::FetchResponse {
-                deliveries: deliveries.into_iter().map(convert::delivery_to_wire).collect::<Result<_, _>>()?,
-            })),
+            Outcome::Fetched(deliveries) => {
+                let mut wire = Vec::with_capacity(deliveries.len());
+                for delivery in deliveries {
+                    if let Some(payload) = self.payload(&request.stream, &delivery.record)? {
+                        wire.push(convert::delivery_to_wire(delivery, payload));
+                    }
+                }
+                Ok(Response::new(v1::FetchResponse { deliveries: wire }))
+            }
             other => Err(unexpected(&other)),
         }
     }
@@ -443,7 +470,11 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
                             for delivery in deliveries {
                                 // A body this node cannot read ends the stream with its error; the delivery comes
                                 // again after its ack wait.
-                                let item = convert::delivery_to_wire(delivery);
+                                let item = match service.payload(&stream, &delivery.record) {
+                                    Ok(Some(payload)) => Ok(convert::delivery_to_wire(delivery, payload)),
+                                    Ok(None) => continue,
+                                    Err(status) => Err(status),
+                                };
                                 let failed = item.is_err();
                                 if sender.send(item).await.is_err() || failed {
                                     return;

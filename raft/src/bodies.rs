@@ -1,38 +1,87 @@
 //! The cell's message bodies in the node's storage ([`Space::Bodies`]), so a node's memory does not grow with the bytes
 //! it retains.
 //!
-//! Applying an entry puts its bodies into an overlay, which is written to storage (not synced) when the apply ends;
-//! every later sync (the next log append's, at the latest) makes them durable. That is enough, because the log holds
-//! every body until a snapshot covers it, and a snapshot is stored only after a sync. A removed body is deleted only
-//! when a snapshot that no longer refers to it is stored: until then the stored snapshot may still be sent to a
-//! follower, with its bodies, and a restart replays the removal from the log anyway.
+//! The cell hands its body work out as effects ([`cellog_core::body`]); the state machine gathers the work of one
+//! apply call in a [`BodyWork`] while it holds the replica, and writes it (not synced) before it lets go: every later
+//! sync (the next log append's, at the latest) makes it durable. That is enough, because the log holds every body
+//! until a snapshot covers it, and a snapshot is stored only after a sync. A released body is deleted only when a
+//! snapshot that no longer refers to it is stored: until then the stored snapshot may still be sent to a follower,
+//! with its bodies, and a restart replays the release from the log anyway.
 //!
-//! Reads are verified twice: the record's seal (crc32c over space, key and bytes) and the body's own length and
-//! crc32c, which the cell keeps. A body that fails either is never served: the cell reads it as unreadable, and this
-//! store records the damage in [`MetaKey::BodiesDamaged`], so that the node's next start drops its state and takes a
-//! whole snapshot from the leader.
+//! Bodies are read by the node that answers a client, after the apply and outside the replica's lock
+//! ([`StoredBodies::read`]). Reads are verified twice: the record's seal (crc32c over space, key and bytes) and the
+//! body's own length and crc32c, which the cell's [`BodyRef`] carries. A body that fails either is never served, and
+//! [`StoredBodies::mark_damaged`] records the damage in [`MetaKey::BodiesDamaged`], so that the node's next start
+//! drops its state and takes a whole snapshot from the leader.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use bytes::Bytes;
-use cellog_core::BodyStore;
+use cellog_core::{Body, BodyRef, Effect, Record};
 
+use crate::state_machine::Replica;
 use crate::storage::{Batch, MetaKey, Space, Storage, StorageError};
 
-/// Bodies of the current apply not yet written, and removals not yet covered by a stored snapshot.
-#[derive(Debug, Default)]
-struct Pending {
-    puts: BTreeMap<u64, Bytes>,
-    deletes: Vec<u64>,
+/// Why a body could not be read back.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BodyReadError {
+    /// Nothing is stored under the key: damage, or a body released and deleted since its reference was read.
+    #[error("body {key} is not in this node's storage")]
+    Missing {
+        /// The key.
+        key: u64,
+    },
+    /// Something is stored but does not verify (or the device failed): damage.
+    #[error("{reason}")]
+    Damaged {
+        /// What does not verify.
+        reason: String,
+    },
 }
 
-/// A [`BodyStore`] over a node's [`Storage`].
+/// Why a record's payload is not served.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BodyError {
+    /// This node's copy of the body is missing or does not verify against its length and crc32c. It is never served;
+    /// another replica, or this one after the repair its next start makes, serves it.
+    #[error(
+        "message {partition}/{seq}: this node's copy of the body does not verify ({reason}); it repairs at its next start"
+    )]
+    Unreadable {
+        /// The partition.
+        partition: u32,
+        /// The sequence.
+        seq: u64,
+        /// What does not verify.
+        reason: String,
+    },
+    /// The message was removed (by retention, a recall or its stream's deletion) after the record was taken and
+    /// before its body was read.
+    #[error("message {partition}/{seq} was removed while it was being read")]
+    Removed {
+        /// The partition.
+        partition: u32,
+        /// The sequence.
+        seq: u64,
+    },
+}
+
+/// The body work of one apply call: bodies to write, in key order. Filled while the replica is held and written
+/// before it is let go ([`StoredBodies::write`]).
+#[derive(Debug, Default)]
+#[must_use = "body work that is not written loses the bodies the applied state refers to"]
+pub struct BodyWork {
+    puts: BTreeMap<u64, Bytes>,
+}
+
+/// The bodies of a node's [`Storage`].
 #[derive(Debug)]
 pub struct StoredBodies<S> {
     storage: S,
-    pending: Mutex<Pending>,
+    /// Released bodies not yet covered by a stored snapshot.
+    released: Mutex<Vec<u64>>,
     n_unreadable: AtomicU64,
     /// The damage mark is written (once per process is enough: it stays until the next start acts on it).
     marked: AtomicBool,
@@ -43,35 +92,69 @@ impl<S: Storage> StoredBodies<S> {
     pub fn new(storage: S) -> Self {
         StoredBodies {
             storage,
-            pending: Mutex::new(Pending::default()),
+            released: Mutex::new(Vec::new()),
             n_unreadable: AtomicU64::new(0),
             marked: AtomicBool::new(false),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
-        self.pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn released(&self) -> std::sync::MutexGuard<'_, Vec<u64>> {
+        self.released.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Moves the bodies put since the last call into `batch`.
-    pub fn take_puts(&self, batch: &mut Batch) {
-        for (key, body) in std::mem::take(&mut self.lock().puts) {
+    /// Acts on one effect the cell drained: a body to store or copy joins `work`; a released one waits for the next
+    /// stored snapshot. Every other effect is none of this store's business.
+    pub fn act(&self, work: &mut BodyWork, effect: &Effect) {
+        match effect {
+            Effect::BodyStored { key, body } => {
+                work.puts.insert(*key, body.clone());
+            }
+            Effect::BodyCopied { from, to } => {
+                let source = match work.puts.get(from) {
+                    Some(body) => Ok(body.clone()),
+                    None => match self.storage.get(Space::Bodies, *from) {
+                        Ok(Some(body)) => Ok(Bytes::from(body)),
+                        Ok(None) => Err(BodyReadError::Missing { key: *from }.to_string()),
+                        Err(error) => Err(error.to_string()),
+                    },
+                };
+                match source {
+                    Ok(body) => {
+                        work.puts.insert(*to, body);
+                    }
+                    // Nothing is stored under `to`: a read of the copy fails its check, as the original's would.
+                    Err(reason) => self.mark_damaged(*from, &reason),
+                }
+            }
+            Effect::BodyReleased { key } => {
+                // Put during this apply, it need not be written. It is deleted from storage all the same: a log
+                // replayed after a restart puts bodies again that were written before it.
+                work.puts.remove(key);
+                self.released().push(*key);
+            }
+            _ => {}
+        }
+    }
+
+    /// Puts the bodies of `work` into `batch`.
+    pub fn stage(&self, work: BodyWork, batch: &mut Batch) {
+        for (key, body) in work.puts {
             batch.put(Space::Bodies, key, &body);
         }
     }
 
-    /// Writes the bodies put since the last write (not synced).
-    pub fn write_puts(&self) -> Result<(), StorageError> {
+    /// Writes the bodies of `work` (not synced).
+    pub fn write(&self, work: BodyWork) -> Result<(), StorageError> {
         let mut batch = Batch::new();
-        self.take_puts(&mut batch);
+        self.stage(work, &mut batch);
         if batch.is_empty() { Ok(()) } else { self.storage.write(batch) }
     }
 
-    /// Moves the deletes of bodies removed so far into `batch`, for a snapshot taken after those removals.
+    /// Moves the deletes of bodies released so far into `batch`, for a snapshot taken after those releases.
     pub fn take_deletes(&self, batch: &mut Batch) {
-        let mut keys = std::mem::take(&mut self.lock().deletes);
+        let mut keys = std::mem::take(&mut *self.released());
         keys.sort_unstable();
-        // Retention removes oldest first, so removed keys come in long runs: one range each.
+        // Retention removes oldest first, so released keys come in long runs: one range each.
         let mut runs: Vec<std::ops::Range<u64>> = Vec::new();
         for key in keys {
             match runs.last_mut() {
@@ -85,17 +168,61 @@ impl<S: Storage> StoredBodies<S> {
         }
     }
 
-    /// Forgets everything pending (the whole state is being replaced).
+    /// Forgets every release not yet deleted (the whole state is being replaced).
     pub fn reset(&self) {
-        *self.lock() = Pending::default();
+        self.released().clear();
     }
 
-    /// Reads that failed since the node started.
+    /// The body `body` refers to, verified against the reference. Says nothing about damage on its own: the caller,
+    /// who knows whether the reference is still current, calls [`StoredBodies::mark_damaged`].
+    pub fn read(&self, body: &BodyRef) -> Result<Bytes, BodyReadError> {
+        match self.storage.get(Space::Bodies, body.key) {
+            Ok(Some(bytes)) => {
+                body.verify(&bytes).map_err(|reason| BodyReadError::Damaged { reason })?;
+                Ok(Bytes::from(bytes))
+            }
+            Ok(None) => Err(BodyReadError::Missing { key: body.key }),
+            Err(error) => Err(BodyReadError::Damaged { reason: error.to_string() }),
+        }
+    }
+
+    /// A record's payload for an answer: its body read and verified (empty for a tombstone). Called after the apply
+    /// or read that produced the record, with `replica` not held. A body that does not verify is never served, and
+    /// marks this node for repair; one that is missing because its message was removed since the record was taken is
+    /// [`BodyError::Removed`].
+    pub fn payload(&self, replica: &Mutex<Replica>, stream: &str, record: &Record) -> Result<Bytes, BodyError> {
+        let body = match &record.body {
+            Body::Stored(body) => body,
+            Body::Tombstone { .. } => return Ok(Bytes::new()),
+        };
+        let (partition, seq) = (record.partition, record.seq);
+        let reason = match self.read(body) {
+            Ok(bytes) => return Ok(bytes),
+            Err(BodyReadError::Missing { .. }) => {
+                // Released bodies are deleted only after their message is gone from the state, so a body missing
+                // while its message still refers to it is damage; otherwise the message went in between.
+                let replica = replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let current = replica.cell.read(stream, partition, seq).ok().map(|record| record.body);
+                drop(replica);
+                if current.as_ref() != Some(&record.body) {
+                    return Err(BodyError::Removed { partition, seq });
+                }
+                BodyReadError::Missing { key: body.key }.to_string()
+            }
+            Err(BodyReadError::Damaged { reason }) => reason,
+        };
+        self.mark_damaged(body.key, &reason);
+        Err(BodyError::Unreadable { partition, seq, reason })
+    }
+
+    /// Reads that failed on damage since the node started.
     pub fn n_unreadable(&self) -> u64 {
         self.n_unreadable.load(Ordering::Relaxed)
     }
 
-    fn damaged(&self, key: u64, reason: &str) {
+    /// Records that the body under `key` is damaged on this node: counted, logged, and marked so that the next start
+    /// takes a whole snapshot from the leader.
+    pub fn mark_damaged(&self, key: u64, reason: &str) {
         self.n_unreadable.fetch_add(1, Ordering::Relaxed);
         tracing::error!(
             key,
@@ -110,38 +237,5 @@ impl<S: Storage> StoredBodies<S> {
         if let Err(error) = self.storage.write(batch).and_then(|()| self.storage.sync()) {
             tracing::error!(%error, "could not record the damaged body");
         }
-    }
-}
-
-impl<S: Storage> BodyStore for StoredBodies<S> {
-    fn put(&self, key: u64, body: Bytes) {
-        self.lock().puts.insert(key, body);
-    }
-
-    fn copy(&self, from: u64, to: u64) {
-        if let Ok(body) = self.get(from) {
-            self.put(to, body);
-        }
-    }
-
-    fn delete(&self, key: u64) {
-        let mut pending = self.lock();
-        // Put during this apply, it need not be written. It is deleted from storage all the same: a log replayed
-        // after a restart puts bodies again that were written before it.
-        pending.puts.remove(&key);
-        pending.deletes.push(key);
-    }
-
-    fn get(&self, key: u64) -> Result<Bytes, String> {
-        if let Some(body) = self.lock().puts.get(&key) {
-            return Ok(body.clone());
-        }
-        let reason = match self.storage.get(Space::Bodies, key) {
-            Ok(Some(body)) => return Ok(Bytes::from(body)),
-            Ok(None) => format!("body {key} is not in this node's storage"),
-            Err(error) => error.to_string(),
-        };
-        self.damaged(key, &reason);
-        Err(reason)
     }
 }

@@ -28,7 +28,7 @@ pub mod storage;
 pub mod transition;
 pub mod types;
 
-pub use bodies::StoredBodies;
+pub use bodies::{BodyError, StoredBodies};
 pub use log_store::LogStore;
 pub use node::{
     Answer, CellNode, Clock, ENTRIES_IN_FLIGHT, MAX_BATCH, MAX_BATCH_BYTES, ProposeError, StartError, SystemClock,

@@ -7,13 +7,14 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use cellog_core::{Command, Millis, Outcome, Rejection, StateDigest};
+use bytes::Bytes;
+use cellog_core::{Command, Millis, Outcome, Record, Rejection, StateDigest};
 use openraft::Config;
 use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 use openraft::network::RaftNetworkFactory;
 use openraft::raft::{VoteRequest, VoteResponse};
 
-use crate::bodies::StoredBodies;
+use crate::bodies::{BodyError, StoredBodies};
 use crate::recovery::{Recovery, clear_repair_target, open_stores};
 use crate::state_machine::Replica;
 use crate::storage::{Storage, StorageError};
@@ -293,6 +294,14 @@ impl<S: Storage + Clone> CellNode<S> {
         }
     }
 
+    /// A record's payload for an answer: its body read from this node's storage and verified (empty for a
+    /// tombstone). Called after the apply or read that produced the record, outside the replica's lock. A body that
+    /// does not verify is never served, and marks this node for repair; one that is missing because retention
+    /// removed its message since the record was taken is reported as such.
+    pub fn payload(&self, stream: &str, record: &Record) -> Result<Bytes, BodyError> {
+        self.bodies.payload(&self.replica, stream, record)
+    }
+
     /// The digest of the applied state and the index it was taken at.
     pub fn digest(&self) -> (Option<u64>, StateDigest) {
         let replica = self.replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -414,7 +423,12 @@ async fn pack_proposals(raft: Raft, mut queue: mpsc::Receiver<Proposal>, #[cfg(m
                         #[cfg(madsim)]
                         let answers = stale.map_or(answers, |(commands, replica)| {
                             let mut replica = replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-                            commands.into_iter().map(|command| Ok(replica.cell.apply(at, command))).collect()
+                            let mut answers = Vec::with_capacity(commands.len());
+                            for command in commands {
+                                answers.push(Ok(replica.cell.apply(at, command)));
+                                replica.cell.drain_effects().for_each(drop);
+                            }
+                            answers
                         });
                         answers
                     }

@@ -9,23 +9,21 @@
 use std::io::Cursor;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use cellog_core::{Bodies, Cell, Effect};
+use bytes::Bytes;
+use cellog_core::{Cell, Effect};
 use openraft::storage::RaftStateMachine;
 use openraft::{
     EntryPayload, OptionalSend, RaftSnapshotBuilder, Snapshot, SnapshotMeta, StorageIOError, StoredMembership,
 };
 use serde::{Deserialize, Serialize};
 
-use crate::bodies::StoredBodies;
+use crate::bodies::{BodyWork, StoredBodies};
 use crate::storage::{Batch, Space, Storage, StorageError};
 use crate::transition;
 use crate::types::{Entry, LogId, Node, NodeId, RaftStorageError, Response, TypeConfig};
 
 /// The key of the one snapshot record in [`Space::State`].
 const SNAPSHOT_KEY: u64 = 0;
-
-/// Most effects kept for the host between drains; older ones are dropped and counted.
-pub const MAX_PENDING_EFFECTS: usize = 65_536;
 
 /// The replicated state as this node has applied it.
 #[derive(Debug, Default)]
@@ -36,26 +34,6 @@ pub struct Replica {
     pub last_applied: Option<LogId>,
     /// The last membership applied.
     pub membership: StoredMembership<NodeId, Node>,
-    /// Effects of applied commands, with the index that produced them, until the host drains them.
-    pub effects: Vec<(u64, Effect)>,
-    /// Effects dropped because the host did not drain them in time.
-    pub n_effects_dropped: u64,
-}
-
-/// Queues the effects of entry `index` for the host, dropping (and counting) those past [`MAX_PENDING_EFFECTS`].
-fn keep_effects(
-    pending: &mut Vec<(u64, Effect)>,
-    dropped: &mut u64,
-    index: u64,
-    effects: impl IntoIterator<Item = Effect>,
-) {
-    for effect in effects {
-        if pending.len() >= MAX_PENDING_EFFECTS {
-            *dropped += 1;
-        } else {
-            pending.push((index, effect));
-        }
-    }
 }
 
 /// What a snapshot holds.
@@ -63,7 +41,7 @@ fn keep_effects(
 struct SnapshotFile {
     last_applied: Option<LogId>,
     membership: StoredMembership<NodeId, Node>,
-    /// `Cell::snapshot_state()` where stored, `Cell::snapshot()` (bodies included) where sent: versioned and
+    /// `Cell::snapshot()` where stored, `Cell::snapshot_whole()` (bodies included) where sent: versioned and
     /// checksummed on its own.
     cell: Vec<u8>,
 }
@@ -125,27 +103,26 @@ impl<S: Storage + Clone> StateMachineStore<S> {
     pub fn open(storage: S) -> Result<Self, StorageError> {
         let bodies = Arc::new(StoredBodies::new(storage.clone()));
         let replica = match storage.get(Space::State, SNAPSHOT_KEY)? {
-            Some(bytes) => Self::decode(&bytes, &bodies, Whole::No)?,
-            None => Replica { cell: Cell::with_bodies(bodies.clone()), ..Replica::default() },
+            Some(bytes) => Self::decode(&bytes, Whole::No)?.0,
+            None => Replica::default(),
         };
         let stored = Arc::new(Mutex::new(replica.last_applied));
         let initial_meta = Arc::new(Mutex::new(replica.last_applied.map(|_| replica.meta())));
         Ok(StateMachineStore { storage, bodies, replica: Arc::new(Mutex::new(replica)), stored, initial_meta })
     }
 
-    /// Decodes a snapshot file over this node's bodies: a stored one (state only), or a sent one (`Whole::Yes`),
-    /// whose bodies go into the store's pending writes.
-    fn decode(bytes: &[u8], bodies: &Arc<StoredBodies<S>>, whole: Whole) -> Result<Replica, StorageError> {
+    /// Decodes a snapshot file: a stored one (state only, its bodies in this node's storage), or a sent one
+    /// (`Whole::Yes`), whose bodies come back checked for the caller to store.
+    fn decode(bytes: &[u8], whole: Whole) -> Result<(Replica, Vec<(u64, Bytes)>), StorageError> {
         let corrupt = |reason: String| StorageError::Corrupt { space: Space::State, key: SNAPSHOT_KEY, reason };
         let file: SnapshotFile =
             postcard::from_bytes(bytes).map_err(|error| corrupt(format!("snapshot does not decode: {error}")))?;
-        let store = Bodies::new(bodies.clone());
-        let cell = match whole {
-            Whole::No => Cell::restore_with(&file.cell, store),
-            Whole::Yes => Cell::restore_whole_with(&file.cell, store),
+        let (cell, bodies) = match whole {
+            Whole::No => Cell::restore(&file.cell).map(|cell| (cell, Vec::new())),
+            Whole::Yes => Cell::restore_whole(&file.cell),
         }
         .map_err(|error| corrupt(format!("cell snapshot: {error}")))?;
-        Ok(Replica { cell, last_applied: file.last_applied, membership: file.membership, ..Replica::default() })
+        Ok((Replica { cell, last_applied: file.last_applied, membership: file.membership }, bodies))
     }
 
     fn take_initial_meta(&self) -> Option<SnapshotMeta<NodeId, Node>> {
@@ -173,7 +150,7 @@ impl<S: Storage + Clone> StateMachineStore<S> {
         let mut batch = Batch::new();
         let (bytes, meta) = {
             let replica = self.lock();
-            let file = replica.file(replica.cell.snapshot_state());
+            let file = replica.file(replica.cell.snapshot());
             // Taken with the state: every body removed so far is one this snapshot no longer refers to.
             self.bodies.take_deletes(&mut batch);
             let meta = replica.meta();
@@ -201,8 +178,20 @@ impl<S: Storage + Clone> StateMachineStore<S> {
         let Some(bytes) = self.storage.get(Space::State, SNAPSHOT_KEY).map_err(state_error)? else {
             return Ok(None);
         };
-        let replica = Self::decode(&bytes, &self.bodies, Whole::No).map_err(state_error)?;
-        let file = replica.file(replica.cell.snapshot().map_err(state_error)?);
+        let (replica, _) = Self::decode(&bytes, Whole::No).map_err(state_error)?;
+        let mut bodies = Vec::new();
+        for body in replica.cell.body_refs() {
+            match self.bodies.read(&body) {
+                Ok(bytes) => bodies.push((body.key, bytes)),
+                Err(error) => {
+                    // The stored snapshot refers to it, so it was never deleted: damage.
+                    let reason = error.to_string();
+                    self.bodies.mark_damaged(body.key, &reason);
+                    return Err(state_error(format!("the snapshot's body {}: {reason}", body.key)));
+                }
+            }
+        }
+        let file = replica.file(replica.cell.snapshot_whole(bodies).map_err(state_error)?);
         let meta = replica.meta();
         let bytes = postcard::to_stdvec(&file).expect("encoding into memory does not fail");
         Ok(Some(Snapshot { meta, snapshot: Box::new(Cursor::new(bytes)) }))
@@ -230,17 +219,29 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
     {
         let mut replica = self.lock();
         let replica = &mut *replica;
+        let mut work = BodyWork::default();
         let mut responses = Vec::new();
         for entry in entries {
             replica.last_applied = Some(entry.log_id);
             let traced = transition::tracing_entries();
+            // Transitions, collected only to be traced; body work goes to `work` as each command's effects drain.
+            let mut transitions: Vec<Effect> = Vec::new();
             let response = match entry.payload {
                 EntryPayload::Blank => Response::Empty,
                 EntryPayload::Normal(request) => {
                     let kinds: Vec<&'static str> =
                         if traced { request.commands.iter().map(Into::into).collect() } else { Vec::new() };
-                    let results: Vec<_> =
-                        request.commands.into_iter().map(|command| replica.cell.apply(request.at, command)).collect();
+                    let mut results = Vec::with_capacity(request.commands.len());
+                    for command in request.commands {
+                        results.push(replica.cell.apply(request.at, command));
+                        for effect in replica.cell.drain_effects() {
+                            if effect.is_body_work() {
+                                self.bodies.act(&mut work, &effect);
+                            } else if traced {
+                                transitions.push(effect);
+                            }
+                        }
+                    }
                     if traced {
                         transition::applied(entry.log_id.index, request.at, &kinds, &results);
                     }
@@ -252,20 +253,15 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
                     Response::Empty
                 }
             };
-            let index = entry.log_id.index;
-            // Collected only to be traced; otherwise the effects go straight from the cell to the host's queue.
             if traced {
-                let effects: Vec<Effect> = replica.cell.drain_effects().collect();
-                transition::effects(index, &effects);
-                keep_effects(&mut replica.effects, &mut replica.n_effects_dropped, index, effects);
-            } else {
-                keep_effects(&mut replica.effects, &mut replica.n_effects_dropped, index, replica.cell.drain_effects());
+                transition::effects(entry.log_id.index, &transitions);
             }
             responses.push(response);
         }
-        // Not synced: the log holds these bodies until a snapshot covers them, and that snapshot is stored only after
-        // a sync.
-        self.bodies.write_puts().map_err(state_error)?;
+        // Written while the replica is held, so a snapshot taken of this state finds its bodies written (and its
+        // sync makes them durable). Not synced here: the log holds these bodies until a snapshot covers them, and
+        // that snapshot is stored only after a sync.
+        self.bodies.write(work).map_err(state_error)?;
         Ok(responses)
     }
 
@@ -285,28 +281,30 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
         self.take_initial_meta();
         let bytes = snapshot.into_inner();
         let mut stored = self.stored.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        // Everything pending belongs to the state being replaced; a snapshot that is refused leaves nothing pending.
-        self.bodies.reset();
-        let replica = Self::decode(&bytes, &self.bodies, Whole::Yes)
+        let (replica, bodies) = Self::decode(&bytes, Whole::Yes)
             .map_err(|error| StorageIOError::read_snapshot(Some(meta.signature()), openraft::AnyError::new(&error)))
             .map_err(RaftStorageError::from)
-            .and_then(|replica| {
+            .and_then(|(replica, bodies)| {
                 if replica.last_applied == meta.last_log_id {
-                    return Ok(replica);
+                    return Ok((replica, bodies));
                 }
                 Err(state_error(format!(
                     "snapshot {} holds state up to {:?}, its meta says {:?}",
                     meta.snapshot_id, replica.last_applied, meta.last_log_id
                 )))
-            })
-            .inspect_err(|_| self.bodies.reset())?;
+            })?;
         // The old bodies out, the new ones and the state in, in one write, durable before openraft purges the log
         // this snapshot replaces. Readers wait meanwhile: the old state's bodies are going.
         let mut current = self.lock();
+        // Every release still pending belongs to the state being replaced, whose bodies all go. (A refused snapshot
+        // returned above, and its state keeps them.)
+        self.bodies.reset();
         let mut batch = Batch::new();
         batch.delete_range(Space::Bodies, 0..u64::MAX);
-        self.bodies.take_puts(&mut batch);
-        let file = replica.file(replica.cell.snapshot_state());
+        for (key, body) in bodies {
+            batch.put(Space::Bodies, key, &body);
+        }
+        let file = replica.file(replica.cell.snapshot());
         batch.put(Space::State, SNAPSHOT_KEY, &postcard::to_stdvec(&file).expect("encoding into memory does not fail"));
         self.storage.write(batch).map_err(state_error)?;
         self.storage.sync().map_err(state_error)?;

@@ -112,6 +112,8 @@ pub(crate) fn effects<'a>(index: u64, effects: impl IntoIterator<Item = &'a Effe
                 tracing::debug!(target: TARGET, index, producer_id, epoch, reason, "txn-aborted");
             }
             Effect::StreamDeleted { stream } => tracing::debug!(target: TARGET, index, %stream, "stream-deleted"),
+            // Storage work, not a transition: the state machine writes it and never passes it here.
+            Effect::BodyStored { .. } | Effect::BodyCopied { .. } | Effect::BodyReleased { .. } => {}
         }
     }
     for ((what, stream, partition), runs) in runs {

@@ -2,9 +2,9 @@
 //! snapshot no longer refers to them, sent with a whole snapshot, and never served when they do not verify.
 
 use bytes::Bytes;
-use cellog_core::{Body, Command, Millis, PublishRequest, Record, StreamConfig};
+use cellog_core::{Command, Millis, PublishRequest, Record, StreamConfig};
 use cellog_raft::storage::{MetaKey, SimDisk, Space, Storage};
-use cellog_raft::{Entry, Request, StateMachineStore, open_stores};
+use cellog_raft::{BodyError, Entry, Request, StateMachineStore, open_stores};
 use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, RaftSnapshotBuilder};
 
@@ -56,14 +56,14 @@ fn records<S: Storage + Clone>(state_machine: &StateMachineStore<S>) -> Vec<Reco
     state_machine.replica().lock().unwrap().cell.read_from("orders", 0, 0, 100).expect("the stream is there")
 }
 
+/// Each retained message's payload as the answering node reads it, or why it is not served.
+fn read<S: Storage + Clone>(state_machine: &StateMachineStore<S>) -> Vec<Result<Bytes, BodyError>> {
+    let (bodies, replica) = (state_machine.bodies(), state_machine.replica());
+    records(state_machine).iter().map(|record| bodies.payload(&replica, "orders", record)).collect()
+}
+
 fn payloads<S: Storage + Clone>(state_machine: &StateMachineStore<S>) -> Vec<Bytes> {
-    records(state_machine)
-        .into_iter()
-        .map(|record| match record.body {
-            Body::Payload(bytes) => bytes,
-            other => panic!("message {} reads as {other:?}", record.seq),
-        })
-        .collect()
+    read(state_machine).into_iter().map(|payload| payload.unwrap_or_else(|error| panic!("{error}"))).collect()
 }
 
 fn n_bodies<S: Storage>(store: &S) -> usize {
@@ -178,10 +178,9 @@ async fn a_damaged_body_is_not_served_and_the_next_start_drops_the_state() {
     let damaged = disk.keys(Space::Bodies)[2];
     assert!(disk.flip_bit(Space::Bodies, damaged, 4242));
 
-    let read = records(&state_machine);
-    let unreadable: Vec<u64> =
-        read.iter().filter(|record| matches!(record.body, Body::Unreadable { .. })).map(|record| record.seq).collect();
-    assert_eq!(unreadable.len(), 1, "exactly the damaged body is refused: {read:?}");
+    let read = read(&state_machine);
+    let unreadable = read.iter().filter(|payload| matches!(payload, Err(BodyError::Unreadable { .. }))).count();
+    assert_eq!(unreadable, 1, "exactly the damaged body is refused: {read:?}");
     assert_eq!(state_machine.bodies().n_unreadable(), 1);
     assert!(disk.get(Space::Meta, MetaKey::BodiesDamaged as u64).unwrap().is_some(), "the damage is recorded");
     // Nor is it sent to a follower.

@@ -4,15 +4,17 @@
 use bytes::Bytes;
 use cellog_core::subject::partition_for_key;
 use cellog_core::{
-    AckKind, Cell, Command, ConsumerConfig, Delivery, Effect, Millis, Outcome, ProducerRef, PublishAck, PublishRequest,
-    Rejection, RemovalReason, StreamConfig,
+    AckKind, Cell, Command, ConsumerConfig, Delivery, Effect, MemoryBodies, Millis, Outcome, ProducerRef, PublishAck,
+    PublishRequest, Record, Rejection, RemovalReason, StreamConfig,
 };
 
-/// A cell, the time the next command is stamped with, and the effects drained so far.
+/// A cell, the time the next command is stamped with, the effects drained so far (body work aside), and the bodies
+/// that body work keeps, as a host keeps them.
 pub struct Harness {
     pub cell: Cell,
     pub now: Millis,
     pub effects: Vec<Effect>,
+    pub bodies: MemoryBodies,
 }
 
 impl Default for Harness {
@@ -23,7 +25,7 @@ impl Default for Harness {
 
 impl Harness {
     pub fn new() -> Self {
-        Harness { cell: Cell::new(), now: Millis(1_000), effects: Vec::new() }
+        Harness { cell: Cell::new(), now: Millis(1_000), effects: Vec::new(), bodies: MemoryBodies::default() }
     }
 
     /// Moves the clock forward.
@@ -31,11 +33,27 @@ impl Harness {
         self.now = self.now.plus(ms);
     }
 
-    /// Applies a command at the current time and drains its effects.
+    /// Applies a command at the current time and drains its effects: body work into the bodies, the rest kept.
     pub fn apply(&mut self, command: Command) -> Result<Outcome, Rejection> {
         let outcome = self.cell.apply(self.now, command);
-        self.effects.extend(self.cell.drain_effects());
+        for effect in self.cell.drain_effects() {
+            self.bodies.apply(&effect);
+            if !is_body_work(&effect) {
+                self.effects.push(effect);
+            }
+        }
         outcome
+    }
+
+    /// A record's payload as the host reads it (empty for a tombstone); panics when it does not verify.
+    pub fn payload(&self, record: &Record) -> Bytes {
+        self.bodies.payload(record).unwrap_or_else(|reason| panic!("{}/{}: {reason}", record.partition, record.seq))
+    }
+
+    /// The payload of a delivery as text (panics on a tombstone).
+    pub fn text(&self, delivery: &Delivery) -> String {
+        assert!(!matches!(delivery.record.body, cellog_core::Body::Tombstone { .. }), "a tombstone has no text");
+        String::from_utf8_lossy(&self.payload(&delivery.record)).into_owned()
     }
 
     /// Applies a command that must succeed.
@@ -119,13 +137,9 @@ impl Harness {
     }
 }
 
-/// The payload of a delivery as text (panics on a tombstone).
-pub fn text(delivery: &Delivery) -> String {
-    match &delivery.record.body {
-        cellog_core::Body::Payload(bytes) => String::from_utf8_lossy(bytes).into_owned(),
-        cellog_core::Body::Tombstone { .. } => panic!("a tombstone has no text"),
-        cellog_core::Body::Unreadable { reason } => panic!("unreadable body: {reason}"),
-    }
+/// Whether an effect is storage work for the host (kept out of the effects tests compare).
+pub fn is_body_work(effect: &Effect) -> bool {
+    effect.is_body_work()
 }
 
 /// A stream config claiming `subjects`, everything else default.

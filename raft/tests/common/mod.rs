@@ -265,13 +265,11 @@ impl TestCell {
         }
         for id in self.running() {
             let node = self.node(id);
-            let replica = node.replica.lock().unwrap();
             for (payload, partition, seq) in &self.acked {
-                let record = replica
-                    .cell
-                    .read("orders", *partition, *seq)
-                    .unwrap_or_else(|e| panic!("node {id} lost acknowledged {payload}: {e}"));
-                assert_eq!(record.body, cellog_core::Body::Payload(payload.clone().into()), "node {id} at {seq}");
+                let record = node.replica.lock().unwrap().cell.read("orders", *partition, *seq);
+                let record = record.unwrap_or_else(|e| panic!("node {id} lost acknowledged {payload}: {e}"));
+                let stored = node.payload("orders", &record).unwrap_or_else(|e| panic!("node {id} at {seq}: {e}"));
+                assert_eq!(stored, payload.as_bytes(), "node {id} at {seq}");
             }
         }
     }
