@@ -47,7 +47,7 @@ pub fn replay(seed: u64, dropped: &BTreeSet<usize>) -> String {
         let dropped: Vec<String> = dropped.iter().map(ToString::to_string).collect();
         command.push_str(&format!(" --drop {}", dropped.join(",")));
     }
-    if let Some(mutant) = cellog_core::mutant::current() {
+    if let Some(mutant) = cellog_planted::current() {
         command.push_str(&format!(" --mutant {}", <&'static str>::from(mutant)));
     }
     command

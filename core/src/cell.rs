@@ -262,7 +262,7 @@ fn current_producer(producers: &mut BTreeMap<u64, Producer>, r: ProducerRef) -> 
     let producer =
         producers.get_mut(&r.producer_id).ok_or(Rejection::ProducerNotFound { producer_id: r.producer_id })?;
     #[cfg(madsim)]
-    if crate::mutant::active(crate::mutant::Mutant::EpochOffByOne) && r.epoch.checked_add(1) == Some(producer.epoch) {
+    if cellog_planted::active(cellog_planted::Mutant::EpochOffByOne) && r.epoch.checked_add(1) == Some(producer.epoch) {
         return Ok(producer);
     }
     if producer.epoch != r.epoch || producer.epoch == u32::MAX {
@@ -529,7 +529,7 @@ impl Cell {
         // The leader stamps monotonic times; a replica clamps rather than trusting that, so state never sees time
         // go backwards.
         #[cfg(madsim)]
-        let at = if crate::mutant::active(crate::mutant::Mutant::LeaderTimeNotMonotonic) {
+        let at = if cellog_planted::active(cellog_planted::Mutant::LeaderTimeNotMonotonic) {
             at
         } else {
             at.max(self.last_at)
@@ -869,7 +869,7 @@ impl Cell {
             stream.remove(p, seq, reason, &mut self.effects);
         }
         #[cfg(madsim)]
-        if crate::mutant::active(crate::mutant::Mutant::Canary)
+        if cellog_planted::active(cellog_planted::Mutant::Canary)
             && request.msg_id.as_deref() == Some("m-0")
             && at.0 % 100 == 7
         {
@@ -1145,7 +1145,7 @@ impl Cell {
                 stream.remove(p, seq, reason, &mut self.effects);
             }
             #[cfg(madsim)]
-            if crate::mutant::active(crate::mutant::Mutant::CommitAppliedTwice) {
+            if cellog_planted::active(cellog_planted::Mutant::CommitAppliedTwice) {
                 self.append_message(&message.stream, message.partition, request.clone(), None, at);
             }
             let seq = self.append_message(&message.stream, message.partition, request, None, at);
@@ -1361,7 +1361,7 @@ impl Cell {
         let state = match kind {
             AckKind::Applied | AckKind::Replicated => {
                 #[cfg(madsim)]
-                let forget = !crate::mutant::active(crate::mutant::Mutant::RedeliveryAfterAck);
+                let forget = !cellog_planted::active(cellog_planted::Mutant::RedeliveryAfterAck);
                 #[cfg(not(madsim))]
                 let forget = true;
                 if forget {

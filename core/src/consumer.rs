@@ -210,7 +210,7 @@ impl Consumer {
                     continue;
                 }
                 #[cfg(madsim)]
-                let early = crate::mutant::active(crate::mutant::Mutant::DelayedVisibleEarly);
+                let early = cellog_planted::active(cellog_planted::Mutant::DelayedVisibleEarly);
                 #[cfg(not(madsim))]
                 let early = false;
                 if let Some(deliver_at) = message.deliver_at().filter(|deliver_at| *deliver_at > at && !early) {

@@ -31,8 +31,6 @@ mod config;
 mod consumer;
 mod error;
 mod info;
-#[cfg(madsim)]
-pub mod mutant;
 mod snapshot;
 mod stream;
 pub mod subject;

@@ -111,7 +111,7 @@ fn encode_state(cell: &Cell) -> Vec<u8> {
 impl Cell {
     fn encode(&self, bodies: &BodySection) -> Vec<u8> {
         #[cfg(madsim)]
-        let mut body = if crate::mutant::active(crate::mutant::Mutant::DedupNotInSnapshot) {
+        let mut body = if cellog_planted::active(cellog_planted::Mutant::DedupNotInSnapshot) {
             encode_state(&self.without_dedup())
         } else {
             encode_state(self)

@@ -361,7 +361,7 @@ impl Stream {
     /// The first registered peer that has not received `(partition, seq)`, with what it has received.
     pub fn lagging_peer(&self, partition: u32, seq: u64) -> Option<(&str, u64)> {
         #[cfg(madsim)]
-        if crate::mutant::active(crate::mutant::Mutant::RetentionIgnoresPeerWatermark) {
+        if cellog_planted::active(cellog_planted::Mutant::RetentionIgnoresPeerWatermark) {
             return None;
         }
         self.peers.iter().find_map(|(peer, received)| {

@@ -69,12 +69,48 @@ fn core_source_reads_no_clock_and_iterates_no_hash_maps() {
     assert!(offences.is_empty(), "banned names in core/src:\n{}", offences.join("\n"));
 }
 
+/// The workspace's members, as the root `Cargo.toml` lists them.
+fn members() -> Vec<String> {
+    let manifest = read(&crate_dir().join("../Cargo.toml"));
+    let list = manifest.split("members = [").nth(1).expect("a members list").split(']').next().unwrap_or_default();
+    list.split(',').map(|name| name.trim().trim_matches('"').to_string()).filter(|name| !name.is_empty()).collect()
+}
+
 #[test]
 fn every_crate_says_what_it_is() {
     let root = crate_dir().join("..");
-    for name in ["core", "raft", "net", "sim", "proto", "chaos", "golden"] {
-        let lib = read(&root.join(name).join("src/lib.rs"));
-        assert!(lib.trim_start().starts_with("//!"), "{name}/src/lib.rs must start with a //! doc");
+    let members = members();
+    assert!(members.len() >= 8, "the members list was not read: {members:?}");
+    for name in members {
+        let lib = root.join(&name).join("src/lib.rs");
+        let main = root.join(&name).join("src/main.rs");
+        let top = if lib.exists() { lib } else { main };
+        assert!(read(&top).trim_start().starts_with("//!"), "{} must start with a //! doc", top.display());
+    }
+}
+
+#[test]
+fn every_crate_bans_ambient_time_and_randomness_through_clippy() {
+    // clippy.toml at the root bans them for every crate; a crate that allows one does so at the use, with a reason.
+    let root = crate_dir().join("..");
+    let clippy = read(&root.join("clippy.toml"));
+    for banned in ["Instant::now", "SystemTime::now", "thread_rng", "HashMap", "HashSet"] {
+        assert!(clippy.contains(banned), "clippy.toml must ban {banned}");
+    }
+    for name in members() {
+        for path in sources(&root.join(&name).join("src")) {
+            for (number, line) in read(&path).lines().enumerate() {
+                if line.contains("allow(clippy::disallowed_") {
+                    assert!(
+                        line.contains("reason")
+                            || read(&path).lines().nth(number + 1).is_some_and(|next| next.contains("reason")),
+                        "{}:{}: an allowed ambient source says why (`reason = ...`)",
+                        path.display(),
+                        number + 1
+                    );
+                }
+            }
+        }
     }
 }
 

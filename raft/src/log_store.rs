@@ -198,7 +198,7 @@ impl<S: Storage + Clone> RaftLogStorage<TypeConfig> for LogStore<S> {
             batch.put(Space::Meta, MetaKey::SyncedLog as u64, &encode(&last));
         }
         #[cfg(madsim)]
-        let result = if cellog_core::mutant::active(cellog_core::mutant::Mutant::AckBeforeFsync) {
+        let result = if cellog_planted::active(cellog_planted::Mutant::AckBeforeFsync) {
             self.storage.write(batch)
         } else {
             self.write_synced(batch).await
@@ -223,7 +223,7 @@ impl<S: Storage + Clone> RaftLogStorage<TypeConfig> for LogStore<S> {
         let mut batch = Batch::new();
         batch.put(Space::Meta, MetaKey::LastPurged as u64, &encode(&log_id));
         #[cfg(madsim)]
-        let up_to = if cellog_core::mutant::active(cellog_core::mutant::Mutant::PurgePastDurable) {
+        let up_to = if cellog_planted::active(cellog_planted::Mutant::PurgePastDurable) {
             let committed = read_meta::<_, Option<LogId>>(&self.storage, MetaKey::Committed).ok().flatten().flatten();
             committed.map_or(log_id.index, |committed| committed.index.max(log_id.index))
         } else {

@@ -64,7 +64,7 @@ impl CellClock {
             Millis(at.0.saturating_add(u64::try_from(steady.saturating_sub(then).as_millis()).unwrap_or(u64::MAX)))
         });
         #[cfg(madsim)]
-        if cellog_core::mutant::active(cellog_core::mutant::Mutant::LeaderTimeNotMonotonic) {
+        if cellog_planted::active(cellog_planted::Mutant::LeaderTimeNotMonotonic) {
             return wall;
         }
         let now = wall.max(cell_last_at).max(carried);
@@ -388,11 +388,8 @@ async fn pack_proposals(raft: Raft, mut queue: mpsc::Receiver<Proposal>, #[cfg(m
         }
         let at = batch.iter().map(|proposal| proposal.at).max().expect("a batch has a first proposal");
         #[cfg(madsim)]
-        let at = if cellog_core::mutant::active(cellog_core::mutant::Mutant::LeaderTimeNotMonotonic) {
-            at
-        } else {
-            at.max(last_at)
-        };
+        let at =
+            if cellog_planted::active(cellog_planted::Mutant::LeaderTimeNotMonotonic) { at } else { at.max(last_at) };
         #[cfg(not(madsim))]
         let at = at.max(last_at);
         last_at = at;
@@ -400,7 +397,7 @@ async fn pack_proposals(raft: Raft, mut queue: mpsc::Receiver<Proposal>, #[cfg(m
             batch.into_iter().map(|proposal| (proposal.command, proposal.reply)).unzip();
         let n_commands = commands.len();
         #[cfg(madsim)]
-        let stale = cellog_core::mutant::active(cellog_core::mutant::Mutant::StaleLeaderWrite)
+        let stale = cellog_planted::active(cellog_planted::Mutant::StaleLeaderWrite)
             .then(|| (commands.clone(), replica.clone()));
         let committed = raft.client_write_ff(Request { at, commands }).await;
         tokio::spawn(async move {

@@ -313,7 +313,7 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
         drop(stored);
         current.cell = replica.cell;
         #[cfg(madsim)]
-        if cellog_core::mutant::active(cellog_core::mutant::Mutant::SnapshotSkipsConsumers) {
+        if cellog_planted::active(cellog_planted::Mutant::SnapshotSkipsConsumers) {
             current.cell.forget_consumers();
         }
         current.last_applied = replica.last_applied;

@@ -17,7 +17,7 @@ mod runner {
     use std::str::FromStr;
 
     use cellog_chaos::run::{Report, replay, run};
-    use cellog_core::mutant::Mutant;
+    use cellog_planted::Mutant;
     use strum::IntoEnumIterator;
 
     const USAGE: &str = "usage: chaos [--mutant NAME] (--seeds A..B | --seed N [--drop I,J] [--shrink] [--trace FILE] \
@@ -119,9 +119,9 @@ mod runner {
 
     /// Seeds until the first failure of `mutant`, at most `max`: the number of seeds it took, if caught.
     fn seeds_to_catch(mutant: Mutant, max: u64) -> Option<(u64, String)> {
-        cellog_core::mutant::set(Some(mutant));
+        cellog_planted::set(Some(mutant));
         let caught = (0..max).find_map(|seed| failure(&attempt(seed, &BTreeSet::new())).map(|why| (seed + 1, why)));
-        cellog_core::mutant::set(None);
+        cellog_planted::set(None);
         caught
     }
 
@@ -136,7 +136,7 @@ mod runner {
         std::panic::set_hook(Box::new(|_| {}));
         let mut table = format!(
             "# Planted bugs\n\nEach row is a bug planted in the production code (compiled only into simulation builds, \
-             `cellog_core::mutant`), switched on alone, and the chaos sweep run from seed 0 until a checker caught it \
+             `cellog_planted`), switched on alone, and the chaos sweep run from seed 0 until a checker caught it \
              (at most {max} seeds). Regenerate with `ci/chaos --planted --max-seeds {max}`.\n\n\
              | mutant | seeds to catch | caught by |\n| --- | --- | --- |\n"
         );
@@ -154,9 +154,9 @@ mod runner {
             table.push_str(&row);
         }
         // The canary should fail about one seed in a hundred: how many did.
-        cellog_core::mutant::set(Some(Mutant::Canary));
+        cellog_planted::set(Some(Mutant::Canary));
         let failed = (0..max).filter(|&seed| failure(&attempt(seed, &BTreeSet::new())).is_some()).count();
-        cellog_core::mutant::set(None);
+        cellog_planted::set(None);
         let row = format!("\nCanary (`canary`, meant to fail about 1 seed in 100): {failed} of {max} seeds failed.\n");
         print!("{row}");
         table.push_str(&row);
@@ -204,7 +204,7 @@ mod runner {
         if let Some(max) = planted_max {
             return planted(max);
         }
-        cellog_core::mutant::set(plant);
+        cellog_planted::set(plant);
         match (seeds, seed) {
             (Some(range), None) => sweep(range),
             (None, Some(seed)) if shrinking => shrink(seed),

@@ -266,7 +266,7 @@ pub fn open(space: Space, key: u64, sealed: &[u8]) -> Result<&[u8], StorageError
     }
     let computed = checksum(space, key, payload);
     #[cfg(madsim)]
-    if cellog_core::mutant::active(cellog_core::mutant::Mutant::CrcNotChecked) {
+    if cellog_planted::active(cellog_planted::Mutant::CrcNotChecked) {
         return Ok(payload);
     }
     if stored != computed {

@@ -1,6 +1,10 @@
 //! Planted bugs, to measure whether the simulator finds what it should: each is a small, named wrong turn in the
-//! production code, compiled only into simulation builds (`--cfg madsim`) and off unless a sweep switches it on
-//! (`ci/chaos --mutant NAME`). Production builds contain neither this module nor any of the wrong turns.
+//! production code (in `core` or `raft`), compiled only into simulation builds (`--cfg madsim`) and off unless a
+//! sweep switches it on (`ci/chaos --mutant NAME`). Production builds depend on neither this crate nor any of the
+//! wrong turns: the crates that hold one name this crate only under `[target.'cfg(madsim)'.dependencies]`.
+//!
+//! A crate of its own so that the state machine does not name raft-level bugs (ack before fsync, purge past durable
+//! state), and the chaos runner switches bugs without reaching into `core`.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
