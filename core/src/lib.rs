@@ -31,13 +31,14 @@ mod config;
 mod consumer;
 mod error;
 mod info;
+mod memory;
 mod snapshot;
 mod stream;
 pub mod subject;
 mod time;
 mod transaction;
 
-pub use body::{BodyRef, MemoryBodies};
+pub use body::BodyRef;
 pub use cell::{
     Cell, MAX_CONSUMERS_PER_STREAM, MAX_FETCH, MAX_HEADER_BYTES, MAX_ID_BYTES, MAX_PEERS_PER_STREAM, MAX_READ,
     MAX_STREAMS, PIN_HEADER,
@@ -54,6 +55,7 @@ pub use error::{Quota, Rejection, SnapshotError};
 pub use info::{
     ConsumerInfo, DeliveryInfo, DeliveryPhase, PartitionInfo, PartitionLag, PeerInfo, ProducerInfo, StreamInfo,
 };
+pub use memory::MemoryBodies;
 pub use snapshot::{SNAPSHOT_VERSION, StateDigest};
 pub use subject::SubjectError;
 pub use time::Millis;

@@ -19,9 +19,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use bytes::Bytes;
-use cellog_core::{Body, BodyRef, Effect, Record};
+use cellog_core::{BodyRef, Effect};
 
-use crate::state_machine::Replica;
 use crate::storage::{Batch, MetaKey, Space, Storage, StorageError};
 
 /// Why a body could not be read back.
@@ -184,35 +183,6 @@ impl<S: Storage> StoredBodies<S> {
             Ok(None) => Err(BodyReadError::Missing { key: body.key }),
             Err(error) => Err(BodyReadError::Damaged { reason: error.to_string() }),
         }
-    }
-
-    /// A record's payload for an answer: its body read and verified (empty for a tombstone). Called after the apply
-    /// or read that produced the record, with `replica` not held. A body that does not verify is never served, and
-    /// marks this node for repair; one that is missing because its message was removed since the record was taken is
-    /// [`BodyError::Removed`].
-    pub fn payload(&self, replica: &Mutex<Replica>, stream: &str, record: &Record) -> Result<Bytes, BodyError> {
-        let body = match &record.body {
-            Body::Stored(body) => body,
-            Body::Tombstone { .. } => return Ok(Bytes::new()),
-        };
-        let (partition, seq) = (record.partition, record.seq);
-        let reason = match self.read(body) {
-            Ok(bytes) => return Ok(bytes),
-            Err(BodyReadError::Missing { .. }) => {
-                // Released bodies are deleted only after their message is gone from the state, so a body missing
-                // while its message still refers to it is damage; otherwise the message went in between.
-                let replica = replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-                let current = replica.cell.read(stream, partition, seq).ok().map(|record| record.body);
-                drop(replica);
-                if current.as_ref() != Some(&record.body) {
-                    return Err(BodyError::Removed { partition, seq });
-                }
-                BodyReadError::Missing { key: body.key }.to_string()
-            }
-            Err(BodyReadError::Damaged { reason }) => reason,
-        };
-        self.mark_damaged(body.key, &reason);
-        Err(BodyError::Unreadable { partition, seq, reason })
     }
 
     /// Reads that failed on damage since the node started.

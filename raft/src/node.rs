@@ -299,7 +299,7 @@ impl<S: Storage + Clone> CellNode<S> {
     /// does not verify is never served, and marks this node for repair; one that is missing because retention
     /// removed its message since the record was taken is reported as such.
     pub fn payload(&self, stream: &str, record: &Record) -> Result<Bytes, BodyError> {
-        self.bodies.payload(&self.replica, stream, record)
+        crate::state_machine::payload(&self.bodies, &self.replica, stream, record)
     }
 
     /// The digest of the applied state and the index it was taken at.

@@ -10,14 +10,14 @@ use std::io::Cursor;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
-use cellog_core::{Cell, Effect};
+use cellog_core::{Body, Cell, Effect, Record};
 use openraft::storage::RaftStateMachine;
 use openraft::{
     EntryPayload, OptionalSend, RaftSnapshotBuilder, Snapshot, SnapshotMeta, StorageIOError, StoredMembership,
 };
 use serde::{Deserialize, Serialize};
 
-use crate::bodies::{BodyWork, StoredBodies};
+use crate::bodies::{BodyError, BodyReadError, BodyWork, StoredBodies};
 use crate::storage::{Batch, Space, Storage, StorageError};
 use crate::transition;
 use crate::types::{Entry, LogId, Node, NodeId, RaftStorageError, Response, TypeConfig};
@@ -77,6 +77,40 @@ fn snapshot_id(last_applied: Option<LogId>) -> String {
         Some(log_id) => format!("{}-{}-{}", log_id.leader_id.term, log_id.leader_id.node_id, log_id.index),
         None => "empty".to_string(),
     }
+}
+
+/// A record's payload for an answer: its body read and verified (empty for a tombstone). Called after the apply
+/// or read that produced the record, with `replica` not held, over the node's `bodies`. A body that does not verify is never served, and
+/// marks this node for repair; one that is missing because its message was removed since the record was taken is
+/// [`BodyError::Removed`].
+pub fn payload<S: Storage>(
+    bodies: &StoredBodies<S>,
+    replica: &Mutex<Replica>,
+    stream: &str,
+    record: &Record,
+) -> Result<Bytes, BodyError> {
+    let body = match &record.body {
+        Body::Stored(body) => body,
+        Body::Tombstone { .. } => return Ok(Bytes::new()),
+    };
+    let (partition, seq) = (record.partition, record.seq);
+    let reason = match bodies.read(body) {
+        Ok(bytes) => return Ok(bytes),
+        Err(BodyReadError::Missing { .. }) => {
+            // Released bodies are deleted only after their message is gone from the state, so a body missing
+            // while its message still refers to it is damage; otherwise the message went in between.
+            let replica = replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let current = replica.cell.read(stream, partition, seq).ok().map(|record| record.body);
+            drop(replica);
+            if current.as_ref() != Some(&record.body) {
+                return Err(BodyError::Removed { partition, seq });
+            }
+            BodyReadError::Missing { key: body.key }.to_string()
+        }
+        Err(BodyReadError::Damaged { reason }) => reason,
+    };
+    bodies.mark_damaged(body.key, &reason);
+    Err(BodyError::Unreadable { partition, seq, reason })
 }
 
 /// The state machine half of a node's storage.

@@ -59,7 +59,10 @@ fn records<S: Storage + Clone>(state_machine: &StateMachineStore<S>) -> Vec<Reco
 /// Each retained message's payload as the answering node reads it, or why it is not served.
 fn read<S: Storage + Clone>(state_machine: &StateMachineStore<S>) -> Vec<Result<Bytes, BodyError>> {
     let (bodies, replica) = (state_machine.bodies(), state_machine.replica());
-    records(state_machine).iter().map(|record| bodies.payload(&replica, "orders", record)).collect()
+    records(state_machine)
+        .iter()
+        .map(|record| cellog_raft::state_machine::payload(&bodies, &replica, "orders", record))
+        .collect()
 }
 
 fn payloads<S: Storage + Clone>(state_machine: &StateMachineStore<S>) -> Vec<Bytes> {
