@@ -60,3 +60,8 @@ pub use snapshot::{SNAPSHOT_VERSION, StateDigest};
 pub use subject::SubjectError;
 pub use time::Millis;
 pub use transaction::{MAX_TRANSACTION_BYTES, MAX_TRANSACTION_MESSAGES};
+
+/// The `tracing` target under which hosts report the cell's state transitions (applied entries, role and membership
+/// changes, mail received and settled), so that one filter collects them in order: the log's operator view and the
+/// simulator's trace. The core itself traces nothing.
+pub const TRANSITIONS: &str = "cellog::transition";

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use cellog_client::proto as v1;
 use cellog_net::RaftTiming;
-use cellog_net::proto as v1;
 use cellog_sim::workload::{Behaviour, Consumer, Producer, TxnProducer};
 use cellog_sim::{Cluster, SIM_SNAPSHOT_EVERY};
 

@@ -1,29 +1,25 @@
-//! The cellog node, its client library, and the `cellog` command.
+//! The cellog node: the server side of a cell.
 //!
-//! - [`node`]: a running node: storage, Raft, the client API and the Raft transport on their addresses, health,
+//! - [`node`]: a running node: storage, Raft, the client API, mail and the Raft transport on their addresses, health,
 //!   reflection and metrics, graceful stop.
 //! - [`service`]: the client API (`cellog.v1.Cellog`) over a node: writes proposed to the cell, reads after a barrier.
+//! - [`mail_cell`]: the node's cell as sealed mail ([`cellog_mail`]) reaches it.
 //! - [`transport`]: Raft between nodes over gRPC (`cellog.raft.v1.Raft`), checksummed.
-//! - [`client`]: the client library: leader discovery, safe retries, pipelined batch publish.
-//! - [`convert`] and [`status`]: wire types to core types, and errors to gRPC statuses with details.
-//! - [`mail`]: sealed mail between cells: outbox, delivery with retries, inbox, provenance ledger.
+//! - [`convert`] and [`status`]: wire types to core types, and rejections and failed proposals to gRPC statuses.
 //! - [`metrics`]: Prometheus metrics, and a store wrapper timing fsyncs.
 //!
-//! What this crate is not: it decides nothing about messages (the core does) and does not replicate (Raft does).
+//! What this crate is not: it decides nothing about messages (the core does), does not replicate (Raft does), and
+//! holds no client (`cellog-client`) and no command line (`cellog-cli`).
 
 #![allow(clippy::result_large_err, reason = "tonic's Status is large, and it is what every call returns")]
 
-pub mod client;
 pub mod convert;
 mod listen;
-pub mod mail;
+pub mod mail_cell;
 pub mod metrics;
 pub mod node;
 pub mod service;
 pub mod status;
 pub mod transport;
 
-pub use cellog_proto::v1 as proto;
-pub use client::{BatchResult, Client, ClientError, ClientOptions};
-pub use mail::{MailConfig, Mailroom, RetryPolicy};
 pub use node::{NodeConfig, NodeError, Peer, RaftTiming, RunningNode};

@@ -6,19 +6,60 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use cellog_mail::MailService;
 use cellog_proto::raft::raft_server::RaftServer;
 use cellog_proto::v1::cellog_server::CellogServer;
+use cellog_proto::v1::mail_server::MailServer;
 use cellog_raft::CellNode;
 use cellog_raft::storage::Storage;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::mail_cell::NodeCell;
 use crate::metrics::{Metered, Metrics};
-use crate::node::{NodeConfig, NodeError, until_stopped};
 use crate::service::CellogService;
 use crate::transport::RaftService;
 
 type Node<S> = Arc<CellNode<Metered<S>>>;
+
+/// An address that could not be bound.
+#[derive(Debug)]
+pub(crate) struct BindError {
+    /// The address.
+    pub addr: SocketAddr,
+    /// Why.
+    pub error: std::io::Error,
+}
+
+/// The servers' types: madsim's generated servers name their interceptor, tonic's do not.
+#[cfg(not(madsim))]
+mod served {
+    use super::*;
+    pub(crate) type Client<S> = CellogServer<CellogService<Metered<S>>>;
+    pub(crate) type Mail<S> = MailServer<MailService<NodeCell<Metered<S>>>>;
+    pub(crate) type Raft<S> = RaftServer<RaftService<Metered<S>>>;
+}
+
+#[cfg(madsim)]
+mod served {
+    use super::*;
+    use tonic::codegen::IdentityInterceptor;
+    pub(crate) type Client<S> = CellogServer<CellogService<Metered<S>>, IdentityInterceptor>;
+    pub(crate) type Mail<S> = MailServer<MailService<NodeCell<Metered<S>>>, IdentityInterceptor>;
+    pub(crate) type Raft<S> = RaftServer<RaftService<Metered<S>>, IdentityInterceptor>;
+}
+
+/// What a node serves: the client API and mail on the client address, Raft on the peer address.
+pub(crate) struct Services<S: Storage + Clone> {
+    pub client: served::Client<S>,
+    pub mail: served::Mail<S>,
+    pub raft: served::Raft<S>,
+}
+
+/// Resolves once the node is told to stop.
+async fn until_stopped(mut stopped: watch::Receiver<bool>) {
+    let _ = stopped.wait_for(|stopped| *stopped).await;
+}
 
 /// The addresses of a node, bound.
 #[cfg(not(madsim))]
@@ -29,18 +70,22 @@ pub(crate) struct Listeners {
 }
 
 #[cfg(not(madsim))]
-async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, NodeError> {
-    tokio::net::TcpListener::bind(addr).await.map_err(|error| NodeError::Bind { addr, error })
+async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, BindError> {
+    tokio::net::TcpListener::bind(addr).await.map_err(|error| BindError { addr, error })
 }
 
 #[cfg(not(madsim))]
 impl Listeners {
-    pub(crate) async fn bind(config: &NodeConfig) -> Result<Self, NodeError> {
-        let metrics = match config.metrics_addr {
+    pub(crate) async fn bind(
+        client: SocketAddr,
+        raft: SocketAddr,
+        metrics: Option<SocketAddr>,
+    ) -> Result<Self, BindError> {
+        let metrics = match metrics {
             Some(addr) => Some(bind(addr).await?),
             None => None,
         };
-        Ok(Listeners { client: bind(config.client_addr).await?, raft: bind(config.raft_addr).await?, metrics })
+        Ok(Listeners { client: bind(client).await?, raft: bind(raft).await?, metrics })
     }
 
     /// Where clients connect (the bound port, when port 0 was asked for).
@@ -58,8 +103,7 @@ impl Listeners {
 
     pub(crate) fn serve<S: Storage + Clone>(
         self,
-        client_service: CellogServer<CellogService<Metered<S>>>,
-        raft_service: RaftServer<RaftService<Metered<S>>>,
+        services: Services<S>,
         node: Node<S>,
         metrics: Arc<Metrics>,
         stopped: watch::Receiver<bool>,
@@ -67,6 +111,7 @@ impl Listeners {
         use tonic::transport::Server;
         use tonic::transport::server::TcpIncoming;
 
+        let Services { client: client_service, mail: mail_service, raft: raft_service } = services;
         let mut servers = Vec::new();
         let client_stopped = stopped.clone();
         let client = self.client;
@@ -83,6 +128,7 @@ impl Listeners {
                 .add_service(health_service)
                 .add_optional_service(reflection)
                 .add_service(client_service)
+                .add_service(mail_service)
                 .serve_with_incoming_shutdown(
                     TcpIncoming::from(client).with_nodelay(Some(true)),
                     until_stopped(client_stopped),
@@ -148,8 +194,12 @@ pub(crate) struct Listeners {
 
 #[cfg(madsim)]
 impl Listeners {
-    pub(crate) async fn bind(config: &NodeConfig) -> Result<Self, NodeError> {
-        Ok(Listeners { client: config.client_addr, raft: config.raft_addr })
+    pub(crate) async fn bind(
+        client: SocketAddr,
+        raft: SocketAddr,
+        _metrics: Option<SocketAddr>,
+    ) -> Result<Self, BindError> {
+        Ok(Listeners { client, raft })
     }
 
     pub(crate) fn client_addr(&self) -> SocketAddr {
@@ -166,20 +216,21 @@ impl Listeners {
 
     pub(crate) fn serve<S: Storage + Clone>(
         self,
-        client_service: CellogServer<CellogService<Metered<S>>, tonic::codegen::IdentityInterceptor>,
-        raft_service: RaftServer<RaftService<Metered<S>>, tonic::codegen::IdentityInterceptor>,
+        services: Services<S>,
         _node: Node<S>,
         _metrics: Arc<Metrics>,
         stopped: watch::Receiver<bool>,
     ) -> Vec<JoinHandle<()>> {
         use tonic::transport::Server;
 
+        let Services { client: client_service, mail: mail_service, raft: raft_service } = services;
         let (client, raft) = (self.client, self.raft);
         let client_stopped = stopped.clone();
         vec![
             tokio::spawn(async move {
                 let result = Server::builder()
                     .add_service(client_service)
+                    .add_service(mail_service)
                     .serve_with_shutdown(client, until_stopped(client_stopped))
                     .await;
                 if let Err(error) = result {

@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use cellog_mail::MailMetrics;
 use cellog_raft::storage::{Space, Storage, StorageError};
 use cellog_raft::{CellNode, Replica};
 use prometheus_client::encoding::text::encode;
@@ -25,10 +26,8 @@ pub struct Metrics {
     pub commit_latency: Histogram,
     /// One fsync of this node's storage.
     pub fsync_latency: Histogram,
-    /// Sealed-mail delivery attempts made by this node, successful or not.
-    pub mail_attempts: Counter,
-    /// Provenance rows that could not be recorded (the mail went on).
-    pub provenance_failures: Counter,
+    /// What sealed mail counts: delivery attempts, provenance rows not recorded.
+    pub mail: MailMetrics,
     consumer_lag_max: Gauge,
     consumer_lag_sum: Gauge,
     consumers_behind: Gauge,
@@ -65,8 +64,7 @@ impl Metrics {
             acked: Counter::default(),
             commit_latency: Histogram::new(latency_buckets()),
             fsync_latency: Histogram::new(latency_buckets()),
-            mail_attempts: Counter::default(),
-            provenance_failures: Counter::default(),
+            mail: MailMetrics::default(),
             consumer_lag_max: Gauge::default(),
             consumer_lag_sum: Gauge::default(),
             consumers_behind: Gauge::default(),
@@ -92,12 +90,12 @@ impl Metrics {
         registry.register(
             "mail_attempts",
             "Sealed-mail delivery attempts made by this node",
-            metrics.mail_attempts.clone(),
+            metrics.mail.attempts.clone(),
         );
         registry.register(
             "provenance_failures",
             "Provenance rows that could not be recorded (the mail went on)",
-            metrics.provenance_failures.clone(),
+            metrics.mail.provenance_failures.clone(),
         );
         registry.register(
             "consumer_lag_max",
@@ -213,17 +211,17 @@ impl<S: Storage> Storage for Metered<S> {
         self.inner.write(batch)
     }
 
-    fn read_sealed(&self, space: Space, key: u64) -> Result<Option<Vec<u8>>, StorageError> {
-        self.inner.read_sealed(space, key)
+    fn read_framed(&self, space: Space, key: u64) -> Result<Option<Vec<u8>>, StorageError> {
+        self.inner.read_framed(space, key)
     }
 
-    fn scan_sealed(
+    fn scan_framed(
         &self,
         space: Space,
         keys: std::ops::Range<u64>,
         limit: usize,
     ) -> Result<Vec<(u64, Vec<u8>)>, StorageError> {
-        self.inner.scan_sealed(space, keys, limit)
+        self.inner.scan_framed(space, keys, limit)
     }
 
     fn key_bounds(&self, space: Space) -> Result<Option<(u64, u64)>, StorageError> {

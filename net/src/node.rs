@@ -6,22 +6,23 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use cellog_client::limits::MAX_CLIENT_MESSAGE;
+use cellog_mail::{MailConfig, MailService, Mailroom, deliver_loop};
 use cellog_proto::raft::raft_server::RaftServer;
 use cellog_proto::v1::cellog_server::CellogServer;
+use cellog_proto::v1::mail_server::MailServer;
 use cellog_raft::storage::{Storage, StorageError};
-use cellog_raft::{CellNode, Clock, Node, NodeId, StartError};
+use cellog_raft::{CellNode, Clock, NodeAddrs, NodeId, StartError};
 use openraft::{Config, SnapshotPolicy};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::listen::Listeners;
-use crate::mail::{MailConfig, Mailroom, deliver_loop};
+use crate::listen::{BindError, Listeners, Services};
+use crate::mail_cell::NodeCell;
 use crate::metrics::{Metered, Metrics};
 use crate::service::CellogService;
 use crate::transport::{GrpcNetwork, MAX_RAFT_MESSAGE, RaftService};
 
-/// Largest client request or answer on the wire (a payload is at most 8 MiB).
-pub const MAX_CLIENT_MESSAGE: usize = 16 * 1024 * 1024;
 /// How long a stopping node waits for in-flight calls before it stops Raft anyway.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -31,7 +32,7 @@ pub struct Peer {
     /// Its id.
     pub id: NodeId,
     /// Where it is reached.
-    pub node: Node,
+    pub node: NodeAddrs,
 }
 
 impl std::str::FromStr for Peer {
@@ -46,7 +47,7 @@ impl std::str::FromStr for Peer {
         if raft_addr.trim().is_empty() || client_addr.trim().is_empty() {
             return Err(bad());
         }
-        Ok(Peer { id, node: Node::new(raft_addr.trim(), client_addr.trim()) })
+        Ok(Peer { id, node: NodeAddrs::new(raft_addr.trim(), client_addr.trim()) })
     }
 }
 
@@ -107,13 +108,13 @@ pub struct NodeConfig {
 
 impl NodeConfig {
     /// This node as its peers and clients reach it.
-    pub fn advertised(&self) -> Node {
+    pub fn advertised(&self) -> NodeAddrs {
         self.advertised_at(self.raft_addr, self.client_addr)
     }
 
     /// This node as its peers and clients reach it, listening where it did bind (port 0 picks a free port).
-    fn advertised_at(&self, raft_addr: SocketAddr, client_addr: SocketAddr) -> Node {
-        Node::new(
+    fn advertised_at(&self, raft_addr: SocketAddr, client_addr: SocketAddr) -> NodeAddrs {
+        NodeAddrs::new(
             self.advertise_raft_addr.clone().unwrap_or_else(|| raft_addr.to_string()),
             self.advertise_client_addr.clone().unwrap_or_else(|| client_addr.to_string()),
         )
@@ -203,7 +204,9 @@ impl<S: Storage + Clone> RunningNode<S> {
     /// if asked to and it is new, and serves.
     pub async fn start(config: &NodeConfig, storage: S, clock: Arc<dyn Clock>) -> Result<Self, NodeError> {
         let raft_config = Arc::new(config.raft_config()?);
-        let listeners = Listeners::bind(config).await?;
+        let listeners = Listeners::bind(config.client_addr, config.raft_addr, config.metrics_addr)
+            .await
+            .map_err(|BindError { addr, error }| NodeError::Bind { addr, error })?;
         let (client_addr, raft_addr, metrics_addr) =
             (listeners.client_addr(), listeners.raft_addr(), listeners.metrics_addr());
 
@@ -215,7 +218,7 @@ impl<S: Storage + Clone> RunningNode<S> {
             tracing::warn!(recovery = ?node.recovery, "storage needed repair; catching up from the cell");
         }
         if config.bootstrap {
-            let mut members: std::collections::BTreeMap<NodeId, Node> =
+            let mut members: std::collections::BTreeMap<NodeId, NodeAddrs> =
                 config.peers.iter().map(|peer| (peer.id, peer.node.clone())).collect();
             members.insert(config.id, config.advertised_at(raft_addr, client_addr));
             if !node.raft.is_initialized().await.map_err(|error| StartError::Raft(error.to_string()))? {
@@ -228,19 +231,24 @@ impl<S: Storage + Clone> RunningNode<S> {
         }
 
         let (stop, stopped) = watch::channel(false);
-        let mail = config.mail.clone().map(|mail| Arc::new(Mailroom::new(mail, metrics.clone())));
+        let mail = config.mail.clone().map(|mail| Arc::new(Mailroom::new(mail, metrics.mail.clone())));
+        let mail_cell = Arc::new(NodeCell(node.clone()));
         let mut tasks = Vec::new();
         if let Some(mail) = &mail {
             tracing::info!(cell = mail.cell(), "sealed mail on");
-            tasks.push(tokio::spawn(deliver_loop(mail.clone(), node.clone(), stopped.clone())));
+            tasks.push(tokio::spawn(deliver_loop(mail.clone(), mail_cell.clone(), stopped.clone())));
         }
-        let client_service = CellogServer::new(CellogService::new(node.clone(), metrics.clone(), mail))
+        let client_service = CellogServer::new(CellogService::new(node.clone(), metrics.clone()))
+            .max_decoding_message_size(MAX_CLIENT_MESSAGE)
+            .max_encoding_message_size(MAX_CLIENT_MESSAGE);
+        let mail_service = MailServer::new(MailService::new(mail_cell, mail))
             .max_decoding_message_size(MAX_CLIENT_MESSAGE)
             .max_encoding_message_size(MAX_CLIENT_MESSAGE);
         let raft_service = RaftServer::new(RaftService::new(config.cell.clone(), node.clone()))
             .max_decoding_message_size(MAX_RAFT_MESSAGE)
             .max_encoding_message_size(MAX_RAFT_MESSAGE);
-        let mut servers = listeners.serve(client_service, raft_service, node.clone(), metrics.clone(), stopped);
+        let services = Services { client: client_service, mail: mail_service, raft: raft_service };
+        let mut servers = listeners.serve(services, node.clone(), metrics.clone(), stopped);
         servers.extend(tasks);
         tracing::info!(id = config.id, %client_addr, %raft_addr, ?metrics_addr, "node serving");
         Ok(RunningNode { node, metrics, client_addr, raft_addr, metrics_addr, stop, servers })
@@ -257,9 +265,4 @@ impl<S: Storage + Clone> RunningNode<S> {
         self.node.shutdown().await;
         self.node.storage().sync()
     }
-}
-
-/// Resolves once the node is told to stop.
-pub(crate) async fn until_stopped(mut stopped: watch::Receiver<bool>) {
-    let _ = stopped.wait_for(|stopped| *stopped).await;
 }

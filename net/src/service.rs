@@ -6,18 +6,16 @@ use std::pin::Pin;
 use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
 
+use cellog_client::status::{failed, to_item_error};
 use cellog_core::{Cell, Command, MAX_FETCH, MAX_READ, Outcome, Record, Rejection};
 use cellog_proto::v1::{self, cellog_server::Cellog};
 use cellog_raft::storage::Storage;
-use cellog_raft::{Answer, BodyError, CellNode, Node, NodeId, ProposeError, Replica};
+use cellog_raft::{Answer, BodyError, CellNode, MembershipError, NodeAddrs, ProposeError, Replica};
 use futures::{Stream, StreamExt};
-use openraft::ChangeMembers;
-use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::convert::{self, DEFAULT_TRANSACTION_TIMEOUT_MS};
-use crate::mail::Mailroom;
 use crate::metrics::Metrics;
 use crate::status::{self, from_propose, from_rejection, invalid_argument, not_leader};
 
@@ -34,12 +32,11 @@ type ServerStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'st
 pub struct CellogService<S> {
     node: Arc<CellNode<S>>,
     metrics: Arc<Metrics>,
-    mail: Option<Arc<Mailroom>>,
 }
 
 impl<S> Clone for CellogService<S> {
     fn clone(&self) -> Self {
-        CellogService { node: self.node.clone(), metrics: self.metrics.clone(), mail: self.mail.clone() }
+        CellogService { node: self.node.clone(), metrics: self.metrics.clone() }
     }
 }
 
@@ -60,44 +57,19 @@ pub(crate) fn answered(result: Result<Result<Outcome, Rejection>, ProposeError>)
     }
 }
 
-fn membership_error(error: RaftError<NodeId, ClientWriteError<NodeId, Node>>) -> Status {
+fn membership_error(error: MembershipError) -> Status {
     match error {
-        RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => {
-            not_leader(forward.leader_id.zip(forward.leader_node).as_ref())
-        }
-        // Another change (or a new leader's own membership) is still being committed: retry shortly.
-        RaftError::APIError(ClientWriteError::ChangeMembershipError(error @ ChangeMembershipError::InProgress(_))) => {
-            status::unavailable("MEMBERSHIP_CHANGING", error.to_string(), 200)
-        }
-        RaftError::APIError(ClientWriteError::ChangeMembershipError(error)) => status::status(
-            tonic::Code::FailedPrecondition,
-            v1::ErrorDetail {
-                reason: "MEMBERSHIP".to_string(),
-                message: error.to_string(),
-                ..v1::ErrorDetail::default()
-            },
-        ),
-        other => from_propose(ProposeError::Raft(other.to_string())),
+        MembershipError::NotLeader { leader } => not_leader(leader.as_ref()),
+        MembershipError::Changing(message) => status::unavailable("MEMBERSHIP_CHANGING", message, 200),
+        MembershipError::Refused(message) => failed(tonic::Code::FailedPrecondition, "MEMBERSHIP", message),
+        MembershipError::Raft(message) => from_propose(ProposeError::Raft(message)),
     }
 }
 
 impl<S: Storage + Clone> CellogService<S> {
     /// The API of `node`, recording into `metrics`.
-    pub fn new(node: Arc<CellNode<S>>, metrics: Arc<Metrics>, mail: Option<Arc<Mailroom>>) -> Self {
-        CellogService { node, metrics, mail }
-    }
-
-    fn mailroom(&self) -> Result<&Mailroom, Status> {
-        self.mail.as_deref().ok_or_else(|| {
-            status::status(
-                tonic::Code::FailedPrecondition,
-                v1::ErrorDetail {
-                    reason: "NO_CELL_KEY".to_string(),
-                    message: "this node has no cell key, so it neither sends nor receives sealed mail".to_string(),
-                    ..v1::ErrorDetail::default()
-                },
-            )
-        })
+    pub fn new(node: Arc<CellNode<S>>, metrics: Arc<Metrics>) -> Self {
+        CellogService { node, metrics }
     }
 
     /// Proposes a command and waits for its outcome.
@@ -130,37 +102,30 @@ impl<S: Storage + Clone> CellogService<S> {
     }
 
     fn status(&self) -> v1::ClusterStatusResponse {
-        let metrics = self.node.raft.metrics().borrow().clone();
-        let membership = metrics.membership_config.membership();
-        let voters: std::collections::BTreeSet<NodeId> = membership.voter_ids().collect();
-        let matched = metrics.replication.clone().unwrap_or_default();
-        let nodes = membership
-            .nodes()
-            .map(|(id, node)| v1::NodeInfo {
-                id: *id,
-                raft_addr: node.raft_addr.clone(),
-                client_addr: node.client_addr.clone(),
-                voter: voters.contains(id),
-                matched_index: matched.get(id).and_then(|log_id| log_id.map(|log_id| log_id.index)),
+        let view = self.node.cluster_view();
+        let nodes = view
+            .members
+            .into_iter()
+            .map(|member| v1::NodeInfo {
+                id: member.id,
+                raft_addr: member.addrs.raft_addr,
+                client_addr: member.addrs.client_addr,
+                voter: member.voter,
+                matched_index: member.matched_index,
             })
             .collect();
-        let leader_addr = metrics
-            .current_leader
-            .and_then(|leader| membership.get_node(&leader))
-            .map(|node| node.client_addr.clone())
-            .unwrap_or_default();
-        let (_, digest) = self.node.digest();
+        let leader_addr = view.leader.as_ref().and_then(|(_, addrs)| addrs.as_ref());
         v1::ClusterStatusResponse {
-            node_id: self.node.id,
-            state: format!("{:?}", metrics.state),
-            term: metrics.current_term,
-            leader_id: metrics.current_leader,
-            leader_addr,
-            last_log_index: metrics.last_log_index,
-            applied_index: metrics.last_applied.map(|log_id| log_id.index),
+            node_id: view.node_id,
+            state: view.role,
+            term: view.term,
+            leader_id: view.leader.as_ref().map(|(id, _)| *id),
+            leader_addr: leader_addr.map(|addrs| addrs.client_addr.clone()).unwrap_or_default(),
+            last_log_index: view.last_log_index,
+            applied_index: view.applied_index,
             nodes,
-            repairing: self.node.is_repairing(),
-            state_digest: hex::encode(digest.0),
+            repairing: view.repairing,
+            state_digest: hex::encode(view.digest.0),
         }
     }
 
@@ -299,7 +264,7 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
                 };
                 let result = match service.publish_answer(outcome) {
                     Ok(ack) => v1::publish_result::Result::Ack(ack),
-                    Err(status) => v1::publish_result::Result::Error(status::to_item_error(&status)),
+                    Err(status) => v1::publish_result::Result::Error(to_item_error(&status)),
                 };
                 Ok(v1::PublishResult { result: Some(result) })
             }
@@ -550,7 +515,7 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
                 }
                 Ok(other) => return Err(unexpected(&other)),
                 Err(status) => v1::AckResult {
-                    result: Some(v1::ack_result::Result::Error(status::to_item_error(&status))),
+                    result: Some(v1::ack_result::Result::Error(to_item_error(&status))),
                     already_done: false,
                 },
             });
@@ -658,37 +623,6 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         self.transaction(Command::AbortTransaction(convert::producer(request.into_inner()))).await
     }
 
-    async fn send_sealed(
-        &self,
-        request: Request<v1::SendSealedRequest>,
-    ) -> Result<Response<v1::SendSealedResponse>, Status> {
-        Ok(Response::new(self.mailroom()?.send(&self.node, request.into_inner()).await?))
-    }
-
-    async fn delivery_status(
-        &self,
-        request: Request<v1::DeliveryStatusRequest>,
-    ) -> Result<Response<v1::DeliveryStatusResponse>, Status> {
-        let mail = self.mailroom()?;
-        self.node.read_barrier().await.map_err(from_propose)?;
-        Ok(Response::new(mail.status(&self.node, &request.into_inner().envelope_id)?))
-    }
-
-    async fn deliver(&self, request: Request<v1::DeliverRequest>) -> Result<Response<v1::DeliverResponse>, Status> {
-        Ok(Response::new(self.mailroom()?.receive(&self.node, request.into_inner().envelope).await?))
-    }
-
-    async fn read_mail(&self, request: Request<v1::ReadMailRequest>) -> Result<Response<v1::ReadMailResponse>, Status> {
-        let mail = self.mailroom()?;
-        let request = request.into_inner();
-        let max = match request.max {
-            0 => 100,
-            max => (max as usize).min(MAX_READ),
-        };
-        self.node.read_barrier().await.map_err(from_propose)?;
-        Ok(Response::new(mail.read(&self.node, request.from_seq, max)?))
-    }
-
     async fn cluster_status(
         &self,
         _request: Request<v1::ClusterStatusRequest>,
@@ -704,8 +638,8 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         if request.raft_addr.is_empty() || request.client_addr.is_empty() {
             return Err(invalid_argument("a learner needs a raft_addr and a client_addr"));
         }
-        let node = Node::new(request.raft_addr, request.client_addr);
-        self.node.raft.add_learner(request.node_id, node, true).await.map_err(membership_error)?;
+        let node = NodeAddrs::new(request.raft_addr, request.client_addr);
+        self.node.add_learner(request.node_id, node).await.map_err(membership_error)?;
         Ok(Response::new(self.status()))
     }
 
@@ -713,9 +647,7 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         &self,
         request: Request<v1::PromoteRequest>,
     ) -> Result<Response<v1::ClusterStatusResponse>, Status> {
-        let id = request.into_inner().node_id;
-        let change = ChangeMembers::AddVoterIds([id].into_iter().collect());
-        self.node.raft.change_membership(change, false).await.map_err(membership_error)?;
+        self.node.promote(request.into_inner().node_id).await.map_err(membership_error)?;
         Ok(Response::new(self.status()))
     }
 
@@ -723,11 +655,7 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         &self,
         request: Request<v1::RemoveNodeRequest>,
     ) -> Result<Response<v1::ClusterStatusResponse>, Status> {
-        let id = request.into_inner().node_id;
-        let is_voter = self.node.raft.metrics().borrow().membership_config.membership().voter_ids().any(|v| v == id);
-        let ids = [id].into_iter().collect();
-        let change = if is_voter { ChangeMembers::RemoveVoters(ids) } else { ChangeMembers::RemoveNodes(ids) };
-        self.node.raft.change_membership(change, false).await.map_err(membership_error)?;
+        self.node.remove(request.into_inner().node_id).await.map_err(membership_error)?;
         Ok(Response::new(self.status()))
     }
 }

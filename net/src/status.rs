@@ -1,38 +1,12 @@
-//! Errors on the wire: every rejection and failure becomes a gRPC status with a code a client can act on and an
-//! `ErrorDetail` in its details (the leader's address, when to retry, which peer lags), mirrored in metadata for tools
-//! like grpcurl.
+//! The node's side of the error codec ([`cellog_client::status`]): core rejections and failed proposals as gRPC
+//! statuses with a code a client can act on and the detail it needs (the leader's address, when to retry, which peer
+//! lags).
 
+use cellog_client::status::{failed, status};
 use cellog_core::{Quota, Rejection};
-use cellog_proto::v1::{self, ErrorDetail};
-use cellog_raft::{Node, NodeId, ProposeError};
-use prost::Message;
-use tonic::metadata::MetadataValue;
+use cellog_proto::v1::ErrorDetail;
+use cellog_raft::{NodeAddrs, NodeId, ProposeError};
 use tonic::{Code, Status};
-
-/// The metadata key of the error's stable name.
-pub const REASON_KEY: &str = "cellog-reason";
-/// The metadata key of the leader's client address.
-pub const LEADER_KEY: &str = "cellog-leader";
-/// The metadata key of the retry advice.
-pub const RETRY_AFTER_KEY: &str = "retry-after-ms";
-
-/// Builds a status carrying `detail`.
-pub fn status(code: Code, detail: ErrorDetail) -> Status {
-    let mut status = Status::with_details(code, detail.message.clone(), detail.encode_to_vec().into());
-    let metadata = status.metadata_mut();
-    if let Ok(value) = MetadataValue::try_from(detail.reason.as_str()) {
-        metadata.insert(REASON_KEY, value);
-    }
-    if !detail.leader_addr.is_empty()
-        && let Ok(value) = MetadataValue::try_from(detail.leader_addr.as_str())
-    {
-        metadata.insert(LEADER_KEY, value);
-    }
-    if detail.retry_after_ms > 0 {
-        metadata.insert(RETRY_AFTER_KEY, MetadataValue::from(detail.retry_after_ms));
-    }
-    status
-}
 
 fn detail(reason: &str, message: impl Into<String>) -> ErrorDetail {
     ErrorDetail { reason: reason.to_string(), message: message.into(), ..ErrorDetail::default() }
@@ -40,7 +14,7 @@ fn detail(reason: &str, message: impl Into<String>) -> ErrorDetail {
 
 /// A malformed request.
 pub fn invalid_argument(message: impl Into<String>) -> Status {
-    status(Code::InvalidArgument, detail("INVALID_ARGUMENT", message))
+    failed(Code::InvalidArgument, "INVALID_ARGUMENT", message)
 }
 
 /// This node's copy of a message body does not verify: nothing of it is served. The node takes a whole snapshot at
@@ -51,7 +25,7 @@ pub fn body_unreadable(partition: u32, seq: u64, reason: &str) -> Status {
         "this node's copy of message {partition}/{seq} does not verify ({reason}), so it is not served; the node \
          repairs it from the leader's snapshot when restarted"
     );
-    status(Code::DataLoss, detail("BODY_UNREADABLE", message))
+    failed(Code::DataLoss, "BODY_UNREADABLE", message)
 }
 
 /// The node cannot serve now; retrying (elsewhere or later) may help.
@@ -60,14 +34,14 @@ pub fn unavailable(reason: &str, message: impl Into<String>, retry_after_ms: u64
 }
 
 /// An `UNAVAILABLE` naming the leader, when known, as where to go instead.
-fn leader_status(reason: &str, message: String, leader: Option<&(NodeId, Node)>) -> Status {
+fn leader_status(reason: &str, message: String, leader: Option<&(NodeId, NodeAddrs)>) -> Status {
     let (leader_id, leader_addr) = leader.map(|(id, node)| (*id, node.client_addr.clone())).unwrap_or_default();
     let retry_after_ms = if leader.is_some() { 0 } else { 200 };
     status(Code::Unavailable, ErrorDetail { leader_id, leader_addr, retry_after_ms, ..detail(reason, message) })
 }
 
 /// This node does not lead, and the command never reached the log; `leader` is where to go instead.
-pub fn not_leader(leader: Option<&(NodeId, Node)>) -> Status {
+pub fn not_leader(leader: Option<&(NodeId, NodeAddrs)>) -> Status {
     let message = match leader {
         Some((id, node)) => format!("not the leader; the leader is node {id} at {}", node.client_addr),
         None => "not the leader, and no leader is known yet; retry shortly".to_string(),
@@ -86,16 +60,13 @@ pub fn from_propose(error: ProposeError) -> Status {
                 .to_string(),
             leader.as_ref(),
         ),
-        ProposeError::Raft(message) => status(
+        ProposeError::Raft(message) => failed(
             Code::Unknown,
-            detail(
-                "OUTCOME_UNKNOWN",
-                format!("the outcome is unknown ({message}); retry with the same message id to deduplicate"),
-            ),
+            "OUTCOME_UNKNOWN",
+            format!("the outcome is unknown ({message}); retry with the same message id to deduplicate"),
         ),
     }
 }
-
 /// The code and detail of a core rejection.
 pub fn rejection_parts(rejection: &Rejection) -> (Code, ErrorDetail) {
     let message = rejection.to_string();
@@ -152,26 +123,4 @@ pub fn rejection_parts(rejection: &Rejection) -> (Code, ErrorDetail) {
 pub fn from_rejection(rejection: &Rejection) -> Status {
     let (code, detail) = rejection_parts(rejection);
     status(code, detail)
-}
-
-/// A status as an item error inside a batched or streamed answer.
-pub fn to_item_error(status: &Status) -> v1::Error {
-    v1::Error { code: status.code() as i32, detail: Some(detail_of(status)) }
-}
-
-/// The detail a status carries; statuses from elsewhere (a proxy, the transport) get one made from their message.
-pub fn detail_of(status: &Status) -> ErrorDetail {
-    ErrorDetail::decode(status.details()).ok().filter(|detail| !detail.reason.is_empty()).unwrap_or_else(|| {
-        ErrorDetail {
-            reason: format!("{:?}", status.code()).to_uppercase(),
-            message: status.message().to_string(),
-            ..ErrorDetail::default()
-        }
-    })
-}
-
-/// An item error back as a status.
-pub fn from_item_error(error: v1::Error) -> Status {
-    let detail = error.detail.unwrap_or_default();
-    status(Code::from_i32(error.code), detail)
 }

@@ -8,7 +8,7 @@ use cellog_proto::raft::RaftMessage;
 use cellog_proto::raft::raft_client::RaftClient;
 use cellog_proto::raft::raft_server::Raft as RaftRpc;
 use cellog_raft::storage::Storage;
-use cellog_raft::{CellNode, Node, NodeId, TypeConfig};
+use cellog_raft::{CellNode, NodeAddrs, NodeId, TypeConfig};
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -26,15 +26,15 @@ pub const MAX_RAFT_MESSAGE: usize = 64 * 1024 * 1024;
 /// How long a node waits to connect to a peer before counting it unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Seals a value into a message of `cell`.
-pub fn seal<T: Serialize>(cell: &str, value: &T) -> Result<RaftMessage, postcard::Error> {
+/// Frames a value as a message of `cell`: postcard, its crc32c and the cell's name.
+pub fn frame_message<T: Serialize>(cell: &str, value: &T) -> Result<RaftMessage, postcard::Error> {
     let payload = postcard::to_allocvec(value)?;
     Ok(RaftMessage { cell: cell.to_string(), crc32c: crc32c::crc32c(&payload), payload: payload.into() })
 }
 
 /// Why a Raft message was refused.
 #[derive(Debug, thiserror::Error)]
-pub enum OpenError {
+pub enum FrameError {
     /// It came from another cell.
     #[error("message for cell {got:?}, this is cell {expected:?}")]
     WrongCell {
@@ -56,14 +56,14 @@ pub enum OpenError {
     Malformed(#[from] postcard::Error),
 }
 
-/// Opens a message, checking its cell and checksum.
-pub fn open<T: DeserializeOwned>(cell: &str, message: &RaftMessage) -> Result<T, OpenError> {
+/// Unframes a message, checking its cell and checksum.
+pub fn unframe_message<T: DeserializeOwned>(cell: &str, message: &RaftMessage) -> Result<T, FrameError> {
     if message.cell != cell {
-        return Err(OpenError::WrongCell { expected: cell.to_string(), got: message.cell.clone() });
+        return Err(FrameError::WrongCell { expected: cell.to_string(), got: message.cell.clone() });
     }
     let computed = crc32c::crc32c(&message.payload);
     if computed != message.crc32c {
-        return Err(OpenError::Checksum { carried: message.crc32c, computed });
+        return Err(FrameError::Checksum { carried: message.crc32c, computed });
     }
     Ok(postcard::from_bytes(&message.payload)?)
 }
@@ -91,7 +91,7 @@ pub struct PeerConnection {
 impl RaftNetworkFactory<TypeConfig> for GrpcNetwork {
     type Network = PeerConnection;
 
-    async fn new_client(&mut self, target: NodeId, node: &Node) -> PeerConnection {
+    async fn new_client(&mut self, target: NodeId, node: &NodeAddrs) -> PeerConnection {
         let client = Endpoint::from_shared(format!("http://{}", node.raft_addr))
             .map(|endpoint| {
                 let channel = endpoint.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true).connect_lazy();
@@ -110,13 +110,13 @@ fn unreachable<E: std::fmt::Display>(error: E) -> Unreachable {
 }
 
 impl PeerConnection {
-    /// Sends `request` with `call` and opens the peer's `Result<R, E>`.
+    /// Sends `request` with `call` and unframes the peer's `Result<R, E>`.
     async fn call<Q, R, E, F, Fut>(
         &mut self,
         request: &Q,
         option: &RPCOption,
         call: F,
-    ) -> Result<R, RPCError<NodeId, Node, E>>
+    ) -> Result<R, RPCError<NodeId, NodeAddrs, E>>
     where
         Q: Serialize,
         R: DeserializeOwned,
@@ -125,15 +125,16 @@ impl PeerConnection {
         Fut: std::future::Future<Output = Result<Response<RaftMessage>, Status>>,
     {
         let client = self.client.clone().map_err(|error| RPCError::Unreachable(unreachable(error)))?;
-        let message = seal(&self.cell, request).map_err(|error| RPCError::Network(NetworkError::new(&error)))?;
+        let message =
+            frame_message(&self.cell, request).map_err(|error| RPCError::Network(NetworkError::new(&error)))?;
         let mut request = Request::new(message);
         request.set_timeout(option.hard_ttl());
         let response = call(client, request).await.map_err(|status| match status.code() {
             tonic::Code::Unavailable | tonic::Code::Cancelled => RPCError::Unreachable(unreachable(status)),
             _ => RPCError::Network(NetworkError::new(&status)),
         })?;
-        let answer: Result<R, E> =
-            open(&self.cell, response.get_ref()).map_err(|error| RPCError::Network(NetworkError::new(&error)))?;
+        let answer: Result<R, E> = unframe_message(&self.cell, response.get_ref())
+            .map_err(|error| RPCError::Network(NetworkError::new(&error)))?;
         answer.map_err(|error| RPCError::RemoteError(RemoteError::new(self.target, error)))
     }
 }
@@ -143,7 +144,7 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
-    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, NodeAddrs, RaftError<NodeId>>> {
         self.call(&rpc, &option, |mut client, request| async move { client.append_entries(request).await }).await
     }
 
@@ -151,7 +152,8 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         &mut self,
         rpc: InstallSnapshotRequest<TypeConfig>,
         option: RPCOption,
-    ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId, InstallSnapshotError>>> {
+    ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, NodeAddrs, RaftError<NodeId, InstallSnapshotError>>>
+    {
         self.call(&rpc, &option, |mut client, request| async move { client.install_snapshot(request).await }).await
     }
 
@@ -159,7 +161,7 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         &mut self,
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
-    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, NodeAddrs, RaftError<NodeId>>> {
         self.call(&rpc, &option, |mut client, request| async move { client.vote(request).await }).await
     }
 }
@@ -176,32 +178,32 @@ impl<S> RaftService<S> {
         RaftService { cell: cell.into(), node }
     }
 
-    fn open<T: DeserializeOwned>(&self, request: &Request<RaftMessage>) -> Result<T, Status> {
-        open(&self.cell, request.get_ref()).map_err(|error| {
+    fn unframe<T: DeserializeOwned>(&self, request: &Request<RaftMessage>) -> Result<T, Status> {
+        unframe_message(&self.cell, request.get_ref()).map_err(|error| {
             tracing::warn!(%error, "refused a raft message");
             Status::invalid_argument(error.to_string())
         })
     }
 
     fn answer<T: Serialize>(&self, answer: &T) -> Result<Response<RaftMessage>, Status> {
-        seal(&self.cell, answer).map(Response::new).map_err(|error| Status::internal(error.to_string()))
+        frame_message(&self.cell, answer).map(Response::new).map_err(|error| Status::internal(error.to_string()))
     }
 }
 
 #[tonic::async_trait]
 impl<S: Storage + Clone> RaftRpc for RaftService<S> {
     async fn append_entries(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        let rpc: AppendEntriesRequest<TypeConfig> = self.open(&request)?;
+        let rpc: AppendEntriesRequest<TypeConfig> = self.unframe(&request)?;
         self.answer(&self.node.raft.append_entries(rpc).await)
     }
 
     async fn install_snapshot(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        let rpc: InstallSnapshotRequest<TypeConfig> = self.open(&request)?;
+        let rpc: InstallSnapshotRequest<TypeConfig> = self.unframe(&request)?;
         self.answer(&self.node.raft.install_snapshot(rpc).await)
     }
 
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        let rpc: VoteRequest<NodeId> = self.open(&request)?;
+        let rpc: VoteRequest<NodeId> = self.unframe(&request)?;
         self.answer(&self.node.vote(rpc).await)
     }
 }

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use cellog_net::proto as v1;
-use cellog_net::{Client, ClientOptions, NodeConfig, RaftTiming, RunningNode};
+use cellog_client::proto as v1;
+use cellog_client::{Client, ClientOptions};
+use cellog_net::{NodeConfig, RaftTiming, RunningNode};
 use cellog_raft::SystemClock;
 use cellog_raft::storage::SimDisk;
 
@@ -110,7 +111,7 @@ async fn membership_changes_online_and_clients_follow_the_leader() {
     )
     .expect("a client");
     match direct.publish(message("s.a", "no retries")).await {
-        Err(cellog_net::ClientError::Status { code, detail }) => {
+        Err(cellog_client::ClientError::Status { code, detail }) => {
             assert_eq!((code, detail.reason.as_str()), (tonic::Code::Unavailable, "NOT_LEADER"));
             assert_eq!(detail.leader_addr, first.client_addr.to_string());
             assert_eq!(detail.leader_id, 1);

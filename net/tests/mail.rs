@@ -12,10 +12,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use cellog_client::proto as v1;
+use cellog_client::{Client, ClientError, ClientOptions};
 use cellog_envelope::{CellKey, Envelope, Keyring};
-use cellog_net::mail::{INBOX, OUTBOX, PROVENANCE};
-use cellog_net::proto as v1;
-use cellog_net::{Client, ClientError, ClientOptions, MailConfig, NodeConfig, RaftTiming, RetryPolicy, RunningNode};
+use cellog_mail::schema::{INBOX, OUTBOX, PROVENANCE};
+use cellog_mail::{MailConfig, RetryPolicy};
+use cellog_net::{NodeConfig, RaftTiming, RunningNode};
 use cellog_raft::SystemClock;
 use cellog_raft::storage::SimDisk;
 use tonic::Code;
@@ -190,7 +192,7 @@ async fn a_multicast_says_which_recipients_it_reached_and_how_the_others_ended()
     assert_eq!(results(&settled(&alpha_client, &second.envelope_id).await)["bravo"], Delivered);
     assert_eq!(bravo_client.read_mail(0, 10).await.expect("reads").len(), 2);
     assert_eq!(read(&bravo_client, PROVENANCE).await.len(), 1);
-    assert_eq!(bravo_node.metrics.provenance_failures.get(), 1);
+    assert_eq!(bravo_node.metrics.mail.provenance_failures.get(), 1);
 
     // An unknown recipient refuses the whole send, naming it; nothing is stored.
     let outbox_before = read(&alpha_client, OUTBOX).await.len();

@@ -7,8 +7,9 @@
 use std::sync::Arc;
 
 use bytes::{Buf, BufMut, Bytes};
-use cellog_net::proto as v1;
-use cellog_net::{Client, ClientError, ClientOptions, NodeConfig, RaftTiming, RunningNode};
+use cellog_client::proto as v1;
+use cellog_client::{Client, ClientError, ClientOptions};
+use cellog_net::{NodeConfig, RaftTiming, RunningNode};
 use cellog_raft::SystemClock;
 use cellog_raft::storage::SimDisk;
 use tonic::Code;
@@ -141,7 +142,7 @@ async fn bad_input_gets_typed_errors_and_changes_nothing() {
     expect_error(client.publish(publish("orders.1", &big)).await, Code::InvalidArgument, "PAYLOAD_TOO_LARGE");
     let huge = Bytes::from(prost::Message::encode_to_vec(&publish(
         "orders.1",
-        &vec![0u8; cellog_net::node::MAX_CLIENT_MESSAGE],
+        &vec![0u8; cellog_client::limits::MAX_CLIENT_MESSAGE],
     )));
     let status =
         raw_call(&node.client_addr.to_string(), "/cellog.v1.Cellog/Publish", huge).await.expect_err("too large");

@@ -1,6 +1,6 @@
 //! The cellog wire protocols, generated from `proto/` (the same code runs over real gRPC and in simulation):
 //!
-//! - [`v1`]: the client API, `cellog.v1.Cellog`.
+//! - [`v1`]: the client API, `cellog.v1.Cellog`, and sealed mail between cells, `cellog.v1.Mail`.
 //! - [`raft`]: the transport between the nodes of a cell, `cellog.raft.v1.Raft`.
 //!
 //! [`FILE_DESCRIPTOR_SET`] describes both, for gRPC reflection.

@@ -9,7 +9,7 @@
 //! with its bodies, and a restart replays the release from the log anyway.
 //!
 //! Bodies are read by the node that answers a client, after the apply and outside the replica's lock
-//! ([`StoredBodies::read`]). Reads are verified twice: the record's seal (crc32c over space, key and bytes) and the
+//! ([`StoredBodies::read`]). Reads are verified twice: the record's frame (crc32c over space, key and bytes) and the
 //! body's own length and crc32c, which the cell's [`BodyRef`] carries. A body that fails either is never served, and
 //! [`StoredBodies::mark_damaged`] records the damage in [`MetaKey::BodiesDamaged`], so that the node's next start
 //! drops its state and takes a whole snapshot from the leader.

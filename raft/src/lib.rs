@@ -8,6 +8,7 @@
 //! - [`log_store`] and [`state_machine`]: openraft's storage traits over `Storage`, the latter applying committed
 //!   entries to `cellog-core`.
 //! - [`node`]: a running node: Raft over its storage, and the gate that keeps a repairing node from voting.
+//! - [`membership`]: the cell as a node sees it, and adding, promoting and removing members, with errors of its own.
 //! - [`recovery`]: opening a node's storage after a crash, verifying every record and cutting off a corrupt log
 //!   suffix so the node repairs itself from its peers.
 //! - [`transition`]: state transitions (applied entries, effects, role, membership, snapshots) as `tracing` events,
@@ -20,6 +21,7 @@
 
 pub mod bodies;
 pub mod log_store;
+pub mod membership;
 pub mod node;
 pub mod recovery;
 pub mod runtime;
@@ -30,9 +32,10 @@ pub mod types;
 
 pub use bodies::{BodyError, StoredBodies};
 pub use log_store::LogStore;
+pub use membership::{ClusterView, Member, MembershipError};
 pub use node::{
     Answer, CellNode, Clock, ENTRIES_IN_FLIGHT, MAX_BATCH, MAX_BATCH_BYTES, ProposeError, StartError, SystemClock,
 };
 pub use recovery::{Recovery, open_stores};
 pub use state_machine::{Replica, StateMachineStore};
-pub use types::{Entry, LogId, Node, NodeId, Raft, Request, Response, TypeConfig};
+pub use types::{Entry, LogId, NodeAddrs, NodeId, Raft, Request, Response, TypeConfig};

@@ -19,7 +19,7 @@ use crate::recovery::{Recovery, clear_repair_target, open_stores};
 use crate::state_machine::Replica;
 use crate::storage::{Storage, StorageError};
 use crate::transition;
-use crate::types::{Node, NodeId, Raft, Request, Response, TypeConfig};
+use crate::types::{NodeAddrs, NodeId, Raft, Request, Response, TypeConfig};
 
 /// Where a leader reads the time it stamps on commands.
 pub trait Clock: Send + Sync + 'static {
@@ -98,7 +98,7 @@ pub enum ProposeError {
     #[error("not the leader; the leader is {leader:?}")]
     NotLeader {
         /// The leader, if this node knows it.
-        leader: Option<(NodeId, Node)>,
+        leader: Option<(NodeId, NodeAddrs)>,
     },
     /// The command was handed to Raft, and leadership moved before it committed. The next leader may still commit
     /// it: the outcome is unknown (the new leader's id and address, when known).
@@ -107,7 +107,7 @@ pub enum ProposeError {
     )]
     LeaderChanged {
         /// The new leader, if this node knows it.
-        leader: Option<(NodeId, Node)>,
+        leader: Option<(NodeId, NodeAddrs)>,
     },
     /// Raft stopped or failed; the outcome of the proposal is unknown.
     #[error("raft: {0}")]
@@ -275,7 +275,7 @@ impl<S: Storage + Clone> CellNode<S> {
     }
 
     /// The leader as this node knows it, with its addresses.
-    pub fn leader(&self) -> Option<(NodeId, Node)> {
+    pub fn leader(&self) -> Option<(NodeId, NodeAddrs)> {
         let metrics = self.raft.metrics().borrow().clone();
         let leader = metrics.current_leader?;
         let node = metrics.membership_config.membership().get_node(&leader).cloned()?;

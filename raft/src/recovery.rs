@@ -61,17 +61,17 @@ fn scan_log<S: Storage>(storage: &S, last_purged: Option<LogId>) -> Result<LogSc
     let mut scan = LogScan { first_bad: None, torn_tail: false, n_verified: 0, last: Some(last) };
     let mut expected = last_purged.map_or(first, |purged| purged.index + 1);
     while expected <= last {
-        let records = storage.scan_sealed(Space::Log, expected..last.saturating_add(1), SCAN_CHUNK)?;
+        let records = storage.scan_framed(Space::Log, expected..last.saturating_add(1), SCAN_CHUNK)?;
         if records.is_empty() {
             break;
         }
-        for (index, sealed) in records {
+        for (index, framed) in records {
             if index != expected {
                 scan.first_bad = Some((expected, format!("missing entry (next stored is {index})")));
                 return Ok(scan);
             }
             let verified =
-                crate::storage::open(Space::Log, index, &sealed).and_then(|payload| decode_entry(index, payload));
+                crate::storage::unframe(Space::Log, index, &framed).and_then(|payload| decode_entry(index, payload));
             if let Err(error) = verified {
                 scan.first_bad = Some((index, error.to_string()));
                 scan.torn_tail = index == last;

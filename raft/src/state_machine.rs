@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::bodies::{BodyError, BodyReadError, BodyWork, StoredBodies};
 use crate::storage::{Batch, Space, Storage, StorageError};
 use crate::transition;
-use crate::types::{Entry, LogId, Node, NodeId, RaftStorageError, Response, TypeConfig};
+use crate::types::{Entry, LogId, NodeAddrs, NodeId, RaftStorageError, Response, TypeConfig};
 
 /// The key of the one snapshot record in [`Space::State`].
 const SNAPSHOT_KEY: u64 = 0;
@@ -33,14 +33,14 @@ pub struct Replica {
     /// The last entry applied.
     pub last_applied: Option<LogId>,
     /// The last membership applied.
-    pub membership: StoredMembership<NodeId, Node>,
+    pub membership: StoredMembership<NodeId, NodeAddrs>,
 }
 
 /// What a snapshot holds.
 #[derive(Debug, Serialize, Deserialize)]
 struct SnapshotFile {
     last_applied: Option<LogId>,
-    membership: StoredMembership<NodeId, Node>,
+    membership: StoredMembership<NodeId, NodeAddrs>,
     /// `Cell::snapshot()` where stored, `Cell::snapshot_whole()` (bodies included) where sent: versioned and
     /// checksummed on its own.
     cell: Vec<u8>,
@@ -53,7 +53,7 @@ impl Replica {
     }
 
     /// The meta of a snapshot of this replica.
-    fn meta(&self) -> SnapshotMeta<NodeId, Node> {
+    fn meta(&self) -> SnapshotMeta<NodeId, NodeAddrs> {
         SnapshotMeta {
             last_log_id: self.last_applied,
             last_membership: self.membership.clone(),
@@ -125,7 +125,7 @@ pub struct StateMachineStore<S> {
     /// The stored snapshot's meta, from `open` until openraft first asks for the current snapshot or a snapshot is
     /// built or installed. openraft 0.9.25 asks first when the node starts (`get_initial_state`, after re-applying
     /// the committed log), for the meta alone; answering with it spares the start reading every body.
-    initial_meta: Arc<Mutex<Option<SnapshotMeta<NodeId, Node>>>>,
+    initial_meta: Arc<Mutex<Option<SnapshotMeta<NodeId, NodeAddrs>>>>,
 }
 
 fn state_error(error: impl std::fmt::Display) -> RaftStorageError {
@@ -159,7 +159,7 @@ impl<S: Storage + Clone> StateMachineStore<S> {
         Ok((Replica { cell, last_applied: file.last_applied, membership: file.membership }, bodies))
     }
 
-    fn take_initial_meta(&self) -> Option<SnapshotMeta<NodeId, Node>> {
+    fn take_initial_meta(&self) -> Option<SnapshotMeta<NodeId, NodeAddrs>> {
         self.initial_meta.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take()
     }
 
@@ -241,7 +241,9 @@ impl<S: Storage + Clone> RaftSnapshotBuilder<TypeConfig> for StateMachineStore<S
 impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
     type SnapshotBuilder = Self;
 
-    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership<NodeId, Node>), RaftStorageError> {
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogId>, StoredMembership<NodeId, NodeAddrs>), RaftStorageError> {
         let replica = self.lock();
         Ok((replica.last_applied, replica.membership.clone()))
     }
@@ -309,7 +311,7 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
 
     async fn install_snapshot(
         &mut self,
-        meta: &SnapshotMeta<NodeId, Node>,
+        meta: &SnapshotMeta<NodeId, NodeAddrs>,
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), RaftStorageError> {
         self.take_initial_meta();

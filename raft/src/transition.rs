@@ -11,10 +11,10 @@ use std::fmt::Write as _;
 use cellog_core::{Effect, Millis, Outcome, Rejection};
 use openraft::{Membership, ServerState};
 
-use crate::types::{Node, NodeId, Raft};
+use crate::types::{NodeAddrs, NodeId, Raft};
 
 /// The `tracing` target of every transition event.
-pub const TARGET: &str = "cellog::transition";
+pub const TARGET: &str = cellog_core::TRANSITIONS;
 
 /// Whether applied entries are being traced (so their summaries are worth building).
 pub(crate) fn tracing_entries() -> bool {
@@ -61,7 +61,7 @@ pub(crate) fn applied(index: u64, at: Millis, commands: &[&'static str], results
 }
 
 /// One applied membership change.
-pub(crate) fn membership(index: u64, membership: &Membership<NodeId, Node>) {
+pub(crate) fn membership(index: u64, membership: &Membership<NodeId, NodeAddrs>) {
     let voters: Vec<NodeId> = membership.voter_ids().collect();
     let learners: Vec<NodeId> = membership.learner_ids().collect();
     tracing::info!(target: TARGET, index, ?voters, ?learners, "membership");

@@ -11,21 +11,21 @@ pub type NodeId = u64;
 /// Where a node of the cell is reached: its peer (Raft) address and its client address. Membership carries it, so
 /// every node can tell a client where the leader is.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct Node {
+pub struct NodeAddrs {
     /// The address other nodes send Raft messages to.
     pub raft_addr: String,
     /// The address clients connect to.
     pub client_addr: String,
 }
 
-impl Node {
+impl NodeAddrs {
     /// A node reached at `raft_addr` by its peers and at `client_addr` by clients.
     pub fn new(raft_addr: impl Into<String>, client_addr: impl Into<String>) -> Self {
-        Node { raft_addr: raft_addr.into(), client_addr: client_addr.into() }
+        NodeAddrs { raft_addr: raft_addr.into(), client_addr: client_addr.into() }
     }
 }
 
-impl std::fmt::Display for Node {
+impl std::fmt::Display for NodeAddrs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "raft {} client {}", self.raft_addr, self.client_addr)
     }
@@ -57,7 +57,7 @@ openraft::declare_raft_types!(
         D = Request,
         R = Response,
         NodeId = NodeId,
-        Node = Node,
+        Node = NodeAddrs,
         Entry = openraft::Entry<TypeConfig>,
         SnapshotData = Cursor<Vec<u8>>,
         AsyncRuntime = crate::runtime::CellRuntime,

@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use cellog_raft::storage::{DiskFaults, Space};
-use cellog_raft::{Node, NodeId};
+use cellog_raft::{NodeAddrs, NodeId};
 use common::{TIMEOUT, TestCell};
 use openraft::raft::VoteRequest;
 
@@ -74,7 +74,7 @@ async fn a_new_node_catches_up_by_snapshot_and_membership_changes_online() {
         .expect("the leader snapshots and purges");
 
     cell.start(4).await;
-    cell.node(leader).raft.add_learner(4, Node::new("node-4", "client-4"), true).await.expect("learner added");
+    cell.node(leader).raft.add_learner(4, NodeAddrs::new("node-4", "client-4"), true).await.expect("learner added");
     let newcomer = cell.node(4);
     newcomer
         .raft

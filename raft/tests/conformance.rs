@@ -1,7 +1,7 @@
 //! The storage conformance suite, run against every `Storage` implementation, plus openraft's own storage suite
 //! over the log and state-machine stores built on each.
 
-use cellog_raft::storage::{Batch, DiskFaults, SimDisk, Space, Storage, StorageError, Write, seal};
+use cellog_raft::storage::{Batch, DiskFaults, SimDisk, Space, Storage, StorageError, Write, frame};
 use cellog_raft::types::{NodeId, TypeConfig};
 use cellog_raft::{LogStore, StateMachineStore, open_stores};
 use openraft::testing::{StoreBuilder, Suite};
@@ -39,16 +39,16 @@ fn conformance<S: Storage>(store: S, reopen: impl FnOnce(S) -> S) {
     assert_eq!(store.key_bounds(Space::Log).unwrap(), Some((3, 3)));
 
     // A damaged record or one under the wrong key is a typed corruption, never wrong data.
-    let mut flipped = seal(Space::State, 7, b"state");
+    let mut flipped = frame(Space::State, 7, b"state");
     flipped[9] ^= 0x10;
-    let misdirected = seal(Space::State, 7, b"misdirected");
-    let torn = seal(Space::State, 7, b"torn record")[..10].to_vec();
+    let misdirected = frame(Space::State, 7, b"misdirected");
+    let torn = frame(Space::State, 7, b"torn record")[..10].to_vec();
     store
         .write(Batch {
             writes: vec![
-                Write::Put { space: Space::State, key: 7, sealed: flipped },
-                Write::Put { space: Space::State, key: 8, sealed: misdirected },
-                Write::Put { space: Space::State, key: 9, sealed: torn },
+                Write::Put { space: Space::State, key: 7, framed: flipped },
+                Write::Put { space: Space::State, key: 8, framed: misdirected },
+                Write::Put { space: Space::State, key: 9, framed: torn },
             ],
         })
         .unwrap();

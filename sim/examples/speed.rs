@@ -10,7 +10,7 @@ fn main() {
     use std::time::Duration;
 
     use bytes::Bytes;
-    use cellog_net::proto as v1;
+    use cellog_client::proto as v1;
     use cellog_sim::Cluster;
 
     let mut args = std::env::args().skip(1);

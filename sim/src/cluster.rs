@@ -10,13 +10,13 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
+use cellog_client::{Client, ClientOptions, proto as v1};
 use cellog_core::Millis;
 use cellog_envelope::{CellKey, Keyring};
-use cellog_net::{
-    Client, ClientOptions, MailConfig, NodeConfig, Peer, RaftTiming, RetryPolicy, RunningNode, proto as v1,
-};
+use cellog_mail::{MailConfig, RetryPolicy};
+use cellog_net::{NodeConfig, Peer, RaftTiming, RunningNode};
 use cellog_raft::storage::{DiskFaults, MetaKey, SimDisk, Space, Storage};
-use cellog_raft::{Clock, Node, SystemClock};
+use cellog_raft::{Clock, NodeAddrs, SystemClock};
 use madsim::net::NetSim;
 use madsim::runtime::{Handle, NodeHandle};
 
@@ -98,8 +98,8 @@ fn ip(id: SimNodeId) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(10, 0, 0, u8::try_from(id).expect("at most 255 nodes")))
 }
 
-fn node_addrs(id: SimNodeId) -> Node {
-    Node::new(SocketAddr::new(ip(id), RAFT_PORT).to_string(), SocketAddr::new(ip(id), CLIENT_PORT).to_string())
+fn node_addrs(id: SimNodeId) -> NodeAddrs {
+    NodeAddrs::new(SocketAddr::new(ip(id), RAFT_PORT).to_string(), SocketAddr::new(ip(id), CLIENT_PORT).to_string())
 }
 
 /// Raft timing in simulation: heartbeats, elections and the log kept behind a snapshot as in production.
@@ -597,7 +597,7 @@ impl Cluster {
         id: SimNodeId,
         stream: &str,
         partitions: u32,
-    ) -> Result<Vec<v1::Message>, cellog_net::ClientError> {
+    ) -> Result<Vec<v1::Message>, cellog_client::ClientError> {
         let client = self.client_of(id);
         let stream = stream.to_string();
         self.on_client(async move {

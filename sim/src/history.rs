@@ -9,7 +9,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use cellog_net::ClientError;
+use cellog_client::ClientError;
 
 use crate::trace::simulated_elapsed;
 

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use cellog_net::proto as v1;
+use cellog_client::proto as v1;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

@@ -10,8 +10,8 @@
 
 use std::collections::BTreeMap;
 
-use cellog_net::proto as v1;
-use cellog_net::{Client, ClientError};
+use cellog_client::proto as v1;
+use cellog_client::{Client, ClientError};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 

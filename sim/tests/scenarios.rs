@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use bytes::Bytes;
-use cellog_net::proto as v1;
+use cellog_client::proto as v1;
 use cellog_raft::storage::Space;
 use cellog_sim::history::{Completion, Op};
 use cellog_sim::workload::{Behaviour, Consumer, Producer, TxnProducer};
@@ -396,7 +396,7 @@ fn sealed_mail_crosses_a_partition_that_heals_with_nothing_lost_or_duplicated() 
 }
 
 async fn sealed_mail() {
-    use cellog_net::mail::{INBOX, PROVENANCE};
+    use cellog_mail::schema::{INBOX, PROVENANCE};
 
     const N: usize = 12;
     let mut cluster = Cluster::with_cells(&[("alpha", 3), ("bravo", 3)], cellog_net::RaftTiming::default(), true);
@@ -406,7 +406,10 @@ async fn sealed_mail() {
     cluster.partition(&alpha_ids, &bravo_ids);
 
     let (alpha, bravo) = (cluster.client_in("alpha"), cluster.client_in("bravo"));
-    let send = |client: cellog_net::Client, to: &'static str, prefix: &'static str, range: std::ops::Range<usize>| async move {
+    let send = |client: cellog_client::Client,
+                to: &'static str,
+                prefix: &'static str,
+                range: std::ops::Range<usize>| async move {
         for index in range {
             let id = format!("{prefix}-{index}");
             let payload = Bytes::from(format!("{prefix} says {index}"));

@@ -2,8 +2,8 @@
 //! implementations: RocksDB for production and [`SimDisk`] for tests and simulation.
 //!
 //! Records live in four key spaces ([`Space`]) keyed by `u64`. An implementation stores and returns bytes; it
-//! promises nothing about durability until [`Storage::sync`] returns. Every record is sealed with a crc32c over its
-//! space, its key and its payload ([`seal`]), so a flipped bit, a torn write or a record written under the wrong key
+//! promises nothing about durability until [`Storage::sync`] returns. Every record is framed with a crc32c over its
+//! space, its key and its payload ([`frame`]), so a flipped bit, a torn write or a record written under the wrong key
 //! is a typed [`StorageError::Corrupt`] on read, never wrong data.
 
 use std::ops::Range;
@@ -104,14 +104,14 @@ pub enum StorageError {
 /// One write of a batch.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Write {
-    /// Store a sealed record.
+    /// Store a framed record.
     Put {
         /// The space.
         space: Space,
         /// The key.
         key: u64,
-        /// The sealed bytes.
-        sealed: Vec<u8>,
+        /// The framed bytes.
+        framed: Vec<u8>,
     },
     /// Delete every key in a range.
     DeleteRange {
@@ -122,7 +122,7 @@ pub enum Write {
     },
 }
 
-/// Writes applied together, in order. Records are sealed as they are added.
+/// Writes applied together, in order. Records are framed as they are added.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Batch {
     /// The writes.
@@ -135,9 +135,9 @@ impl Batch {
         Batch::default()
     }
 
-    /// Adds a record, sealed for its space and key.
+    /// Adds a record, framed for its space and key.
     pub fn put(&mut self, space: Space, key: u64, payload: &[u8]) -> &mut Self {
-        self.writes.push(Write::Put { space, key, sealed: seal(space, key, payload) });
+        self.writes.push(Write::Put { space, key, framed: frame(space, key, payload) });
         self
     }
 
@@ -153,7 +153,7 @@ impl Batch {
     }
 }
 
-/// Durable storage of sealed records.
+/// Durable storage of framed records.
 ///
 /// ### To ensure correctness
 /// - A batch is applied in order and is visible to reads as soon as [`Storage::write`] returns.
@@ -167,10 +167,10 @@ pub trait Storage: Send + Sync + 'static {
     fn write(&self, batch: Batch) -> Result<(), StorageError>;
 
     /// The stored bytes under a key.
-    fn read_sealed(&self, space: Space, key: u64) -> Result<Option<Vec<u8>>, StorageError>;
+    fn read_framed(&self, space: Space, key: u64) -> Result<Option<Vec<u8>>, StorageError>;
 
     /// Up to `limit` stored records with keys in `keys`, in key order.
-    fn scan_sealed(&self, space: Space, keys: Range<u64>, limit: usize) -> Result<Vec<(u64, Vec<u8>)>, StorageError>;
+    fn scan_framed(&self, space: Space, keys: Range<u64>, limit: usize) -> Result<Vec<(u64, Vec<u8>)>, StorageError>;
 
     /// The smallest and largest key in a space, if any.
     fn key_bounds(&self, space: Space) -> Result<Option<(u64, u64)>, StorageError>;
@@ -193,17 +193,17 @@ pub trait Storage: Send + Sync + 'static {
 
     /// A verified record.
     fn get(&self, space: Space, key: u64) -> Result<Option<Vec<u8>>, StorageError> {
-        match self.read_sealed(space, key)? {
-            Some(sealed) => open(space, key, &sealed).map(|payload| Some(payload.to_vec())),
+        match self.read_framed(space, key)? {
+            Some(framed) => unframe(space, key, &framed).map(|payload| Some(payload.to_vec())),
             None => Ok(None),
         }
     }
 
     /// Verified records in key order; the first one that does not verify is an error.
     fn scan(&self, space: Space, keys: Range<u64>, limit: usize) -> Result<Vec<(u64, Vec<u8>)>, StorageError> {
-        self.scan_sealed(space, keys, limit)?
+        self.scan_framed(space, keys, limit)?
             .into_iter()
-            .map(|(key, sealed)| open(space, key, &sealed).map(|payload| (key, payload.to_vec())))
+            .map(|(key, framed)| unframe(space, key, &framed).map(|payload| (key, payload.to_vec())))
             .collect()
     }
 }
@@ -212,11 +212,11 @@ impl<S: Storage + ?Sized> Storage for std::sync::Arc<S> {
     fn write(&self, batch: Batch) -> Result<(), StorageError> {
         (**self).write(batch)
     }
-    fn read_sealed(&self, space: Space, key: u64) -> Result<Option<Vec<u8>>, StorageError> {
-        (**self).read_sealed(space, key)
+    fn read_framed(&self, space: Space, key: u64) -> Result<Option<Vec<u8>>, StorageError> {
+        (**self).read_framed(space, key)
     }
-    fn scan_sealed(&self, space: Space, keys: Range<u64>, limit: usize) -> Result<Vec<(u64, Vec<u8>)>, StorageError> {
-        (**self).scan_sealed(space, keys, limit)
+    fn scan_framed(&self, space: Space, keys: Range<u64>, limit: usize) -> Result<Vec<(u64, Vec<u8>)>, StorageError> {
+        (**self).scan_framed(space, keys, limit)
     }
     fn key_bounds(&self, space: Space) -> Result<Option<(u64, u64)>, StorageError> {
         (**self).key_bounds(space)
@@ -232,8 +232,8 @@ impl<S: Storage + ?Sized> Storage for std::sync::Arc<S> {
     }
 }
 
-/// Bytes a sealed record adds to its payload: a crc32c and the payload length.
-pub const SEAL_BYTES: usize = 8;
+/// Bytes a framed record adds to its payload: a crc32c and the payload length.
+pub const FRAME_BYTES: usize = 8;
 
 fn checksum(space: Space, key: u64, payload: &[u8]) -> u32 {
     let mut header = [0u8; 9];
@@ -242,25 +242,25 @@ fn checksum(space: Space, key: u64, payload: &[u8]) -> u32 {
     crc32c::crc32c_append(crc32c::crc32c(&header), payload)
 }
 
-/// Seals a payload for its place: `crc32c(space, key, payload)` and the payload's length, then the payload. The
+/// Frames a payload for its place: `crc32c(space, key, payload)` and the payload's length, then the payload. The
 /// place is part of the checksum, so a record written under the wrong key does not verify.
-pub fn seal(space: Space, key: u64, payload: &[u8]) -> Vec<u8> {
-    let mut sealed = Vec::with_capacity(SEAL_BYTES + payload.len());
-    sealed.extend_from_slice(&checksum(space, key, payload).to_le_bytes());
-    sealed.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    sealed.extend_from_slice(payload);
-    sealed
+pub fn frame(space: Space, key: u64, payload: &[u8]) -> Vec<u8> {
+    let mut framed = Vec::with_capacity(FRAME_BYTES + payload.len());
+    framed.extend_from_slice(&checksum(space, key, payload).to_le_bytes());
+    framed.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    framed.extend_from_slice(payload);
+    framed
 }
 
-/// Verifies a sealed record read from `space` at `key` and returns its payload.
-pub fn open(space: Space, key: u64, sealed: &[u8]) -> Result<&[u8], StorageError> {
+/// Verifies a framed record read from `space` at `key` and returns its payload.
+pub fn unframe(space: Space, key: u64, framed: &[u8]) -> Result<&[u8], StorageError> {
     let corrupt = |reason: String| StorageError::Corrupt { space, key, reason };
-    if sealed.len() < SEAL_BYTES {
-        return Err(corrupt(format!("{} bytes is shorter than a record header", sealed.len())));
+    if framed.len() < FRAME_BYTES {
+        return Err(corrupt(format!("{} bytes is shorter than a record header", framed.len())));
     }
-    let stored = u32::from_le_bytes(sealed[0..4].try_into().expect("4 bytes"));
-    let length = u32::from_le_bytes(sealed[4..8].try_into().expect("4 bytes")) as usize;
-    let payload = &sealed[SEAL_BYTES..];
+    let stored = u32::from_le_bytes(framed[0..4].try_into().expect("4 bytes"));
+    let length = u32::from_le_bytes(framed[4..8].try_into().expect("4 bytes")) as usize;
+    let payload = &framed[FRAME_BYTES..];
     if payload.len() != length {
         return Err(corrupt(format!("length says {length} bytes, {} are stored", payload.len())));
     }

@@ -82,7 +82,7 @@ impl Storage for RocksStorage {
         let mut rocks_batch = WriteBatch::default();
         for write in &batch.writes {
             match write {
-                Write::Put { space, key, sealed } => rocks_batch.put_cf(self.family(*space), key_bytes(*key), sealed),
+                Write::Put { space, key, framed } => rocks_batch.put_cf(self.family(*space), key_bytes(*key), framed),
                 Write::DeleteRange { space, keys } => {
                     if keys.start.checked_add(1) == Some(keys.end) {
                         // A point delete: range tombstones are for ranges, and many of them slow reads.
@@ -99,11 +99,11 @@ impl Storage for RocksStorage {
         self.db.write_opt(rocks_batch, &options).map_err(|error| self.poison(error))
     }
 
-    fn read_sealed(&self, space: Space, key: u64) -> Result<Option<Vec<u8>>, StorageError> {
+    fn read_framed(&self, space: Space, key: u64) -> Result<Option<Vec<u8>>, StorageError> {
         self.db.get_cf(self.family(space), key_bytes(key)).map_err(io)
     }
 
-    fn scan_sealed(&self, space: Space, keys: Range<u64>, limit: usize) -> Result<Vec<(u64, Vec<u8>)>, StorageError> {
+    fn scan_framed(&self, space: Space, keys: Range<u64>, limit: usize) -> Result<Vec<(u64, Vec<u8>)>, StorageError> {
         let mut records = Vec::new();
         if keys.start >= keys.end {
             return Ok(records);

@@ -53,8 +53,8 @@ pub struct SimDisk {
 
 fn apply(records: &mut Records, write: &Write) {
     match write {
-        Write::Put { space, key, sealed } => {
-            records.insert((*space, *key), sealed.clone());
+        Write::Put { space, key, framed } => {
+            records.insert((*space, *key), framed.clone());
         }
         Write::DeleteRange { space, keys } => {
             if keys.start < keys.end {
@@ -107,11 +107,11 @@ impl SimDisk {
         let state = &mut *state;
         let torn = chance(&mut state.rng, state.faults.torn_write_ppm);
         if torn
-            && let Some(Write::Put { space, key, sealed }) =
+            && let Some(Write::Put { space, key, framed }) =
                 state.unsynced.iter().rev().find(|w| matches!(w, Write::Put { .. })).cloned()
         {
-            let keep = state.rng.gen_range(0..sealed.len().max(1));
-            state.durable.insert((space, key), sealed[..keep].to_vec());
+            let keep = state.rng.gen_range(0..framed.len().max(1));
+            state.durable.insert((space, key), framed[..keep].to_vec());
         }
         state.unsynced.clear();
         state.view = state.durable.clone();
@@ -197,13 +197,13 @@ impl Storage for SimDisk {
         Ok(())
     }
 
-    fn read_sealed(&self, space: Space, key: u64) -> Result<Option<Vec<u8>>, StorageError> {
+    fn read_framed(&self, space: Space, key: u64) -> Result<Option<Vec<u8>>, StorageError> {
         let mut state = self.lock();
         state.check_readable(space, key)?;
         Ok(state.view.get(&(space, key)).cloned())
     }
 
-    fn scan_sealed(&self, space: Space, keys: Range<u64>, limit: usize) -> Result<Vec<(u64, Vec<u8>)>, StorageError> {
+    fn scan_framed(&self, space: Space, keys: Range<u64>, limit: usize) -> Result<Vec<(u64, Vec<u8>)>, StorageError> {
         let mut state = self.lock();
         state.check_readable(space, keys.start)?;
         if keys.start >= keys.end {
@@ -232,18 +232,18 @@ impl Storage for SimDisk {
         let mut faulted = false;
         for write in std::mem::take(&mut state.unsynced) {
             let write = match write {
-                Write::Put { space, key, mut sealed } => {
+                Write::Put { space, key, mut framed } => {
                     let mut key = key;
                     if chance(&mut state.rng, state.faults.misdirected_write_ppm) {
                         key ^= 1;
                         faulted = true;
                     }
-                    if !sealed.is_empty() && chance(&mut state.rng, state.faults.bit_flip_ppm) {
-                        let bit = state.rng.gen_range(0..sealed.len() * 8);
-                        sealed[bit / 8] ^= 1 << (bit % 8);
+                    if !framed.is_empty() && chance(&mut state.rng, state.faults.bit_flip_ppm) {
+                        let bit = state.rng.gen_range(0..framed.len() * 8);
+                        framed[bit / 8] ^= 1 << (bit % 8);
                         faulted = true;
                     }
-                    Write::Put { space, key, sealed }
+                    Write::Put { space, key, framed }
                 }
                 other => other,
             };

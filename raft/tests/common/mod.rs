@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use cellog_core::{Command, Outcome, PublishRequest, Rejection, StreamConfig};
 use cellog_raft::storage::SimDisk;
-use cellog_raft::types::{Node, NodeId, TypeConfig};
+use cellog_raft::types::{NodeAddrs, NodeId, TypeConfig};
 use cellog_raft::{CellNode, ProposeError};
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
@@ -62,7 +62,7 @@ impl Router {
 impl RaftNetworkFactory<TypeConfig> for NodeNetwork {
     type Network = Connection;
 
-    async fn new_client(&mut self, target: NodeId, _node: &Node) -> Connection {
+    async fn new_client(&mut self, target: NodeId, _node: &NodeAddrs) -> Connection {
         Connection { router: self.router.clone(), from: self.from, target }
     }
 }
@@ -72,7 +72,7 @@ impl RaftNetwork<TypeConfig> for Connection {
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
         _option: RPCOption,
-    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, NodeAddrs, RaftError<NodeId>>> {
         let node = self.router.reach(self.from, self.target).map_err(RPCError::Unreachable)?;
         node.raft.append_entries(rpc).await.map_err(|error| RPCError::RemoteError(RemoteError::new(self.target, error)))
     }
@@ -81,7 +81,8 @@ impl RaftNetwork<TypeConfig> for Connection {
         &mut self,
         rpc: InstallSnapshotRequest<TypeConfig>,
         _option: RPCOption,
-    ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId, InstallSnapshotError>>> {
+    ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, NodeAddrs, RaftError<NodeId, InstallSnapshotError>>>
+    {
         let node = self.router.reach(self.from, self.target).map_err(RPCError::Unreachable)?;
         node.raft
             .install_snapshot(rpc)
@@ -93,7 +94,7 @@ impl RaftNetwork<TypeConfig> for Connection {
         &mut self,
         rpc: VoteRequest<NodeId>,
         _option: RPCOption,
-    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, NodeAddrs, RaftError<NodeId>>> {
         let node = self.router.reach(self.from, self.target).map_err(RPCError::Unreachable)?;
         node.vote(rpc).await.map_err(|error| RPCError::Network(NetworkError::new(&error)))
     }
@@ -181,8 +182,8 @@ impl TestCell {
         for &id in ids {
             self.start(id).await;
         }
-        let members: BTreeMap<NodeId, Node> =
-            ids.iter().map(|&id| (id, Node::new(format!("node-{id}"), format!("client-{id}")))).collect();
+        let members: BTreeMap<NodeId, NodeAddrs> =
+            ids.iter().map(|&id| (id, NodeAddrs::new(format!("node-{id}"), format!("client-{id}")))).collect();
         self.node(ids[0]).raft.initialize(members).await.expect("initialize");
         self.wait_leader(ids).await;
     }

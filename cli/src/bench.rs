@@ -5,14 +5,14 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
-use cellog_net::proto as v1;
-use cellog_net::{Client, ClientError};
+use cellog_client::proto as v1;
+use cellog_client::{Client, ClientError};
 use clap::Subcommand;
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio::time::Instant;
 
 use crate::Connect;
-use crate::admin::client;
+use crate::commands::client;
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct Workload {

@@ -3,7 +3,7 @@
 //! one sequence on every node, and a consumer sees each at least once and, once acknowledged, never again.
 
 // The node binary runs on RocksDB.
-#![cfg(feature = "rocksdb")]
+#![cfg(feature = "node")]
 
 mod common;
 
@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
-use cellog_net::proto as v1;
+use cellog_client::proto as v1;
 use common::{cell, wait_converged, wait_for_leader};
 
 const STREAM: &str = "E2E";
@@ -56,7 +56,7 @@ async fn acknowledged_publishes_survive_a_killed_leader_exactly_once() {
     }
     wait_for_leader(&nodes).await;
     let addrs: Vec<String> = nodes.iter().map(|node| node.client_addr.clone()).collect();
-    let client = cellog_net::Client::new(addrs, common::quick()).expect("a client");
+    let client = cellog_client::Client::new(addrs, common::quick()).expect("a client");
     let config = v1::StreamConfig { subjects: vec!["e2e.>".to_string()], partitions: 3, ..Default::default() };
     client.create_stream(STREAM, config).await.expect("stream created");
     let consumer = v1::ConsumerConfig { ack_wait_ms: Some(5_000), ..Default::default() };
@@ -191,7 +191,7 @@ async fn cellog_dev_runs_a_cell_and_comes_back_with_its_data() {
     let (mut child, lines) = dev(dir.path(), base_port);
     assert_eq!(lines.iter().filter(|line| line.trim_start().starts_with("node ")).count(), 3, "{lines:?}");
     let addrs: Vec<String> = (1..=3).map(|i| format!("127.0.0.1:{}", base_port + i)).collect();
-    let client = cellog_net::Client::new(addrs.clone(), common::quick()).expect("a client");
+    let client = cellog_client::Client::new(addrs.clone(), common::quick()).expect("a client");
     client
         .create_stream("kept", v1::StreamConfig { subjects: vec!["kept.>".into()], ..Default::default() })
         .await
@@ -209,7 +209,7 @@ async fn cellog_dev_runs_a_cell_and_comes_back_with_its_data() {
     assert!(terminate(&mut child).success(), "Ctrl-C/SIGTERM exits 0");
 
     let (mut child, _) = dev(dir.path(), base_port);
-    let client = cellog_net::Client::new(addrs, common::quick()).expect("a client");
+    let client = cellog_client::Client::new(addrs, common::quick()).expect("a client");
     let messages = client.read("kept", ack.partition, ack.seq, 1, false).await.expect("read").messages;
     assert_eq!(messages[0].payload, Bytes::from_static(b"kept"), "the message survived the restart");
     assert!(terminate(&mut child).success());

@@ -16,13 +16,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use cellog_proto::v1::{self, cellog_client::CellogClient};
+use cellog_proto::v1::{self, cellog_client::CellogClient, mail_client::MailClient};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request, Response, Status};
 
-use crate::node::MAX_CLIENT_MESSAGE;
+use crate::limits::MAX_CLIENT_MESSAGE;
 use crate::status::{detail_of, from_item_error};
 
 /// How a client behaves.
@@ -164,7 +164,7 @@ struct Route {
     stale: bool,
     /// When the members were last asked for.
     discovered_at: Option<Instant>,
-    clients: std::collections::BTreeMap<String, CellogClient<Channel>>,
+    channels: std::collections::BTreeMap<String, Channel>,
 }
 
 /// A connection to a cell.
@@ -174,14 +174,23 @@ pub struct Client {
     options: ClientOptions,
 }
 
-fn connect(addr: &str) -> Result<CellogClient<Channel>, ClientError> {
+fn connect(addr: &str) -> Result<Channel, ClientError> {
     let uri = if addr.contains("://") { addr.to_string() } else { format!("http://{addr}") };
     let endpoint = Endpoint::from_shared(uri)
         .map_err(|error| ClientError::Address { addr: addr.to_string(), reason: error.to_string() })?;
-    let channel = endpoint.connect_timeout(Duration::from_secs(2)).tcp_nodelay(true).connect_lazy();
-    Ok(CellogClient::new(channel)
+    Ok(endpoint.connect_timeout(Duration::from_secs(2)).tcp_nodelay(true).connect_lazy())
+}
+
+/// The client API over a channel, with the wire limits.
+fn cellog(channel: Channel) -> CellogClient<Channel> {
+    CellogClient::new(channel)
         .max_decoding_message_size(MAX_CLIENT_MESSAGE)
-        .max_encoding_message_size(MAX_CLIENT_MESSAGE))
+        .max_encoding_message_size(MAX_CLIENT_MESSAGE)
+}
+
+/// Sealed mail over a channel, with the wire limits.
+fn mail(channel: Channel) -> MailClient<Channel> {
+    MailClient::new(channel).max_decoding_message_size(MAX_CLIENT_MESSAGE).max_encoding_message_size(MAX_CLIENT_MESSAGE)
 }
 
 impl Client {
@@ -198,7 +207,7 @@ impl Client {
             connect(addr)?;
         }
         let route =
-            Route { addrs, current: 0, stale: false, discovered_at: None, clients: std::collections::BTreeMap::new() };
+            Route { addrs, current: 0, stale: false, discovered_at: None, channels: std::collections::BTreeMap::new() };
         Ok(Client { route: Arc::new(Mutex::new(route)), options })
     }
 
@@ -208,15 +217,20 @@ impl Client {
         route.addrs[route.current].clone()
     }
 
-    fn current(&self) -> Result<CellogClient<Channel>, ClientError> {
+    /// The channel to the node the next call goes to.
+    fn channel(&self) -> Result<Channel, ClientError> {
         let mut route = self.route.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let addr = route.addrs[route.current].clone();
-        if let Some(client) = route.clients.get(&addr) {
-            return Ok(client.clone());
+        if let Some(channel) = route.channels.get(&addr) {
+            return Ok(channel.clone());
         }
-        let client = connect(&addr)?;
-        route.clients.insert(addr, client.clone());
-        Ok(client)
+        let channel = connect(&addr)?;
+        route.channels.insert(addr, channel.clone());
+        Ok(channel)
+    }
+
+    fn current(&self) -> Result<CellogClient<Channel>, ClientError> {
+        self.channel().map(cellog)
     }
 
     fn go_to(&self, addr: String) {
@@ -290,11 +304,36 @@ impl Client {
         true
     }
 
-    /// Runs one call, following the leader and retrying what is safe.
+    /// Runs one call of the client API, following the leader and retrying what is safe.
     pub async fn call<T, M, F, Fut>(&self, idempotent: bool, message: M, call: F) -> Result<T, ClientError>
     where
         M: Clone,
         F: Fn(CellogClient<Channel>, Request<M>) -> Fut,
+        Fut: std::future::Future<Output = Result<Response<T>, Status>>,
+    {
+        self.call_on(cellog, idempotent, message, call).await
+    }
+
+    /// Runs one call of sealed mail, following the leader and retrying what is safe.
+    pub async fn call_mail<T, M, F, Fut>(&self, idempotent: bool, message: M, call: F) -> Result<T, ClientError>
+    where
+        M: Clone,
+        F: Fn(MailClient<Channel>, Request<M>) -> Fut,
+        Fut: std::future::Future<Output = Result<Response<T>, Status>>,
+    {
+        self.call_on(mail, idempotent, message, call).await
+    }
+
+    async fn call_on<C, T, M, F, Fut>(
+        &self,
+        service: fn(Channel) -> C,
+        idempotent: bool,
+        message: M,
+        call: F,
+    ) -> Result<T, ClientError>
+    where
+        M: Clone,
+        F: Fn(C, Request<M>) -> Fut,
         Fut: std::future::Future<Output = Result<Response<T>, Status>>,
     {
         let deadline = Instant::now() + self.options.retry_for;
@@ -302,7 +341,7 @@ impl Client {
         loop {
             let mut request = Request::new(message.clone());
             request.set_timeout(self.options.attempt_timeout);
-            let status = match call(self.current()?, request).await {
+            let status = match call(service(self.channel()?), request).await {
                 Ok(response) => {
                     self.rediscover().await;
                     return Ok(response.into_inner());
@@ -332,25 +371,25 @@ impl Client {
             payload,
             envelope_id: envelope_id.unwrap_or_default().to_string(),
         };
-        self.call(envelope_id.is_some(), request, |mut c, r| async move { c.send_sealed(r).await }).await
+        self.call_mail(envelope_id.is_some(), request, |mut c, r| async move { c.send_sealed(r).await }).await
     }
 
     /// Each recipient's result for an envelope this cell sent.
     pub async fn delivery_status(&self, envelope_id: &str) -> Result<v1::DeliveryStatusResponse, ClientError> {
         let request = v1::DeliveryStatusRequest { envelope_id: envelope_id.to_string() };
-        self.call(true, request, |mut c, r| async move { c.delivery_status(r).await }).await
+        self.call_mail(true, request, |mut c, r| async move { c.delivery_status(r).await }).await
     }
 
     /// Hands an envelope to this cell (cell to cell; a repeat is stored once).
     pub async fn deliver(&self, envelope: Bytes) -> Result<v1::DeliverResponse, ClientError> {
         let request = v1::DeliverRequest { envelope };
-        self.call(true, request, |mut c, r| async move { c.deliver(r).await }).await
+        self.call_mail(true, request, |mut c, r| async move { c.deliver(r).await }).await
     }
 
     /// This cell's inbox from `from_seq` on, opened.
-    pub async fn read_mail(&self, from_seq: u64, max: u32) -> Result<Vec<v1::Mail>, ClientError> {
+    pub async fn read_mail(&self, from_seq: u64, max: u32) -> Result<Vec<v1::OpenedMail>, ClientError> {
         let request = v1::ReadMailRequest { from_seq, max };
-        Ok(self.call(true, request, |mut c, r| async move { c.read_mail(r).await }).await?.mail)
+        Ok(self.call_mail(true, request, |mut c, r| async move { c.read_mail(r).await }).await?.mail)
     }
 
     /// Replaces a stored message's payload with a tombstone (its id stays remembered).
@@ -779,8 +818,9 @@ mod tests {
     fn a_silent_node_is_unreachable_and_a_refusing_one_is_not() {
         assert!(unreachable(&Status::unavailable("transport error")), "no answer from the node");
         assert!(unreachable(&Status::deadline_exceeded("timeout")));
-        assert!(!unreachable(&crate::status::not_leader(None)), "the node answered: it does not lead");
-        assert!(!unreachable(&crate::status::unavailable("MEMBERSHIP_CHANGING", "busy", 200)));
+        let refused = |reason| crate::status::failed(Code::Unavailable, reason, "refused");
+        assert!(!unreachable(&refused("NOT_LEADER")), "the node answered: it does not lead");
+        assert!(!unreachable(&refused("MEMBERSHIP_CHANGING")));
         assert!(!unreachable(&Status::invalid_argument("bad")));
     }
 }

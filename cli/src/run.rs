@@ -8,8 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use cellog_client::{Client, ClientOptions};
 use cellog_envelope::{CellKey, Keyring};
-use cellog_net::{Client, ClientOptions, MailConfig, NodeConfig, Peer, RaftTiming, RetryPolicy, RunningNode};
+use cellog_mail::{MailConfig, RetryPolicy};
+use cellog_net::{NodeConfig, Peer, RaftTiming, RunningNode};
 use cellog_raft::SystemClock;
 use cellog_raft::storage::RocksStorage;
 use rand::RngCore;

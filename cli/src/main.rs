@@ -1,9 +1,16 @@
 //! `cellog`: runs a node (`cellog node`), a local three-node cell (`cellog dev`), and talks to a cell as a client:
 //! streams, consumers, publishing, subscribing, transactions, membership, sealed mail and benchmarks.
+//!
+//! Built without its default `node` feature it is a client only: no `node`, `dev` or `keys`, and no RocksDB, Raft or
+//! OpenPGP to compile.
 
-mod admin;
 mod bench;
+mod commands;
+#[cfg(feature = "node")]
 mod run;
+mod table;
+
+use commands::{cluster, consumer, mail, peer, publish, stream, txn};
 
 use clap::{Parser, Subcommand};
 
@@ -36,34 +43,37 @@ pub struct Connect {
 #[derive(Subcommand)]
 enum Command {
     /// Run a node of a cell on RocksDB under its data directory.
+    #[cfg(feature = "node")]
     Node(run::NodeArgs),
     /// Run a local three-node cell in this process, with data under ./.cellog-dev.
+    #[cfg(feature = "node")]
     Dev(run::DevArgs),
     /// Create, list, inspect and delete streams.
     #[command(subcommand)]
-    Stream(admin::StreamCommand),
+    Stream(stream::StreamCommand),
     /// Create, update, list, inspect and delete consumers.
     #[command(subcommand)]
-    Consumer(admin::ConsumerCommand),
+    Consumer(consumer::ConsumerCommand),
     /// Register peers of a stream, whose received watermark holds retention back.
     #[command(subcommand)]
-    Peer(admin::PeerCommand),
+    Peer(peer::PeerCommand),
     /// Publish messages.
-    Pub(admin::PubArgs),
+    Pub(publish::PubArgs),
     /// Receive messages through a durable consumer, acknowledging each.
-    Sub(admin::SubArgs),
+    Sub(publish::SubArgs),
     /// Transactions: publish several messages atomically.
     #[command(subcommand)]
-    Txn(admin::TxnCommand),
+    Txn(txn::TxnCommand),
     /// Cell membership and status.
     #[command(subcommand)]
-    Cluster(admin::ClusterCommand),
+    Cluster(cluster::ClusterCommand),
     /// Sealed mail to other cells: send, delivery status, the inbox.
     #[command(subcommand)]
-    Mail(admin::MailCommand),
+    Mail(mail::MailCommand),
     /// This cell's key and the keyring of other cells' keys (in the data directory; no server needed).
+    #[cfg(feature = "node")]
     #[command(subcommand)]
-    Keys(admin::KeysCommand),
+    Keys(commands::keys::KeysCommand),
     /// Measure publish and consume throughput and latency.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -79,10 +89,12 @@ fn init_logging(default: &str) {
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        #[cfg(feature = "node")]
         Command::Node(args) => {
             init_logging("info,openraft=warn");
             run::node(args).await
         }
+        #[cfg(feature = "node")]
         Command::Dev(args) => {
             // Nodes of a starting cell cannot reach each other for a moment; openraft warns about each attempt.
             init_logging("warn,openraft=error");
@@ -91,16 +103,18 @@ async fn main() -> std::process::ExitCode {
         command => {
             init_logging("warn");
             match command {
-                Command::Stream(command) => admin::stream(command).await,
-                Command::Consumer(command) => admin::consumer(command).await,
-                Command::Peer(command) => admin::peer(command).await,
-                Command::Pub(args) => admin::publish(args).await,
-                Command::Sub(args) => admin::subscribe(args).await,
-                Command::Txn(command) => admin::txn(command).await,
-                Command::Cluster(command) => admin::cluster(command).await,
-                Command::Keys(command) => admin::keys(command),
-                Command::Mail(command) => admin::mail(command).await,
+                Command::Stream(command) => stream::run(command).await,
+                Command::Consumer(command) => consumer::run(command).await,
+                Command::Peer(command) => peer::run(command).await,
+                Command::Pub(args) => publish::publish(args).await,
+                Command::Sub(args) => publish::subscribe(args).await,
+                Command::Txn(command) => txn::run(command).await,
+                Command::Cluster(command) => cluster::run(command).await,
+                #[cfg(feature = "node")]
+                Command::Keys(command) => commands::keys::run(command),
+                Command::Mail(command) => mail::run(command).await,
                 Command::Bench(command) => bench::run(command).await,
+                #[cfg(feature = "node")]
                 Command::Node(_) | Command::Dev(_) => unreachable!("handled above"),
             }
         }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cellog_net::{Client, ClientOptions};
+use cellog_client::{Client, ClientOptions};
 
 /// A free loopback port (bound and released; good enough for tests).
 pub fn free_port() -> u16 {

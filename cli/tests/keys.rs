@@ -1,6 +1,6 @@
 //! `cellog keys`: the cell key a node made in its data directory, and the keyring of other cells' keys.
 
-#![cfg(all(not(madsim), feature = "rocksdb"))]
+#![cfg(feature = "node")]
 
 use std::process::Command;
 

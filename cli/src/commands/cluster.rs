@@ -1,0 +1,93 @@
+//! `cellog cluster`: the cell's members and status, adding, promoting and removing nodes.
+
+use cellog_client::proto as v1;
+use clap::Subcommand;
+
+use crate::Connect;
+use crate::commands::client;
+use crate::table::Table;
+
+#[derive(Subcommand)]
+pub enum ClusterCommand {
+    /// The cell as the first reachable node sees it.
+    Status {
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// Add a node as a learner (it catches up, then can be promoted).
+    Add {
+        node_id: u64,
+        raft_addr: String,
+        client_addr: String,
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// Make a learner a voter.
+    Promote {
+        node_id: u64,
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// Remove a node from the cell.
+    Remove {
+        node_id: u64,
+        #[command(flatten)]
+        connect: Connect,
+    },
+}
+
+fn print_status(status: &v1::ClusterStatusResponse) {
+    println!(
+        "node {} is {} in term {}; leader {}{}",
+        status.node_id,
+        status.state,
+        status.term,
+        status.leader_id.map_or("unknown".to_string(), |id| format!("node {id} at {}", status.leader_addr)),
+        if status.repairing { " (repairing: catching up lost entries)" } else { "" }
+    );
+    println!(
+        "  log index {:?}, applied {:?}, state digest {}",
+        status.last_log_index, status.applied_index, status.state_digest
+    );
+    let mut table = Table::new(["id", "role", "client", "raft", "matched"]).right([4]);
+    for node in &status.nodes {
+        table.row([
+            node.id.to_string(),
+            if node.voter { "voter" } else { "learner" }.to_string(),
+            node.client_addr.clone(),
+            node.raft_addr.clone(),
+            node.matched_index.map_or("-".to_string(), |index| index.to_string()),
+        ]);
+    }
+    table.print(2);
+}
+
+pub async fn run(command: ClusterCommand) -> anyhow::Result<()> {
+    match command {
+        ClusterCommand::Status { connect } => {
+            // Status is about one node, so ask each in turn until one answers.
+            let mut last_error = anyhow::anyhow!("no node address given");
+            for server in &connect.server {
+                let one = Connect { server: vec![server.clone()], timeout: connect.timeout };
+                match client(&one)?.cluster_status().await {
+                    Ok(status) => {
+                        print_status(&status);
+                        return Ok(());
+                    }
+                    Err(error) => last_error = anyhow::Error::from(error).context(format!("asking {server}")),
+                }
+            }
+            return Err(last_error);
+        }
+        ClusterCommand::Add { node_id, raft_addr, client_addr, connect } => {
+            print_status(&client(&connect)?.add_learner(node_id, &raft_addr, &client_addr).await?);
+        }
+        ClusterCommand::Promote { node_id, connect } => {
+            print_status(&client(&connect)?.promote(node_id).await?);
+        }
+        ClusterCommand::Remove { node_id, connect } => {
+            print_status(&client(&connect)?.remove_node(node_id).await?);
+        }
+    }
+    Ok(())
+}

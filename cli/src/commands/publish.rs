@@ -1,0 +1,109 @@
+//! `cellog pub` and `cellog sub`: publish messages, and receive them through a durable consumer.
+
+use std::io::Read;
+
+use anyhow::Context;
+use bytes::Bytes;
+use cellog_client::proto as v1;
+
+use crate::Connect;
+use crate::commands::client;
+
+#[derive(clap::Args)]
+pub struct PubArgs {
+    /// The subject.
+    subject: String,
+    /// The body; read from standard input when absent.
+    body: Option<String>,
+    /// Message id (deduplicates retries); with --count, a suffix -N is added.
+    #[arg(long)]
+    id: Option<String>,
+    /// Partitioning key.
+    #[arg(long)]
+    key: Option<String>,
+    /// A header KEY=VALUE (repeatable).
+    #[arg(long = "header", short = 'H')]
+    headers: Vec<String>,
+    /// Publish the body this many times.
+    #[arg(long, default_value_t = 1)]
+    count: u32,
+    #[command(flatten)]
+    connect: Connect,
+}
+
+pub async fn publish(args: PubArgs) -> anyhow::Result<()> {
+    let body = match args.body {
+        Some(body) => Bytes::from(body),
+        None => {
+            let mut body = Vec::new();
+            std::io::stdin().read_to_end(&mut body).context("reading the body from standard input")?;
+            Bytes::from(body)
+        }
+    };
+    let mut headers = std::collections::BTreeMap::new();
+    for header in &args.headers {
+        let (key, value) = header.split_once('=').with_context(|| format!("header {header:?} is not KEY=VALUE"))?;
+        headers.insert(key.to_string(), value.to_string());
+    }
+    let client = client(&args.connect)?;
+    for n in 1..=args.count {
+        let msg_id = args.id.as_ref().map(|id| if args.count > 1 { format!("{id}-{n}") } else { id.clone() });
+        let request = v1::PublishRequest {
+            subject: args.subject.clone(),
+            payload: body.clone(),
+            key: args.key.clone().map(Bytes::from),
+            msg_id,
+            headers: headers.clone(),
+            ..v1::PublishRequest::default()
+        };
+        let ack = client.publish(request).await?;
+        println!(
+            "published to {} partition {} seq {}{}",
+            ack.stream,
+            ack.partition,
+            ack.seq,
+            if ack.duplicate { " (duplicate of an earlier message id)" } else { "" }
+        );
+    }
+    Ok(())
+}
+
+#[derive(clap::Args)]
+pub struct SubArgs {
+    stream: String,
+    consumer: String,
+    /// Stop after this many messages (0: run until interrupted).
+    #[arg(long, default_value_t = 0)]
+    count: u64,
+    /// Member name (work queues).
+    #[arg(long, default_value = "")]
+    member: String,
+    /// Most messages unacknowledged at once.
+    #[arg(long, default_value_t = 256)]
+    window: u32,
+    /// Do not acknowledge (messages come back after the ack wait).
+    #[arg(long)]
+    no_ack: bool,
+    #[command(flatten)]
+    connect: Connect,
+}
+
+pub async fn subscribe(args: SubArgs) -> anyhow::Result<()> {
+    let client = client(&args.connect)?;
+    let mut deliveries = client.subscribe(&args.stream, &args.consumer, &args.member, args.window).await?;
+    let mut seen = 0u64;
+    while let Some(delivery) = deliveries.message().await? {
+        let Some(message) = delivery.message else { continue };
+        let body = String::from_utf8_lossy(&message.payload);
+        println!("[{} p{} #{} x{}] {}", message.subject, message.partition, message.seq, delivery.delivery_count, body);
+        if !args.no_ack {
+            let ack = v1::AckItem { partition: message.partition, seq: message.seq, ..v1::AckItem::default() };
+            client.ack(&args.stream, &args.consumer, vec![ack]).await?;
+        }
+        seen += 1;
+        if args.count > 0 && seen >= args.count {
+            break;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,18 @@
+//! The cellog client library: talks to any node of a cell, follows the leader, and retries what is safe to retry.
+//!
+//! - [`client`]: [`Client`], one connection to a cell: leader discovery, safe retries, pipelined batch publish, and
+//!   sealed mail (`cellog.v1.Mail`) over the same connections.
+//! - [`status`]: the error codec both sides speak: a failure's stable name, retry advice and leader address carried in
+//!   a gRPC status.
+//! - [`limits`]: what the wire carries at most.
+//!
+//! It depends on the wire protocol alone (no storage, no Raft), so a tool that only talks to a cell builds quickly.
+
+#![allow(clippy::result_large_err, reason = "tonic's Status is large, and it is what every call returns")]
+
+pub mod client;
+pub mod limits;
+pub mod status;
+
+pub use cellog_proto::v1 as proto;
+pub use client::{BatchResult, Client, ClientError, ClientOptions};

@@ -1,0 +1,177 @@
+//! Where mail lives in its cell, in one place: the four streams and their configs, the subjects in them, the headers
+//! on their messages, and the limits of one envelope.
+
+use cellog_core::{Record, StreamConfig};
+use cellog_proto::v1::{self, DeliveryResult};
+
+/// Envelopes waiting to be delivered, and delivered.
+pub const OUTBOX: &str = "mail-outbox";
+/// Envelopes delivered to this cell.
+pub const INBOX: &str = "mail-inbox";
+/// Provenance rows, each pinning its envelope.
+pub const PROVENANCE: &str = "mail-provenance";
+/// One final delivery result per envelope and recipient.
+pub const RESULTS: &str = "mail-results";
+
+/// The header naming an inbox envelope's sender cell.
+pub const SENDER_HEADER: &str = "Mail-Sender";
+/// The header of an outbox envelope naming its recipients, comma-separated.
+pub const RECIPIENTS_HEADER: &str = "Mail-Recipients";
+/// The header of a result record naming the result.
+pub const RESULT_HEADER: &str = "Mail-Result";
+/// The header of a result record with the last error, when there was one.
+pub const DETAIL_HEADER: &str = "Mail-Detail";
+/// The header of a result record counting the attempts made.
+pub const ATTEMPTS_HEADER: &str = "Mail-Attempts";
+/// Longest detail a result record keeps (headers are bounded; a long error keeps its start).
+pub const MAX_DETAIL_CHARS: usize = 512;
+
+/// The largest payload one envelope seals (its envelope must fit a stream's 8 MiB payload limit).
+pub const MAX_MAIL_PAYLOAD: usize = 4 * 1024 * 1024;
+/// Most recipients of one envelope.
+pub const MAX_RECIPIENTS: usize = 64;
+
+const DAY_MS: u64 = 24 * 3600 * 1000;
+/// How long the inbox remembers an envelope id (and so how long a late repeat is still recognized).
+pub const INBOX_DEDUP_MS: u64 = 7 * DAY_MS;
+
+/// The outbox subject of envelope `id`.
+pub fn outbox_subject(id: &str) -> String {
+    format!("mail.out.{id}")
+}
+
+/// The inbox subject of envelopes from `sender`.
+pub fn inbox_subject(sender: &str) -> String {
+    format!("mail.in.{sender}")
+}
+
+/// The results subject of envelope `id` for `recipient`.
+pub fn result_subject(id: &str, recipient: &str) -> String {
+    format!("mail.results.{id}.{recipient}")
+}
+
+/// The message id of envelope `id`'s result for `recipient`.
+pub fn result_msg_id(id: &str, recipient: &str) -> String {
+    format!("{id}/{recipient}")
+}
+
+/// The provenance subject of envelope `id`'s row, `direction` being `sent` or `received`.
+pub fn provenance_subject(direction: &str, id: &str) -> String {
+    format!("mail.provenance.{direction}.{id}")
+}
+
+/// The message id of envelope `id`'s provenance row in `direction`.
+pub fn provenance_msg_id(direction: &str, id: &str) -> String {
+    format!("{direction}/{id}")
+}
+
+/// The pin a provenance row carries: the envelope at `seq` of `stream`'s only partition.
+pub fn pin(stream: &str, seq: u64) -> String {
+    format!("{stream}/0/{seq}")
+}
+
+/// The four mail streams and their configs.
+pub fn stream_configs() -> [(&'static str, StreamConfig); 4] {
+    let week = Some(7 * DAY_MS);
+    let outbox = StreamConfig {
+        max_age_ms: week,
+        max_payload_bytes: cellog_core::MAX_PAYLOAD_LIMIT,
+        duplicate_window_ms: DAY_MS,
+        ..StreamConfig::with_subjects(["mail.out.>"])
+    };
+    let inbox = StreamConfig {
+        max_age_ms: week,
+        max_payload_bytes: cellog_core::MAX_PAYLOAD_LIMIT,
+        duplicate_window_ms: INBOX_DEDUP_MS,
+        ..StreamConfig::with_subjects(["mail.in.>"])
+    };
+    let provenance = StreamConfig {
+        max_age_ms: Some(90 * DAY_MS),
+        duplicate_window_ms: DAY_MS,
+        ..StreamConfig::with_subjects(["mail.provenance.>"])
+    };
+    let results = StreamConfig {
+        max_age_ms: week,
+        max_messages_per_subject: Some(1),
+        ..StreamConfig::with_subjects(["mail.results.>"])
+    };
+    [(OUTBOX, outbox), (INBOX, inbox), (PROVENANCE, provenance), (RESULTS, results)]
+}
+
+/// The name a result record carries; `None` for a result that is not final.
+pub fn result_name(result: DeliveryResult) -> Option<&'static str> {
+    match result {
+        DeliveryResult::Delivered => Some("delivered"),
+        DeliveryResult::Denied => Some("denied"),
+        DeliveryResult::NoHome => Some("no-home"),
+        DeliveryResult::Failed => Some("failed"),
+        DeliveryResult::Pending | DeliveryResult::Unspecified => None,
+    }
+}
+
+/// A recipient's status as its result record tells it.
+pub fn result_status(cell: &str, record: &Record) -> v1::RecipientStatus {
+    let header = |name: &str| record.headers.get(name).cloned().unwrap_or_default();
+    let result = match header(RESULT_HEADER).as_str() {
+        "delivered" => DeliveryResult::Delivered,
+        "denied" => DeliveryResult::Denied,
+        "no-home" => DeliveryResult::NoHome,
+        "failed" => DeliveryResult::Failed,
+        _ => DeliveryResult::Pending,
+    };
+    v1::RecipientStatus {
+        cell: cell.to_string(),
+        result: result as i32,
+        detail: header(DETAIL_HEADER),
+        attempts: header(ATTEMPTS_HEADER).parse().unwrap_or(0),
+        at_ms: record.stored_at.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_subject_falls_in_its_stream() {
+        let configs = stream_configs();
+        let stream_of = |subject: &str| {
+            let matching: Vec<&str> = configs
+                .iter()
+                .filter(|(_, config)| {
+                    config.subjects.iter().any(|filter| cellog_core::subject::filter_matches(filter, subject))
+                })
+                .map(|(name, _)| *name)
+                .collect();
+            matching
+        };
+        assert_eq!(stream_of(&outbox_subject("e1")), [OUTBOX]);
+        assert_eq!(stream_of(&inbox_subject("alpha")), [INBOX]);
+        assert_eq!(stream_of(&result_subject("e1", "bravo")), [RESULTS]);
+        assert_eq!(stream_of(&provenance_subject("sent", "e1")), [PROVENANCE]);
+    }
+
+    #[test]
+    fn a_final_result_reads_back_from_its_record() {
+        for result in
+            [DeliveryResult::Delivered, DeliveryResult::Denied, DeliveryResult::NoHome, DeliveryResult::Failed]
+        {
+            let name = result_name(result).expect("a final result has a name");
+            let record = Record {
+                partition: 0,
+                seq: 1,
+                subject: result_subject("e1", "bravo").into(),
+                key: None,
+                msg_id: Some(result_msg_id("e1", "bravo").into()),
+                headers: [(RESULT_HEADER, name), (ATTEMPTS_HEADER, "3")]
+                    .map(|(header, value)| (header.to_string(), value.to_string()))
+                    .into(),
+                body: cellog_core::Body::Tombstone { recalled_at: cellog_core::Millis(0) },
+                stored_at: cellog_core::Millis(5),
+            };
+            let status = result_status("bravo", &record);
+            assert_eq!((status.result, status.attempts, status.at_ms), (result as i32, 3, 5));
+        }
+        assert_eq!(result_name(DeliveryResult::Pending), None);
+    }
+}

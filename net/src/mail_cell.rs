@@ -1,0 +1,75 @@
+//! The node's cell as mail sees it ([`cellog_mail::MailCell`]): proposals answered as statuses, reads from the
+//! replica, payloads read from this node's storage outside the replica's lock.
+
+use std::sync::{Arc, MutexGuard};
+
+use bytes::Bytes;
+use cellog_core::{Body, Command, Outcome, Record, Rejection};
+use cellog_mail::MailCell;
+use cellog_raft::storage::Storage;
+use cellog_raft::{BodyError, CellNode, ProposeError, Replica};
+use tonic::Status;
+
+use crate::service::answered;
+use crate::status::from_propose;
+
+/// A node's cell, for its mailroom.
+pub struct NodeCell<S>(pub Arc<CellNode<S>>);
+
+impl<S: Storage + Clone> NodeCell<S> {
+    fn replica(&self) -> MutexGuard<'_, Replica> {
+        self.0.replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl<S: Storage + Clone + Send + Sync + 'static> MailCell for NodeCell<S> {
+    async fn propose(&self, command: Command) -> Result<Outcome, Status> {
+        answered(self.0.propose_now(command).await)
+    }
+
+    async fn read_barrier(&self) -> Result<(), Status> {
+        self.0.read_barrier().await.map_err(from_propose)
+    }
+
+    fn is_leader(&self) -> bool {
+        self.0.is_leader()
+    }
+
+    fn lead(&self) -> Result<(), Status> {
+        if self.0.is_leader() {
+            return Ok(());
+        }
+        Err(from_propose(ProposeError::NotLeader { leader: self.0.leader() }))
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.0.now().0
+    }
+
+    fn has_stream(&self, stream: &str) -> bool {
+        self.replica().cell.stream_info(stream).is_ok()
+    }
+
+    fn read(&self, stream: &str, from_seq: u64, max: usize) -> Result<Vec<Record>, Status> {
+        match self.replica().cell.read_from(stream, 0, from_seq, max) {
+            Ok(records) => Ok(records),
+            Err(Rejection::StreamNotFound { .. }) => Ok(Vec::new()),
+            Err(rejection) => Err(crate::status::from_rejection(&rejection)),
+        }
+    }
+
+    fn last(&self, stream: &str, subject: &str) -> Option<Record> {
+        self.replica().cell.last_for_subject(stream, subject).ok()
+    }
+
+    fn payload(&self, stream: &str, record: &Record) -> Result<Option<Bytes>, String> {
+        if matches!(record.body, Body::Tombstone { .. }) {
+            return Ok(None);
+        }
+        match self.0.payload(stream, record) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(BodyError::Removed { .. }) => Ok(None),
+            Err(error @ BodyError::Unreadable { .. }) => Err(error.to_string()),
+        }
+    }
+}
