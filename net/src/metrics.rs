@@ -148,13 +148,13 @@ impl Metrics {
     }
 
     fn observe_raft<S: Storage + Clone>(&self, node: &CellNode<S>) {
-        let metrics = node.raft.metrics().borrow().clone();
-        let index = |log_id: Option<openraft::LogId<u64>>| log_id.map_or(-1, |id| saturating_i64(id.index));
-        self.raft_term.set(saturating_i64(metrics.current_term));
-        self.raft_leader.set(metrics.current_leader.map_or(-1, saturating_i64));
-        self.raft_is_leader.set(i64::from(metrics.state.is_leader()));
-        self.raft_applied_index.set(index(metrics.last_applied));
-        self.raft_last_log_index.set(metrics.last_log_index.map_or(-1, saturating_i64));
+        let view = node.cluster_view();
+        let index = |index: Option<u64>| index.map_or(-1, saturating_i64);
+        self.raft_term.set(saturating_i64(view.term));
+        self.raft_leader.set(view.leader.map_or(-1, |(id, _)| saturating_i64(id)));
+        self.raft_is_leader.set(i64::from(view.leading));
+        self.raft_applied_index.set(index(view.applied_index));
+        self.raft_last_log_index.set(index(view.last_log_index));
     }
 
     fn observe_replica(&self, replica: &Mutex<Replica>) {

@@ -11,9 +11,9 @@ use cellog_mail::{MailConfig, MailService, Mailroom, deliver_loop};
 use cellog_proto::raft::raft_server::RaftServer;
 use cellog_proto::v1::cellog_server::CellogServer;
 use cellog_proto::v1::mail_server::MailServer;
+pub use cellog_raft::RaftTiming;
 use cellog_raft::storage::{Storage, StorageError};
 use cellog_raft::{CellNode, Clock, NodeAddrs, NodeId, StartError};
-use openraft::{Config, SnapshotPolicy};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -21,7 +21,7 @@ use crate::listen::{BindError, Listeners, Services};
 use crate::mail_cell::NodeCell;
 use crate::metrics::{Metered, Metrics};
 use crate::service::CellogService;
-use crate::transport::{GrpcNetwork, MAX_RAFT_MESSAGE, RaftService};
+use crate::transport::{MAX_RAFT_MESSAGE, RaftService, grpc_network};
 
 /// How long a stopping node waits for in-flight calls before it stops Raft anyway.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -54,25 +54,6 @@ impl std::str::FromStr for Peer {
 impl std::fmt::Display for Peer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}={}/{}", self.id, self.node.raft_addr, self.node.client_addr)
-    }
-}
-
-/// Raft timing of a node.
-#[derive(Clone, Debug)]
-pub struct RaftTiming {
-    /// Leader heartbeat interval.
-    pub heartbeat_ms: u64,
-    /// Shortest election timeout; the longest is twice that.
-    pub election_timeout_ms: u64,
-    /// Entries between snapshots.
-    pub snapshot_every: u64,
-    /// Log entries kept behind a snapshot: a follower further behind than that is sent the snapshot.
-    pub keep_logs: u64,
-}
-
-impl Default for RaftTiming {
-    fn default() -> Self {
-        RaftTiming { heartbeat_ms: 100, election_timeout_ms: 600, snapshot_every: 50_000, keep_logs: 1000 }
     }
 }
 
@@ -118,23 +99,6 @@ impl NodeConfig {
             self.advertise_raft_addr.clone().unwrap_or_else(|| raft_addr.to_string()),
             self.advertise_client_addr.clone().unwrap_or_else(|| client_addr.to_string()),
         )
-    }
-
-    /// The openraft config of this node.
-    pub fn raft_config(&self) -> Result<Config, NodeError> {
-        Config {
-            cluster_name: self.cell.clone(),
-            heartbeat_interval: self.timing.heartbeat_ms,
-            election_timeout_min: self.timing.election_timeout_ms,
-            election_timeout_max: self.timing.election_timeout_ms * 2,
-            install_snapshot_timeout: 10_000,
-            snapshot_policy: SnapshotPolicy::LogsSinceLast(self.timing.snapshot_every),
-            max_in_snapshot_log_to_keep: self.timing.keep_logs,
-            max_payload_entries: 16,
-            ..Config::default()
-        }
-        .validate()
-        .map_err(|error| NodeError::Config(error.to_string()))
     }
 }
 
@@ -203,7 +167,7 @@ impl<S: Storage + Clone> RunningNode<S> {
     /// Starts a node on `storage`: binds its addresses, opens and verifies its storage, starts Raft, founds the cell
     /// if asked to and it is new, and serves.
     pub async fn start(config: &NodeConfig, storage: S, clock: Arc<dyn Clock>) -> Result<Self, NodeError> {
-        let raft_config = Arc::new(config.raft_config()?);
+        let raft_config = config.timing.raft_config(&config.cell).map_err(NodeError::Config)?;
         let listeners = Listeners::bind(config.client_addr, config.raft_addr, config.metrics_addr)
             .await
             .map_err(|BindError { addr, error }| NodeError::Bind { addr, error })?;
@@ -212,7 +176,7 @@ impl<S: Storage + Clone> RunningNode<S> {
 
         let metrics = Arc::new(Metrics::new());
         let storage = Metered::new(storage, metrics.clone());
-        let network = GrpcNetwork::new(config.cell.clone());
+        let network = grpc_network(config.cell.clone());
         let node = Arc::new(CellNode::start(config.id, raft_config, storage, network, clock).await?);
         if node.recovery.repair_target.is_some() {
             tracing::warn!(recovery = ?node.recovery, "storage needed repair; catching up from the cell");
@@ -221,13 +185,7 @@ impl<S: Storage + Clone> RunningNode<S> {
             let mut members: std::collections::BTreeMap<NodeId, NodeAddrs> =
                 config.peers.iter().map(|peer| (peer.id, peer.node.clone())).collect();
             members.insert(config.id, config.advertised_at(raft_addr, client_addr));
-            if !node.raft.is_initialized().await.map_err(|error| StartError::Raft(error.to_string()))? {
-                tracing::info!(members = ?members.keys().collect::<Vec<_>>(), "founding the cell");
-                if let Err(error) = node.raft.initialize(members).await {
-                    // Another founder got there first; this node learns the membership from it.
-                    tracing::info!(%error, "the cell was already founded");
-                }
-            }
+            node.found(members).await?;
         }
 
         let (stop, stopped) = watch::channel(false);

@@ -103,6 +103,7 @@ impl<S: Storage + Clone> CellogService<S> {
 
     fn status(&self) -> v1::ClusterStatusResponse {
         let view = self.node.cluster_view();
+        let (_, digest) = self.node.digest();
         let nodes = view
             .members
             .into_iter()
@@ -125,7 +126,7 @@ impl<S: Storage + Clone> CellogService<S> {
             applied_index: view.applied_index,
             nodes,
             repairing: view.repairing,
-            state_digest: hex::encode(view.digest.0),
+            state_digest: hex::encode(digest.0),
         }
     }
 

@@ -8,25 +8,28 @@
 //! - [`log_store`] and [`state_machine`]: openraft's storage traits over `Storage`, the latter applying committed
 //!   entries to `cellog-core`.
 //! - [`node`]: a running node: Raft over its storage, and the gate that keeps a repairing node from voting.
+//! - [`network`]: Raft messages framed and checked, sent through links a transport provides, and answered.
 //! - [`membership`]: the cell as a node sees it, and adding, promoting and removing members, with errors of its own.
 //! - [`recovery`]: opening a node's storage after a crash, verifying every record and cutting off a corrupt log
 //!   suffix so the node repairs itself from its peers.
 //! - [`transition`]: state transitions (applied entries, effects, role, membership, snapshots) as `tracing` events,
 //!   which operators read in the log and the simulator collects into its trace.
 //!
-//! What this crate is not: it has no network transport (the `net` crate provides one) and decides nothing about
-//! messages (the core does).
+//! What this crate is not: it carries no bytes between nodes (a transport implements [`network::Links`]; `net`
+//! provides gRPC) and decides nothing about messages (the core does). openraft's types stay inside it.
 
 #![allow(clippy::result_large_err, reason = "openraft's storage and network traits fix their (large) error types")]
 
 pub mod bodies;
 pub mod log_store;
 pub mod membership;
+pub mod network;
 pub mod node;
 pub mod recovery;
 pub mod runtime;
 pub mod state_machine;
 pub mod storage;
+pub mod timing;
 pub mod transition;
 pub mod types;
 
@@ -38,4 +41,5 @@ pub use node::{
 };
 pub use recovery::{Recovery, open_stores};
 pub use state_machine::{Replica, StateMachineStore};
+pub use timing::RaftTiming;
 pub use types::{Entry, LogId, NodeAddrs, NodeId, Raft, Request, Response, TypeConfig};

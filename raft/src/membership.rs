@@ -4,7 +4,6 @@
 
 use std::collections::BTreeSet;
 
-use cellog_core::StateDigest;
 use openraft::ChangeMembers;
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 
@@ -32,6 +31,8 @@ pub struct ClusterView {
     pub node_id: NodeId,
     /// Its Raft role: `Leader`, `Follower`, `Candidate`, `Learner`, `Shutdown`.
     pub role: String,
+    /// Whether it leads.
+    pub leading: bool,
     /// Its term.
     pub term: u64,
     /// The leader, with its addresses, when known.
@@ -44,8 +45,6 @@ pub struct ClusterView {
     pub members: Vec<Member>,
     /// Whether it is catching up entries its storage lost.
     pub repairing: bool,
-    /// Its replica's state digest.
-    pub digest: StateDigest,
 }
 
 /// Why a membership change was not made.
@@ -100,17 +99,16 @@ impl<S: Storage + Clone> CellNode<S> {
             })
             .collect();
         let leader = metrics.current_leader.map(|leader| (leader, membership.get_node(&leader).cloned()));
-        let (_, digest) = self.digest();
         ClusterView {
             node_id: self.id,
             role: format!("{:?}", metrics.state),
+            leading: metrics.state.is_leader(),
             term: metrics.current_term,
             leader,
             last_log_index: metrics.last_log_index,
             applied_index: metrics.last_applied.map(|log_id| log_id.index),
             members,
             repairing: self.is_repairing(),
-            digest,
         }
     }
 

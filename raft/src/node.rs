@@ -1,6 +1,7 @@
 //! A node of a cell: its Raft instance over its own storage, the replica it applies to, and the repair gate that
 //! keeps a node which lost log entries from voting or campaigning until it holds them again.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -272,6 +273,19 @@ impl<S: Storage + Clone> CellNode<S> {
         let (reply, answer) = oneshot::channel();
         self.proposals.send(Proposal { at, command, reply }).await.map_err(|_| stopping())?;
         Ok(Answer(answer))
+    }
+
+    /// Founds the cell with `members` (this node among them) unless this node's storage already belongs to a cell.
+    /// Another founder getting there first is not an error: this node learns the membership from it.
+    pub async fn found(&self, members: BTreeMap<NodeId, NodeAddrs>) -> Result<(), StartError> {
+        if self.raft.is_initialized().await.map_err(|error| StartError::Raft(error.to_string()))? {
+            return Ok(());
+        }
+        tracing::info!(members = ?members.keys().collect::<Vec<_>>(), "founding the cell");
+        if let Err(error) = self.raft.initialize(members).await {
+            tracing::info!(%error, "the cell was already founded");
+        }
+        Ok(())
     }
 
     /// The leader as this node knows it, with its addresses.
