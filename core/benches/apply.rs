@@ -1,4 +1,5 @@
-//! Throughput of `Cell::apply`: publishes of 256-byte bodies (plain, with message ids, keyed over partitions) and
+//! Throughput of `Cell::apply`: publishes of 256-byte bodies (plain, with message ids, keyed over partitions, routed
+//! among a thousand streams) and
 //! consume-and-ack with fetches of 256. Commands are built before the clock starts, as a replica receives them
 //! decoded from the log; draining effects after every apply is counted, and so is keeping the bodies they store in
 //! memory, since every host does both.
@@ -31,10 +32,26 @@ fn drain(cell: &mut Cell, bodies: &mut MemoryBodies) {
     cell.drain_effects().for_each(|effect| bodies.apply(&effect));
 }
 
-/// Builds `n` publish commands; `shape` fills in id and key.
-fn publishes(n: u64, shape: impl Fn(u64, PublishRequest) -> PublishRequest) -> Vec<Command> {
+/// A cell of `n` streams, each claiming 64 filters (`s<i>.f<j>.>`); publishes to `s<n-1>.f63.x` go to the last one,
+/// which a scan of every stream's filters would reach last.
+fn cell_with_streams(n: u32) -> Cell {
+    let mut cell = Cell::new();
+    for i in 0..n {
+        let config = StreamConfig::with_subjects((0..64).map(|j| format!("s{i}.f{j}.>")));
+        cell.apply(Millis(0), Command::CreateStream { name: format!("s{i}"), config }).expect("stream");
+    }
+    cell
+}
+
+/// Builds `n` publish commands to `subject`; `shape` fills in id and key.
+fn publishes_to(subject: &str, n: u64, shape: impl Fn(u64, PublishRequest) -> PublishRequest) -> Vec<Command> {
     let body = Bytes::from(vec![b'x'; BODY_BYTES]);
-    (0..n).map(|i| Command::Publish(shape(i, PublishRequest::new("bench.orders", body.clone())))).collect()
+    (0..n).map(|i| Command::Publish(shape(i, PublishRequest::new(subject, body.clone())))).collect()
+}
+
+/// Builds `n` publish commands to the bench stream; `shape` fills in id and key.
+fn publishes(n: u64, shape: impl Fn(u64, PublishRequest) -> PublishRequest) -> Vec<Command> {
+    publishes_to("bench.orders", n, shape)
 }
 
 /// Applies commands to fresh cells in chunks and returns the time spent in `apply` and draining effects.
@@ -43,13 +60,24 @@ fn run_publishes(
     partitions: u32,
     shape: &(impl Fn(u64, PublishRequest) -> PublishRequest + Copy),
 ) -> Duration {
+    run_publishes_in(iters, &|| cell_with_stream(partitions), "bench.orders", shape)
+}
+
+/// Applies publishes to `subject` to cells made by `cell`, in chunks, and returns the time spent in `apply` and
+/// draining effects.
+fn run_publishes_in(
+    iters: u64,
+    cell: &impl Fn() -> Cell,
+    subject: &str,
+    shape: &(impl Fn(u64, PublishRequest) -> PublishRequest + Copy),
+) -> Duration {
     let mut total = Duration::ZERO;
     let mut remaining = iters;
     while remaining > 0 {
         let n = remaining.min(CHUNK);
-        let mut cell = cell_with_stream(partitions);
+        let mut cell = cell();
         let mut bodies = MemoryBodies::default();
-        let commands = publishes(n, shape);
+        let commands = publishes_to(subject, n, shape);
         let start = Instant::now();
         for (i, command) in commands.into_iter().enumerate() {
             // A thousand commands per millisecond of cell time.
@@ -76,6 +104,11 @@ fn publish(c: &mut Criterion) {
                 ..r
             })
         })
+    });
+    // Routing among a thousand streams of 64 filters each, to the one a scan would reach last.
+    group.bench_function("publish_256B_1000_streams", |b| {
+        let template = cell_with_streams(1000);
+        b.iter_custom(|iters| run_publishes_in(iters, &|| template.clone(), "s999.f63.x", &|_, r| r))
     });
     // A long-lived stream at its message limit: every publish also evicts the oldest message, and memory is reused
     // rather than freshly faulted in.

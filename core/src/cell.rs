@@ -10,13 +10,15 @@ use crate::body::BodyRef;
 use crate::command::{
     AbortReason, AckKind, AckState, Command, Effect, Outcome, ProducerRef, PublishAck, PublishRequest, Record,
 };
-use crate::config::{ConsumerConfig, DeliverPolicy, MAX_DURATION_MS, NameKind, RetentionPolicy, StreamConfig};
+use crate::config::{ConsumerConfig, DeliverPolicy, MAX_DURATION_MS, RetentionPolicy, StreamConfig};
 use crate::consumer::{Consumer, DeadLetter, Phase};
-use crate::error::{Quota, Rejection};
+use crate::error::{NameKind, Quota, Rejection};
 use crate::info::{
     ConsumerInfo, DeliveryInfo, DeliveryPhase, PartitionInfo, PartitionLag, PeerInfo, ProducerInfo, StreamInfo,
 };
-use crate::stream::{Incoming, Message, RoomMode, Stream, Tally};
+use crate::partition::Message;
+use crate::route::Router;
+use crate::stream::{Append, Incoming, RoomMode, Stream, Tally};
 use crate::subject::{filters_overlap, validate_filter, validate_name, validate_subject};
 use crate::time::Millis;
 use crate::transaction::{
@@ -114,18 +116,17 @@ fn append_message(
     if let Some(age) = stream.config.max_age_ms.filter(|_| was_empty) {
         candidate = Some(candidate.map_or(at.plus(age), |c| c.min(at.plus(age))));
     }
-    let seq = stream.append(
+    let message = Append {
         partition,
-        &request.subject,
+        subject: &request.subject,
         body,
-        request.key,
-        request.msg_id.as_deref(),
-        request.headers,
-        request.ttl_ms,
-        request.deliver_after_ms,
-        at,
-        effects,
-    );
+        key: request.key,
+        msg_id: request.msg_id.as_deref(),
+        headers: request.headers,
+        ttl_ms: request.ttl_ms,
+        deliver_after_ms: request.deliver_after_ms,
+    };
+    let seq = stream.append(message, at, effects);
     if let Some(candidate) = candidate {
         match stream.sweep_at {
             None => reschedule_sweep(stream, timers, at),
@@ -169,6 +170,9 @@ pub struct Cell {
     pinned_by: BTreeMap<MessageRef, MessageRef>,
     /// The key the next stored body gets (see [`crate::body`]).
     next_body: u64,
+    /// Which stream claims a subject: derived from the streams' configs, not encoded, rebuilt on decode.
+    #[serde(skip)]
+    router: Router,
     /// Transient: not part of the state, not in snapshots, not compared.
     #[serde(skip)]
     effects: Vec<Effect>,
@@ -301,8 +305,20 @@ impl Cell {
             timers: Timers::default(),
             pinned_by: BTreeMap::new(),
             next_body: 1,
+            router: Router::default(),
             effects: Vec::new(),
         }
+    }
+
+    /// Rebuilds what is derived from the state and not encoded (the subject router), after decoding.
+    pub(crate) fn rebuild_derived(&mut self) {
+        let mut router = Router::default();
+        for (name, stream) in &self.streams {
+            for filter in &stream.config.subjects {
+                router.insert(filter, name);
+            }
+        }
+        self.router = router;
     }
 
     /// Every stored body the state refers to, in key order (recalled messages have none).
@@ -686,20 +702,30 @@ impl Cell {
 
     fn check_stream_config(&self, name: &str, config: &StreamConfig) -> Result<(), Rejection> {
         config.validate()?;
-        for (other_name, other) in &self.streams {
-            if &**other_name == name {
-                continue;
-            }
-            for subject in &config.subjects {
-                if let Some(existing) = other.config.subjects.iter().find(|existing| filters_overlap(existing, subject))
-                {
-                    return Err(Rejection::SubjectOverlap {
-                        subject: subject.clone(),
-                        other: existing.clone(),
-                        owner: format!("stream {other_name:?}"),
-                    });
+        // The overlap named is the first in (other stream's name, this config's filter, the other's filter) order,
+        // found through the router rather than by comparing with every filter of every stream.
+        // ((other stream, this filter's index, the other filter's index), this filter, the other filter)
+        type Overlap<'a> = ((&'a Arc<str>, usize, usize), &'a String, &'a Arc<str>);
+        let mut first: Option<Overlap<'_>> = None;
+        for (index, subject) in config.subjects.iter().enumerate() {
+            for (other_name, existing) in self.router.overlapping(subject) {
+                if &**other_name == name {
+                    continue;
+                }
+                let theirs = self.streams.get(other_name).map_or(&[][..], |other| &other.config.subjects[..]);
+                let position = theirs.iter().position(|f| **f == **existing).unwrap_or(usize::MAX);
+                let order = (other_name, index, position);
+                if first.is_none_or(|(seen, ..)| order < seen) {
+                    first = Some((order, subject, existing));
                 }
             }
+        }
+        if let Some(((other_name, ..), subject, existing)) = first {
+            return Err(Rejection::SubjectOverlap {
+                subject: subject.clone(),
+                other: existing.to_string(),
+                owner: format!("stream {other_name:?}"),
+            });
         }
         if let Some(dead_letter) = &config.dead_letter_stream {
             if dead_letter == name {
@@ -728,6 +754,9 @@ impl Cell {
         self.next_stream_id += 1;
         let name: Arc<str> = Arc::from(name);
         self.stream_names.insert(id, name.clone());
+        for filter in &config.subjects {
+            self.router.insert(filter, &name);
+        }
         self.streams.insert(name.clone(), Stream::new(id, name, config, at));
         Ok(Outcome::StreamCreated { created: true })
     }
@@ -744,6 +773,12 @@ impl Cell {
         }
         self.check_stream_config(name, &config)?;
         let stream = stream_in(&mut self.streams, name)?;
+        for filter in &stream.config.subjects {
+            self.router.remove(filter);
+        }
+        for filter in &config.subjects {
+            self.router.insert(filter, &stream.name);
+        }
         stream.set_config(config, at);
         self.enforce_retention(at, name, None);
         Ok(Outcome::StreamUpdated)
@@ -772,6 +807,9 @@ impl Cell {
         }
         let stream = self.streams.remove(name).expect("checked above");
         self.stream_names.remove(&stream.id);
+        for filter in &stream.config.subjects {
+            self.router.remove(filter);
+        }
         for message in stream.partitions.iter().flat_map(|partition| partition.slots.iter().flatten()) {
             if message.recalled_at().is_none() {
                 self.effects.push(Effect::BodyReleased { key: message.body.key });
@@ -813,10 +851,14 @@ impl Cell {
     }
 
     /// The stream claiming a subject.
-    fn route<'a>(streams: &'a mut BTreeMap<Arc<str>, Stream>, subject: &str) -> Result<&'a mut Stream, Rejection> {
-        streams
-            .values_mut()
-            .find(|stream| stream.config.subjects.iter().any(|f| crate::subject::filter_matches(f, subject)))
+    fn route<'a>(
+        router: &Router,
+        streams: &'a mut BTreeMap<Arc<str>, Stream>,
+        subject: &str,
+    ) -> Result<&'a mut Stream, Rejection> {
+        router
+            .route(subject)
+            .and_then(|name| streams.get_mut(name))
             .ok_or_else(|| Rejection::NoStreamForSubject { subject: subject.to_string() })
     }
 
@@ -825,7 +867,7 @@ impl Cell {
     fn publish(&mut self, at: Millis, mut request: PublishRequest) -> Result<Outcome, Rejection> {
         check_request(&request)?;
         let pin = self.check_pin(&request)?;
-        let stream = Self::route(&mut self.streams, &request.subject)?;
+        let stream = Self::route(&self.router, &mut self.streams, &request.subject)?;
         if let Some((target, ..)) = &pin
             && *target == stream.name
         {

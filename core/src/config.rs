@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::Rejection;
+use crate::error::{NameKind, Rejection};
 use crate::subject::{filters_overlap, validate_filter, validate_name};
 use crate::time::Millis;
 
@@ -230,38 +230,5 @@ impl ConsumerConfig {
             return Err(invalid(format!("max_in_flight must be between 1 and {MAX_IN_FLIGHT_LIMIT}")));
         }
         Ok(())
-    }
-}
-
-/// What kind of name a name rejection is about.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum NameKind {
-    /// A stream name.
-    Stream,
-    /// A consumer name.
-    Consumer,
-    /// A work-queue member name.
-    Member,
-    /// A registered peer name.
-    Peer,
-    /// A message id.
-    MessageId,
-    /// A transactional id.
-    TransactionalId,
-    /// A header name.
-    Header,
-}
-
-impl std::fmt::Display for NameKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            NameKind::Stream => "stream name",
-            NameKind::Consumer => "consumer name",
-            NameKind::Member => "member name",
-            NameKind::Peer => "peer name",
-            NameKind::MessageId => "message id",
-            NameKind::TransactionalId => "transactional id",
-            NameKind::Header => "header",
-        })
     }
 }

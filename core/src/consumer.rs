@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::command::{AckState, Delivery};
 use crate::config::ConsumerConfig;
-use crate::stream::Partition;
+use crate::partition::Partition;
 use crate::subject::filter_matches;
 use crate::time::Millis;
 

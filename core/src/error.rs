@@ -3,7 +3,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::NameKind;
 use crate::subject::SubjectError;
 
 /// Which limit a `QuotaExceeded` refers to.
@@ -263,4 +262,37 @@ pub enum SnapshotError {
     /// A snapshot of the state alone (its bodies kept by the host) was given where a whole one was needed.
     #[error("the snapshot holds no bodies; restore it over the body store that holds them")]
     NoBodies,
+}
+
+/// What kind of name a name rejection is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NameKind {
+    /// A stream name.
+    Stream,
+    /// A consumer name.
+    Consumer,
+    /// A work-queue member name.
+    Member,
+    /// A registered peer name.
+    Peer,
+    /// A message id.
+    MessageId,
+    /// A transactional id.
+    TransactionalId,
+    /// A header name.
+    Header,
+}
+
+impl std::fmt::Display for NameKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            NameKind::Stream => "stream name",
+            NameKind::Consumer => "consumer name",
+            NameKind::Member => "member name",
+            NameKind::Peer => "peer name",
+            NameKind::MessageId => "message id",
+            NameKind::TransactionalId => "transactional id",
+            NameKind::Header => "header",
+        })
+    }
 }

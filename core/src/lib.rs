@@ -25,13 +25,17 @@
 //! clients. Records and deliveries carry [`BodyRef`]s; the node that answers reads the bytes.
 
 pub mod body;
+mod bucket;
 mod cell;
 mod command;
 mod config;
 mod consumer;
 mod error;
+mod index;
 mod info;
 mod memory;
+mod partition;
+mod route;
 mod snapshot;
 mod stream;
 pub mod subject;
@@ -48,10 +52,10 @@ pub use command::{
     PublishRequest, Record, RemovalReason,
 };
 pub use config::{
-    ConsumerConfig, DeliverPolicy, DiscardPolicy, MAX_DURATION_MS, MAX_PARTITIONS, MAX_PAYLOAD_LIMIT, NameKind,
-    RateLimit, RetentionPolicy, StreamConfig,
+    ConsumerConfig, DeliverPolicy, DiscardPolicy, MAX_DURATION_MS, MAX_PARTITIONS, MAX_PAYLOAD_LIMIT, RateLimit,
+    RetentionPolicy, StreamConfig,
 };
-pub use error::{Quota, Rejection, SnapshotError};
+pub use error::{NameKind, Quota, Rejection, SnapshotError};
 pub use info::{
     ConsumerInfo, DeliveryInfo, DeliveryPhase, PartitionInfo, PartitionLag, PeerInfo, ProducerInfo, StreamInfo,
 };

@@ -181,8 +181,9 @@ impl Cell {
         }
         let malformed = |error: postcard::Error| SnapshotError::Malformed { reason: error.to_string() };
         let interning = Interning::start();
-        let (cell, rest) = postcard::take_from_bytes::<Cell>(body).map_err(malformed)?;
+        let (mut cell, rest) = postcard::take_from_bytes::<Cell>(body).map_err(malformed)?;
         drop(interning);
+        cell.rebuild_derived();
         let (section, rest) = postcard::take_from_bytes::<BodySection>(rest).map_err(malformed)?;
         if !rest.is_empty() {
             return Err(SnapshotError::Malformed {

@@ -1,5 +1,5 @@
-//! A stream's storage: partitions of sequenced messages, the subject index, the dedup index, TTLs, the token bucket,
-//! registered peers, and the retention decisions that remove messages.
+//! A stream: its partitions ([`crate::partition`]), its subject and dedup indexes ([`crate::index`]), TTLs, its rate
+//! limit ([`crate::bucket`]), registered peers and pins, and the retention decisions that remove messages.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -8,209 +8,14 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::body::BodyRef;
-use crate::command::{Body, Effect, Headers, PublishAck, Record, RemovalReason};
-use crate::config::{DiscardPolicy, RateLimit, RetentionPolicy, StreamConfig};
+use crate::bucket::TokenBucket;
+use crate::command::{Effect, Headers, PublishAck, Record, RemovalReason};
+use crate::config::{DiscardPolicy, RetentionPolicy, StreamConfig};
 use crate::consumer::Consumer;
 use crate::error::{Quota, Rejection};
+use crate::index::{DedupEntry, SubjectState};
+use crate::partition::{Extras, Message, Partition};
 use crate::time::Millis;
-
-/// A stored message. Kept small (the common fields inline, the rare ones boxed) because partitions hold millions of
-/// them and move them when they grow.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Message {
-    /// Arrival order across the stream's partitions; eviction takes the smallest first.
-    pub stream_seq: u64,
-    /// Shared by every message on the subject, also when decoded from a snapshot.
-    #[serde(deserialize_with = "crate::snapshot::interned_subject")]
-    pub subject: Arc<str>,
-    pub msg_id: Option<Arc<str>>,
-    /// Where the payload is stored (see [`crate::body`]).
-    pub body: BodyRef,
-    pub stored_at: Millis,
-    pub extras: Option<Box<Extras>>,
-}
-
-/// What few messages carry.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Extras {
-    pub key: Option<Bytes>,
-    pub headers: Headers,
-    pub expires_at: Option<Millis>,
-    pub deliver_at: Option<Millis>,
-    pub recalled_at: Option<Millis>,
-}
-
-impl Message {
-    pub fn accounted_size(subject: &str, key: Option<&Bytes>, headers: &Headers, payload_len: usize) -> u64 {
-        let header_bytes: usize = headers.iter().map(|(name, value)| name.len() + value.len()).sum();
-        (subject.len() + key.map_or(0, Bytes::len) + header_bytes + payload_len) as u64
-    }
-
-    /// Bytes counted against limits: subject, key, headers and payload (none once recalled). Computed rather than
-    /// stored: partitions hold millions of messages.
-    pub fn size(&self) -> u64 {
-        const NO_HEADERS: &Headers = &Headers::new();
-        Message::accounted_size(&self.subject, self.key(), self.headers().unwrap_or(NO_HEADERS), self.body.len as usize)
-    }
-
-    pub fn key(&self) -> Option<&Bytes> {
-        self.extras.as_ref().and_then(|extras| extras.key.as_ref())
-    }
-
-    pub fn headers(&self) -> Option<&Headers> {
-        self.extras.as_ref().map(|extras| &extras.headers)
-    }
-
-    pub fn expires_at(&self) -> Option<Millis> {
-        self.extras.as_ref().and_then(|extras| extras.expires_at)
-    }
-
-    pub fn deliver_at(&self) -> Option<Millis> {
-        self.extras.as_ref().and_then(|extras| extras.deliver_at)
-    }
-
-    pub fn recalled_at(&self) -> Option<Millis> {
-        self.extras.as_ref().and_then(|extras| extras.recalled_at)
-    }
-
-    /// The message as readers see it: its body by reference.
-    pub fn record(&self, partition: u32, seq: u64) -> Record {
-        Record {
-            partition,
-            seq,
-            subject: self.subject.clone(),
-            key: self.key().cloned(),
-            msg_id: self.msg_id.clone(),
-            headers: self.headers().cloned().unwrap_or_default(),
-            body: match self.recalled_at() {
-                Some(recalled_at) => Body::Tombstone { recalled_at },
-                None => Body::Stored(self.body),
-            },
-            stored_at: self.stored_at,
-        }
-    }
-}
-
-/// One ordered log. Sequences start at 1; `slots[0]` holds `first_seq` and is never a hole, so the low watermark is
-/// always the first retained message.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Partition {
-    pub first_seq: u64,
-    pub slots: VecDeque<Option<Message>>,
-    pub n_messages: u64,
-    pub n_bytes: u64,
-}
-
-impl Partition {
-    fn new() -> Self {
-        Partition { first_seq: 1, slots: VecDeque::new(), n_messages: 0, n_bytes: 0 }
-    }
-
-    /// The sequence the next append gets.
-    pub fn next_seq(&self) -> u64 {
-        self.first_seq + self.slots.len() as u64
-    }
-
-    /// The last sequence ever assigned (0 before the first append).
-    pub fn last_seq(&self) -> u64 {
-        self.next_seq() - 1
-    }
-
-    pub fn get(&self, seq: u64) -> Option<&Message> {
-        let index = seq.checked_sub(self.first_seq)?;
-        self.slots.get(usize::try_from(index).ok()?)?.as_ref()
-    }
-
-    fn get_mut(&mut self, seq: u64) -> Option<&mut Message> {
-        let index = seq.checked_sub(self.first_seq)?;
-        self.slots.get_mut(usize::try_from(index).ok()?)?.as_mut()
-    }
-
-    pub fn front(&self) -> Option<(u64, &Message)> {
-        self.slots.front().map(|slot| (self.first_seq, slot.as_ref().expect("the front slot is never a hole")))
-    }
-
-    fn push(&mut self, message: Message) -> u64 {
-        let seq = self.next_seq();
-        self.n_messages += 1;
-        self.n_bytes += message.size();
-        self.slots.push_back(Some(message));
-        seq
-    }
-
-    fn take(&mut self, seq: u64) -> Option<Message> {
-        let index = usize::try_from(seq.checked_sub(self.first_seq)?).ok()?;
-        let message = self.slots.get_mut(index)?.take()?;
-        self.n_messages -= 1;
-        self.n_bytes -= message.size();
-        while matches!(self.slots.front(), Some(None)) {
-            self.slots.pop_front();
-            self.first_seq += 1;
-        }
-        Some(message)
-    }
-
-    /// The first sequence whose message was stored at or after `time` (the next sequence if none).
-    pub fn first_seq_at_or_after(&self, time: Millis) -> u64 {
-        self.slots
-            .iter()
-            .enumerate()
-            .find_map(|(index, slot)| {
-                slot.as_ref().filter(|message| message.stored_at >= time).map(|_| self.first_seq + index as u64)
-            })
-            .unwrap_or_else(|| self.next_seq())
-    }
-}
-
-/// Per-subject accounting. `order` lists the subject's messages oldest first; entries whose message is gone are
-/// dropped lazily, but both ends are always live.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct SubjectState {
-    /// The subject, shared by every message on it.
-    pub name: Arc<str>,
-    pub n_messages: u64,
-    pub n_bytes: u64,
-    pub order: VecDeque<(u32, u64)>,
-}
-
-/// A remembered message id.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct DedupEntry {
-    pub partition: u32,
-    pub seq: u64,
-    /// True until the duplicate window passes; after that the entry lives exactly as long as its message.
-    pub window_open: bool,
-}
-
-/// A deterministic token bucket, in thousandths of a token.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct TokenBucket {
-    pub millitokens: u64,
-    pub refilled_at: Millis,
-}
-
-impl TokenBucket {
-    fn full(rate: RateLimit, at: Millis) -> Self {
-        TokenBucket { millitokens: u64::from(rate.burst) * 1000, refilled_at: at }
-    }
-
-    fn refill(&mut self, rate: RateLimit, at: Millis) {
-        let earned = at.since(self.refilled_at).saturating_mul(u64::from(rate.messages_per_second));
-        self.millitokens = self.millitokens.saturating_add(earned).min(u64::from(rate.burst) * 1000);
-        self.refilled_at = self.refilled_at.max(at);
-    }
-
-    /// Takes one token, or says how long until one is there.
-    fn take(&mut self, rate: RateLimit, at: Millis) -> Result<(), u64> {
-        self.refill(rate, at);
-        if self.millitokens >= 1000 {
-            self.millitokens -= 1000;
-            Ok(())
-        } else {
-            Err((1000 - self.millitokens).div_ceil(u64::from(rate.messages_per_second)))
-        }
-    }
-}
 
 /// Whether a removal may be refused (a plain publish) or must make do (a committed transaction, a dead letter).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -225,6 +30,18 @@ pub(crate) enum RoomMode {
 pub(crate) struct Incoming<'a> {
     pub subject: &'a str,
     pub size: u64,
+}
+
+/// A message to append: checked, with room made and its body stored.
+pub(crate) struct Append<'a> {
+    pub partition: u32,
+    pub subject: &'a str,
+    pub body: BodyRef,
+    pub key: Option<Bytes>,
+    pub msg_id: Option<&'a str>,
+    pub headers: Headers,
+    pub ttl_ms: Option<u64>,
+    pub deliver_after_ms: Option<u64>,
 }
 
 /// Counts of messages already promised to a stream (staged in a transaction that is committing).
@@ -494,20 +311,9 @@ impl Stream {
     }
 
     /// Appends a message and indexes it. The caller has made room, checked everything and stored the body.
-    #[allow(clippy::too_many_arguments)]
-    pub fn append(
-        &mut self,
-        partition: u32,
-        subject: &str,
-        body: BodyRef,
-        key: Option<Bytes>,
-        msg_id: Option<&str>,
-        headers: Headers,
-        ttl_ms: Option<u64>,
-        deliver_after_ms: Option<u64>,
-        at: Millis,
-        effects: &mut Vec<Effect>,
-    ) -> u64 {
+    pub fn append(&mut self, message: Append<'_>, at: Millis, effects: &mut Vec<Effect>) -> u64 {
+        let Append { partition, subject, body, key, msg_id, headers, ttl_ms, deliver_after_ms } = message;
+        let (n_messages, n_bytes) = (self.n_messages, self.n_bytes);
         let size = Message::accounted_size(subject, key.as_ref(), &headers, body.len as usize);
         let seq = self.partitions[partition as usize].next_seq();
         // One lookup both interns the subject and counts the message against it.
@@ -556,6 +362,9 @@ impl Stream {
             self.ttl_index.insert((expires_at, partition, seq));
         }
         effects.push(Effect::Appended { stream: self.name.clone(), partition, seq });
+        // Paired with the counts before: one more message, exactly its size more bytes, and its partition agrees.
+        debug_assert_eq!((self.n_messages, self.n_bytes), (n_messages + 1, n_bytes + size));
+        debug_assert_eq!(self.partitions[partition as usize].last_seq(), seq);
         seq
     }
 
@@ -566,6 +375,7 @@ impl Stream {
             effects.push(Effect::BodyReleased { key: message.body.key });
         }
         let size = message.size();
+        debug_assert!(self.n_messages >= 1 && self.n_bytes >= size, "a stream counts every message it holds");
         self.n_messages -= 1;
         self.n_bytes -= size;
         let mut subject_emptied = false;
@@ -595,6 +405,9 @@ impl Stream {
             self.ttl_held.remove(&(partition, seq));
         }
         effects.push(Effect::Removed { stream: self.name.clone(), partition, seq, reason });
+        // Paired with the partition: the message is gone and the front slot is never a hole.
+        debug_assert!(self.partitions[partition as usize].get(seq).is_none());
+        debug_assert!(self.partitions[partition as usize].slots.front().is_none_or(Option::is_some));
         true
     }
 

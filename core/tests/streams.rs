@@ -665,3 +665,30 @@ fn filter_overlap() {
     check("*.*", "a.b.c", false);
     check("*.>", "a", false);
 }
+
+#[test]
+fn update_giving_up_a_subject_stops_routing_it_and_frees_it() {
+    let mut h = Harness::new();
+    h.create_stream("orders", config(&["orders.>", "refunds.*"]));
+    assert_eq!(&*h.publish("refunds.a", "x").unwrap().stream, "orders");
+    update(&mut h, "orders", config(&["orders.>"])).unwrap();
+    assert!(matches!(h.publish("refunds.a", "x"), Err(Rejection::NoStreamForSubject { .. })));
+    h.create_stream("refunds", config(&["refunds.*"]));
+    assert_eq!(&*h.publish("refunds.a", "x").unwrap().stream, "refunds");
+    assert_eq!(&*h.publish("orders.a.b", "x").unwrap().stream, "orders");
+}
+
+#[test]
+fn among_many_streams_each_subject_goes_to_the_one_claiming_it() {
+    let mut h = Harness::new();
+    for i in 0..50 {
+        h.create_stream(&format!("s{i}"), config(&[&format!("s{i}.*.x"), &format!("t.{i}.>")]));
+    }
+    h.create_stream("rest", config(&["t.*"]));
+    assert_eq!(&*h.publish("s7.a.x", "m").unwrap().stream, "s7");
+    assert_eq!(&*h.publish("t.42.a.b", "m").unwrap().stream, "s42");
+    assert_eq!(&*h.publish("t.42", "m").unwrap().stream, "rest");
+    assert!(matches!(h.publish("s7.a.y", "m"), Err(Rejection::NoStreamForSubject { .. })));
+    delete(&mut h, "s7").unwrap();
+    assert!(matches!(h.publish("s7.a.x", "m"), Err(Rejection::NoStreamForSubject { .. })));
+}

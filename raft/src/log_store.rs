@@ -38,8 +38,9 @@ pub(crate) fn read_meta<S: Storage, T: DeserializeOwned>(storage: &S, key: MetaK
     storage.get(Space::Meta, key as u64)?.map(|bytes| decode(Space::Meta, key as u64, &bytes)).transpose()
 }
 
-/// Decodes the log entry stored at `index`.
-pub(crate) fn decode_entry(index: u64, bytes: &[u8]) -> Result<Entry, StorageError> {
+/// Decodes the log entry stored at `index` (the payload of its framed record), refusing one that holds another
+/// index's entry.
+pub fn decode_entry(index: u64, bytes: &[u8]) -> Result<Entry, StorageError> {
     let entry: Entry = decode(Space::Log, index, bytes)?;
     if entry.log_id.index != index {
         return Err(StorageError::Corrupt {

@@ -1,0 +1,177 @@
+//! One partition of a stream: an ordered log of messages, sequences from 1, and the messages themselves. It sits
+//! beneath both the stream (which appends and removes) and its consumers (which read).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::body::BodyRef;
+use crate::command::{Body, Headers, Record};
+use crate::time::Millis;
+
+/// A stored message. Kept small (the common fields inline, the rare ones boxed) because partitions hold millions of
+/// them and move them when they grow.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Message {
+    /// Arrival order across the stream's partitions; eviction takes the smallest first.
+    pub stream_seq: u64,
+    /// Shared by every message on the subject, also when decoded from a snapshot.
+    #[serde(deserialize_with = "crate::snapshot::interned_subject")]
+    pub subject: Arc<str>,
+    pub msg_id: Option<Arc<str>>,
+    /// Where the payload is stored (see [`crate::body`]).
+    pub body: BodyRef,
+    pub stored_at: Millis,
+    pub extras: Option<Box<Extras>>,
+}
+
+/// What few messages carry.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Extras {
+    pub key: Option<Bytes>,
+    pub headers: Headers,
+    pub expires_at: Option<Millis>,
+    pub deliver_at: Option<Millis>,
+    pub recalled_at: Option<Millis>,
+}
+
+impl Message {
+    #[inline]
+    pub fn accounted_size(subject: &str, key: Option<&Bytes>, headers: &Headers, payload_len: usize) -> u64 {
+        let header_bytes: usize = headers.iter().map(|(name, value)| name.len() + value.len()).sum();
+        (subject.len() + key.map_or(0, Bytes::len) + header_bytes + payload_len) as u64
+    }
+
+    /// Bytes counted against limits: subject, key, headers and payload (none once recalled). Computed rather than
+    /// stored: partitions hold millions of messages.
+    #[inline]
+    pub fn size(&self) -> u64 {
+        const NO_HEADERS: &Headers = &Headers::new();
+        Message::accounted_size(&self.subject, self.key(), self.headers().unwrap_or(NO_HEADERS), self.body.len as usize)
+    }
+
+    #[inline]
+    pub fn key(&self) -> Option<&Bytes> {
+        self.extras.as_ref().and_then(|extras| extras.key.as_ref())
+    }
+
+    #[inline]
+    pub fn headers(&self) -> Option<&Headers> {
+        self.extras.as_ref().map(|extras| &extras.headers)
+    }
+
+    #[inline]
+    pub fn expires_at(&self) -> Option<Millis> {
+        self.extras.as_ref().and_then(|extras| extras.expires_at)
+    }
+
+    #[inline]
+    pub fn deliver_at(&self) -> Option<Millis> {
+        self.extras.as_ref().and_then(|extras| extras.deliver_at)
+    }
+
+    #[inline]
+    pub fn recalled_at(&self) -> Option<Millis> {
+        self.extras.as_ref().and_then(|extras| extras.recalled_at)
+    }
+
+    /// The message as readers see it: its body by reference.
+    #[inline]
+    pub fn record(&self, partition: u32, seq: u64) -> Record {
+        Record {
+            partition,
+            seq,
+            subject: self.subject.clone(),
+            key: self.key().cloned(),
+            msg_id: self.msg_id.clone(),
+            headers: self.headers().cloned().unwrap_or_default(),
+            body: match self.recalled_at() {
+                Some(recalled_at) => Body::Tombstone { recalled_at },
+                None => Body::Stored(self.body),
+            },
+            stored_at: self.stored_at,
+        }
+    }
+}
+
+/// One ordered log. Sequences start at 1; `slots[0]` holds `first_seq` and is never a hole, so the low watermark is
+/// always the first retained message.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Partition {
+    pub first_seq: u64,
+    pub slots: VecDeque<Option<Message>>,
+    pub n_messages: u64,
+    pub n_bytes: u64,
+}
+
+impl Partition {
+    #[inline]
+    pub(crate) fn new() -> Self {
+        Partition { first_seq: 1, slots: VecDeque::new(), n_messages: 0, n_bytes: 0 }
+    }
+
+    /// The sequence the next append gets.
+    #[inline]
+    pub fn next_seq(&self) -> u64 {
+        self.first_seq + self.slots.len() as u64
+    }
+
+    /// The last sequence ever assigned (0 before the first append).
+    #[inline]
+    pub fn last_seq(&self) -> u64 {
+        self.next_seq() - 1
+    }
+
+    #[inline]
+    pub fn get(&self, seq: u64) -> Option<&Message> {
+        let index = seq.checked_sub(self.first_seq)?;
+        self.slots.get(usize::try_from(index).ok()?)?.as_ref()
+    }
+
+    #[inline]
+    pub(crate) fn get_mut(&mut self, seq: u64) -> Option<&mut Message> {
+        let index = seq.checked_sub(self.first_seq)?;
+        self.slots.get_mut(usize::try_from(index).ok()?)?.as_mut()
+    }
+
+    #[inline]
+    pub fn front(&self) -> Option<(u64, &Message)> {
+        self.slots.front().map(|slot| (self.first_seq, slot.as_ref().expect("the front slot is never a hole")))
+    }
+
+    #[inline]
+    pub(crate) fn push(&mut self, message: Message) -> u64 {
+        let seq = self.next_seq();
+        self.n_messages += 1;
+        self.n_bytes += message.size();
+        self.slots.push_back(Some(message));
+        seq
+    }
+
+    #[inline]
+    pub(crate) fn take(&mut self, seq: u64) -> Option<Message> {
+        let index = usize::try_from(seq.checked_sub(self.first_seq)?).ok()?;
+        let message = self.slots.get_mut(index)?.take()?;
+        self.n_messages -= 1;
+        self.n_bytes -= message.size();
+        while matches!(self.slots.front(), Some(None)) {
+            self.slots.pop_front();
+            self.first_seq += 1;
+        }
+        Some(message)
+    }
+
+    /// The first sequence whose message was stored at or after `time` (the next sequence if none).
+    #[inline]
+    pub fn first_seq_at_or_after(&self, time: Millis) -> u64 {
+        self.slots
+            .iter()
+            .enumerate()
+            .find_map(|(index, slot)| {
+                slot.as_ref().filter(|message| message.stored_at >= time).map(|_| self.first_seq + index as u64)
+            })
+            .unwrap_or_else(|| self.next_seq())
+    }
+}
