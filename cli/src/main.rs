@@ -16,7 +16,7 @@ use clap::{Parser, Subcommand};
 
 /// A replicated message log.
 #[derive(Parser)]
-#[command(name = "cellog", version, about, propagate_version = true)]
+#[command(name = "cellog", version, about = "A replicated message log.", propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
