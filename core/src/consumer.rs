@@ -249,6 +249,15 @@ impl Consumer {
         if n_partitions > 0 {
             self.next_partition = (self.next_partition + 1) % n_partitions;
         }
+        // Paired with the cursors: every outstanding delivery lies below its partition's cursor, so the ack floor
+        // never passes the cursor.
+        debug_assert!(self.cursors.iter().enumerate().all(|(partition, &cursor)| {
+            let partition = partition as u32;
+            self.outstanding
+                .range((partition, 0)..=(partition, u64::MAX))
+                .next_back()
+                .is_none_or(|(&(_, seq), _)| seq < cursor)
+        }));
         (deliveries, timers)
     }
 }
