@@ -40,9 +40,9 @@ mod snapshot;
 mod stream;
 pub mod subject;
 mod time;
-mod transaction;
 
 pub use body::BodyRef;
+pub use cell::transaction::{MAX_TRANSACTION_BYTES, MAX_TRANSACTION_MESSAGES};
 pub use cell::{
     Cell, MAX_CONSUMERS_PER_STREAM, MAX_FETCH, MAX_HEADER_BYTES, MAX_ID_BYTES, MAX_PEERS_PER_STREAM, MAX_READ,
     MAX_STREAMS, PIN_HEADER,
@@ -63,7 +63,6 @@ pub use memory::MemoryBodies;
 pub use snapshot::{SNAPSHOT_VERSION, StateDigest};
 pub use subject::SubjectError;
 pub use time::Millis;
-pub use transaction::{MAX_TRANSACTION_BYTES, MAX_TRANSACTION_MESSAGES};
 
 /// The `tracing` target under which hosts report the cell's state transitions (applied entries, role and membership
 /// changes, mail received and settled), so that one filter collects them in order: the log's operator view and the

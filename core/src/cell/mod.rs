@@ -1,0 +1,219 @@
+//! The cell: every stream, consumer and producer of one Raft group, and the single entry point that changes them.
+//!
+//! One `Cell` type, one `impl` block per concern: [`limits`] (what a command may ask for at all), [`timers`],
+//! [`publish`] (publishing and recall), [`streams`] (streams, retention, peers and pins), [`consumers`] (consumers,
+//! fetches and acks), [`transaction`] (transactional producers) and [`views`] (what hosts read). Each block's
+//! methods are visible to the others and to nothing outside the cell; [`Cell::apply`] is the only way in.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::body::BodyRef;
+use crate::command::{Command, Effect, Outcome};
+use crate::error::Rejection;
+use crate::route::Router;
+use crate::stream::Stream;
+use crate::time::Millis;
+
+mod consumers;
+mod limits;
+mod publish;
+mod streams;
+mod timers;
+pub(crate) mod transaction;
+mod views;
+
+pub use limits::{
+    MAX_CONSUMERS_PER_STREAM, MAX_FETCH, MAX_HEADER_BYTES, MAX_ID_BYTES, MAX_PEERS_PER_STREAM, MAX_READ, MAX_STREAMS,
+};
+pub use streams::PIN_HEADER;
+use timers::Timers;
+use transaction::Producer;
+
+/// A stored message: (stream, partition, seq).
+type MessageRef = (Arc<str>, u32, u64);
+
+/// The replicated state machine of one cell.
+///
+/// # Driving it
+/// The host (the Raft state-machine adapter, a test, a simulation) owns a `Cell` and:
+/// 1. applies every committed command in log order with [`Cell::apply`], passing the time the leader stamped on it
+///    (`max(previous stamp, leader clock)`); the outcome goes back to whoever proposed the command;
+/// 2. drains [`Cell::drain_effects`] after each apply (before the next: `apply` asserts it), stores, copies and
+///    releases bodies as the body effects say, in the same storage batch as the entry, and traces the rest;
+/// 3. watches [`Cell::next_deadline`]: once the leader's clock passes it, the leader proposes [`Command::Tick`].
+///
+/// Every command first fires the timers due at its time, so the state is a pure function of the sequence of
+/// `(at, command)` pairs: replicas that apply the same log hold the same state ([`Cell::digest`] compares them).
+///
+/// The cell reads no clock, spawns nothing, draws no random numbers and does no IO; it holds no body bytes once
+/// `apply` returns (see [`crate::body`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cell {
+    last_at: Millis,
+    n_applied: u64,
+    streams: BTreeMap<Arc<str>, Stream>,
+    stream_names: BTreeMap<u64, Arc<str>>,
+    next_stream_id: u64,
+    producers: BTreeMap<u64, Producer>,
+    transactional_ids: BTreeMap<Arc<str>, u64>,
+    next_producer_id: u64,
+    timers: Timers,
+    /// Pinning messages and the message each pins. See [`PIN_HEADER`].
+    pinned_by: BTreeMap<MessageRef, MessageRef>,
+    /// The key the next stored body gets (see [`crate::body`]).
+    next_body: u64,
+    /// Which stream claims a subject: derived from the streams' configs, not encoded, rebuilt on decode.
+    #[serde(skip)]
+    router: Router,
+    /// Transient: not part of the state, not in snapshots, not compared.
+    #[serde(skip)]
+    effects: Vec<Effect>,
+}
+
+impl Default for Cell {
+    fn default() -> Self {
+        Cell::new()
+    }
+}
+
+fn stream_in<'a>(streams: &'a mut BTreeMap<Arc<str>, Stream>, name: &str) -> Result<&'a mut Stream, Rejection> {
+    streams.get_mut(name).ok_or_else(|| Rejection::StreamNotFound { stream: name.to_string() })
+}
+
+impl Cell {
+    /// An empty cell.
+    pub fn new() -> Self {
+        Cell {
+            last_at: Millis::ZERO,
+            n_applied: 0,
+            streams: BTreeMap::new(),
+            stream_names: BTreeMap::new(),
+            next_stream_id: 1,
+            producers: BTreeMap::new(),
+            transactional_ids: BTreeMap::new(),
+            next_producer_id: 1,
+            timers: Timers::default(),
+            pinned_by: BTreeMap::new(),
+            next_body: 1,
+            router: Router::default(),
+            effects: Vec::new(),
+        }
+    }
+
+    /// Rebuilds what is derived from the state and not encoded (the subject router), after decoding.
+    pub(crate) fn rebuild_derived(&mut self) {
+        let mut router = Router::default();
+        for (name, stream) in &self.streams {
+            for filter in &stream.config.subjects {
+                router.insert(filter, name);
+            }
+        }
+        self.router = router;
+    }
+
+    /// Every stored body the state refers to, in key order (recalled messages have none).
+    pub fn body_refs(&self) -> Vec<BodyRef> {
+        let mut refs: Vec<BodyRef> = self
+            .streams
+            .values()
+            .flat_map(|stream| stream.partitions.iter())
+            .flat_map(|partition| partition.slots.iter().flatten())
+            .filter(|message| message.recalled_at().is_none())
+            .map(|message| message.body)
+            .collect();
+        refs.sort_by_key(|body| body.key);
+        refs
+    }
+
+    fn stream(&self, name: &str) -> Result<&Stream, Rejection> {
+        self.streams.get(name).ok_or_else(|| Rejection::StreamNotFound { stream: name.to_string() })
+    }
+
+    /// Takes the effects queued by the commands applied so far.
+    pub fn drain_effects(&mut self) -> std::vec::Drain<'_, Effect> {
+        self.effects.drain(..)
+    }
+
+    /// This cell without its dedup indexes (a planted bug's snapshot).
+    #[cfg(madsim)]
+    pub(crate) fn without_dedup(&self) -> Cell {
+        let mut cell = self.clone();
+        for stream in cell.streams.values_mut() {
+            stream.dedup.clear();
+            stream.dedup_expiry.clear();
+        }
+        cell
+    }
+
+    /// Drops every consumer (a planted bug's snapshot install).
+    #[cfg(madsim)]
+    pub fn forget_consumers(&mut self) {
+        for stream in self.streams.values_mut() {
+            stream.consumers.clear();
+        }
+    }
+
+    /// Applies one command at the leader-stamped time `at`. Timers due at `at` fire first. A rejection changes
+    /// nothing the command asked for, with one exception: a refused commit aborts the transaction and moves the
+    /// producer to its next epoch (the refusal says so). Timers that fired stay fired: they depend on time alone.
+    ///
+    /// # Panics
+    /// If the effects of an earlier apply were not drained: a host that forgets them loses body writes.
+    pub fn apply(&mut self, at: Millis, command: Command) -> Result<Outcome, Rejection> {
+        assert!(
+            self.effects.is_empty(),
+            "the host must drain the effects of every apply before the next; {} are queued",
+            self.effects.len()
+        );
+        // The leader stamps monotonic times; a replica clamps rather than trusting that, so state never sees time
+        // go backwards.
+        #[cfg(madsim)]
+        let at = if cellog_planted::active(cellog_planted::Mutant::LeaderTimeNotMonotonic) {
+            at
+        } else {
+            at.max(self.last_at)
+        };
+        #[cfg(not(madsim))]
+        let at = at.max(self.last_at);
+        self.last_at = at;
+        self.n_applied += 1;
+        self.fire_timers(at);
+        let result = match command {
+            Command::CreateStream { name, config } => self.create_stream(at, name, config),
+            Command::UpdateStream { name, config } => self.update_stream(at, &name, config),
+            Command::DeleteStream { name } => self.delete_stream(at, &name),
+            Command::Publish(request) => self.publish(at, request),
+            Command::Recall { stream, partition, seq } => self.recall(at, &stream, partition, seq),
+            Command::CreateConsumer { stream, name, config } => self.create_consumer(at, &stream, name, config),
+            Command::DeleteConsumer { stream, name } => self.delete_consumer(&stream, &name),
+            Command::Fetch { stream, consumer, member, max } => self.fetch(at, &stream, &consumer, &member, max),
+            Command::Ack { stream, consumer, partition, seq, kind } => {
+                self.ack(at, &stream, &consumer, partition, seq, kind)
+            }
+            Command::CommitCursor { stream, consumer, partition, next_seq } => {
+                self.commit_cursor(&stream, &consumer, partition, next_seq)
+            }
+            Command::InitProducer { transactional_id, transaction_timeout_ms } => {
+                self.init_producer(transactional_id, transaction_timeout_ms)
+            }
+            Command::BeginTransaction(r) => self.begin_transaction(at, r),
+            Command::PrepareTransaction(r) => self.prepare_transaction(r),
+            Command::CommitTransaction(r) => self.commit_transaction(at, r),
+            Command::AbortTransaction(r) => self.abort_transaction(r),
+            Command::RegisterPeer { stream, peer } => self.register_peer(&stream, peer),
+            Command::PeerProgress { stream, peer, partition, received_seq } => {
+                self.peer_progress(at, &stream, &peer, partition, received_seq)
+            }
+            Command::UnregisterPeer { stream, peer } => self.unregister_peer(at, &stream, &peer),
+            Command::Tick => Ok(Outcome::Ticked),
+            Command::UpdateConsumer { stream, name, config } => self.update_consumer(&stream, &name, config),
+        };
+        if !self.pinned_by.is_empty() {
+            self.release_pins(at, 0);
+        }
+        result
+    }
+}

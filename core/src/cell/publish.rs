@@ -1,0 +1,180 @@
+//! Publishing and recall: routing a publish to its stream, the checks that need state, appending and storing bodies.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::limits::{check_request, invalid};
+use super::timers::{Timer, Timers, reschedule_sweep};
+use super::{Cell, stream_in};
+use crate::body::BodyRef;
+use crate::command::{Effect, Outcome, PublishAck, PublishRequest};
+use crate::error::Rejection;
+use crate::partition::Message;
+use crate::route::Router;
+use crate::stream::{Append, Incoming, RoomMode, Stream, Tally};
+use crate::time::Millis;
+
+/// Gives a new body the cell's next body key, and asks the host to store it.
+pub(super) fn store_body(effects: &mut Vec<Effect>, next_body: &mut u64, payload: Bytes) -> BodyRef {
+    let body = BodyRef::of(*next_body, &payload);
+    *next_body += 1;
+    effects.push(Effect::BodyStored { key: body.key, body: payload });
+    body
+}
+
+/// Appends a message whose body is stored (`request.payload` is not looked at), and keeps the stream's sweep timer
+/// right: after an append the next sweep can only move earlier through the new message itself (its TTL, its dedup
+/// window, or its age when it is the first of its partition).
+pub(super) fn append_message(
+    stream: &mut Stream,
+    timers: &mut Timers,
+    effects: &mut Vec<Effect>,
+    partition: u32,
+    request: PublishRequest,
+    body: BodyRef,
+    at: Millis,
+) -> u64 {
+    let was_empty = stream.partitions[partition as usize].n_messages == 0;
+    let window = stream.config.duplicate_window_ms;
+    let mut candidate = request.ttl_ms.map(|ttl| at.plus(ttl));
+    if request.msg_id.is_some() && window > 0 {
+        candidate = Some(candidate.map_or(at.plus(window), |c| c.min(at.plus(window))));
+    }
+    if let Some(age) = stream.config.max_age_ms.filter(|_| was_empty) {
+        candidate = Some(candidate.map_or(at.plus(age), |c| c.min(at.plus(age))));
+    }
+    let message = Append {
+        partition,
+        subject: &request.subject,
+        body,
+        key: request.key,
+        msg_id: request.msg_id.as_deref(),
+        headers: request.headers,
+        ttl_ms: request.ttl_ms,
+        deliver_after_ms: request.deliver_after_ms,
+    };
+    let seq = stream.append(message, at, effects);
+    if let Some(candidate) = candidate {
+        match stream.sweep_at {
+            None => reschedule_sweep(stream, timers, at),
+            Some(current) if candidate < current => {
+                stream.sweep_at = Some(candidate);
+                timers.set(at, candidate, Timer::Sweep { stream_id: stream.id });
+            }
+            Some(_) => {}
+        }
+    }
+    seq
+}
+
+impl Cell {
+    /// The stream claiming a subject.
+    pub(super) fn route<'a>(
+        router: &Router,
+        streams: &'a mut BTreeMap<Arc<str>, Stream>,
+        subject: &str,
+    ) -> Result<&'a mut Stream, Rejection> {
+        router
+            .route(subject)
+            .and_then(|name| streams.get_mut(name))
+            .ok_or_else(|| Rejection::NoStreamForSubject { subject: subject.to_string() })
+    }
+
+    pub(super) fn publish(&mut self, at: Millis, mut request: PublishRequest) -> Result<Outcome, Rejection> {
+        check_request(&request)?;
+        let pin = self.check_pin(&request)?;
+        let stream = Self::route(&self.router, &mut self.streams, &request.subject)?;
+        if let Some((target, ..)) = &pin
+            && *target == stream.name
+        {
+            return Err(invalid(format!("a message may not pin a message of its own stream {target:?}")));
+        }
+        if let Some(r) = request.transaction {
+            let name = stream.name.clone();
+            return self.stage(name, r, request, at);
+        }
+        let payload_len = request.payload.len() as u64;
+        if payload_len > u64::from(stream.config.max_payload_bytes) {
+            return Err(Rejection::PayloadTooLarge { size: payload_len, max: stream.config.max_payload_bytes.into() });
+        }
+        if let Some(msg_id) = &request.msg_id
+            && let Some(ack) = stream.duplicate_of(msg_id)
+        {
+            return Ok(Outcome::Published(ack));
+        }
+        let partition = stream.partition_of(&request.subject, request.key.as_ref());
+        if let Some(expected) = request.expected_last_seq {
+            let last = stream.partitions[partition as usize].last_seq();
+            if expected != last {
+                return Err(Rejection::WrongLastSequence { last });
+            }
+        }
+        if let Some(expected) = request.expected_last_subject_seq {
+            let last = stream.last_subject_seq(&request.subject);
+            if expected != last {
+                return Err(Rejection::WrongLastSubjectSequence { last });
+            }
+        }
+        let size =
+            Message::accounted_size(&request.subject, request.key.as_ref(), &request.headers, request.payload.len());
+        let incoming = Incoming { subject: &request.subject, size };
+        stream.check_fits_at_all(&incoming)?;
+        stream.check_discard_new(&incoming, &Tally::default())?;
+        let plan = stream.plan_room(&incoming, RoomMode::Strict)?;
+        // Last, so that a refused publish costs no token.
+        stream.take_token(at)?;
+        for (p, seq, reason) in plan {
+            stream.remove(p, seq, reason, &mut self.effects);
+        }
+        #[cfg(madsim)]
+        if cellog_planted::active(cellog_planted::Mutant::Canary)
+            && request.msg_id.as_deref() == Some("m-0")
+            && at.0 % 100 == 7
+        {
+            let seq = stream.partitions[partition as usize].last_seq() + 1;
+            let stream = stream.name.clone();
+            return Ok(Outcome::Published(PublishAck { stream, partition, seq, duplicate: false, original: None }));
+        }
+        let body = store_body(&mut self.effects, &mut self.next_body, std::mem::take(&mut request.payload));
+        let seq = append_message(stream, &mut self.timers, &mut self.effects, partition, request, body, at);
+        let name = stream.name.clone();
+        if let Some((target, p, s)) = pin {
+            *self.streams.get_mut(&target).expect("checked above").pins.entry((p, s)).or_insert(0) += 1;
+            self.pinned_by.insert((name.clone(), partition, seq), (target, p, s));
+        }
+        Ok(Outcome::Published(PublishAck { stream: name, partition, seq, duplicate: false, original: None }))
+    }
+
+    /// Appends to a stream named by a message already checked against it: its payload, or (`copy_of`, for a dead
+    /// letter) a copy of a stored body.
+    pub(super) fn append_message(
+        &mut self,
+        name: &str,
+        partition: u32,
+        mut request: PublishRequest,
+        copy_of: Option<BodyRef>,
+        at: Millis,
+    ) -> u64 {
+        let stream = self.streams.get_mut(name).expect("appending to an existing stream");
+        let body = match copy_of {
+            Some(source) => {
+                let body = BodyRef { key: self.next_body, ..source };
+                self.next_body += 1;
+                self.effects.push(Effect::BodyCopied { from: source.key, to: body.key });
+                body
+            }
+            None => store_body(&mut self.effects, &mut self.next_body, std::mem::take(&mut request.payload)),
+        };
+        append_message(stream, &mut self.timers, &mut self.effects, partition, request, body, at)
+    }
+
+    pub(super) fn recall(&mut self, _at: Millis, stream: &str, partition: u32, seq: u64) -> Result<Outcome, Rejection> {
+        let s = stream_in(&mut self.streams, stream)?;
+        if s.recall(partition, seq, _at, &mut self.effects)? {
+            self.effects.push(Effect::Recalled { stream: s.name.clone(), partition, seq });
+        }
+        Ok(Outcome::Recalled)
+    }
+}

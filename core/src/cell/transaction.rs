@@ -1,0 +1,377 @@
+//! Transactional producers: epochs that fence older instances, and transactions whose staged messages stay
+//! invisible (and out of reach of retention) until a commit appends them all at once.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::Cell;
+use super::limits::{check_id, invalid};
+use super::timers::Timer;
+use crate::command::{AbortReason, Effect, Outcome, ProducerRef, PublishAck, PublishRequest};
+use crate::config::MAX_DURATION_MS;
+use crate::error::{NameKind, Quota, Rejection};
+use crate::partition::Message;
+use crate::stream::{Incoming, RoomMode, Tally};
+use crate::time::Millis;
+
+/// Most messages one transaction may stage.
+pub const MAX_TRANSACTION_MESSAGES: u64 = 10_000;
+/// Most payload bytes one transaction may stage (64 MiB).
+pub const MAX_TRANSACTION_BYTES: u64 = 64 * 1024 * 1024;
+
+/// A message waiting in a transaction, already routed and validated.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Staged {
+    pub stream: Arc<str>,
+    /// Which incarnation of the stream: a stream deleted and created again under the same name is another stream.
+    pub stream_id: u64,
+    pub partition: u32,
+    pub size: u64,
+    pub request: PublishRequest,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum TransactionState {
+    Open,
+    Prepared,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Transaction {
+    /// Numbers the producer's transactions, so a timer set for one never fires on the next.
+    pub number: u64,
+    pub state: TransactionState,
+    pub begun_at: Millis,
+    pub deadline: Millis,
+    pub staged: Vec<Staged>,
+    pub staged_bytes: u64,
+}
+
+/// How the producer's last transaction ended, kept so that a retried commit or abort (whose answer was lost)
+/// gets the same answer instead of a bare `Fenced`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum TransactionEnd {
+    Committed { epoch: u32, outcome: crate::command::Outcome },
+    Aborted { epoch: u32, reason: AbortReason, detail: String },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Producer {
+    pub transactional_id: Arc<str>,
+    pub epoch: u32,
+    pub timeout_ms: u64,
+    pub transaction: Option<Transaction>,
+    pub next_transaction_number: u64,
+    pub last_end: Option<TransactionEnd>,
+}
+
+/// Looks up a producer and checks its epoch.
+pub(super) fn current_producer(
+    producers: &mut BTreeMap<u64, Producer>,
+    r: ProducerRef,
+) -> Result<&mut Producer, Rejection> {
+    let producer =
+        producers.get_mut(&r.producer_id).ok_or(Rejection::ProducerNotFound { producer_id: r.producer_id })?;
+    #[cfg(madsim)]
+    if cellog_planted::active(cellog_planted::Mutant::EpochOffByOne) && r.epoch.checked_add(1) == Some(producer.epoch) {
+        return Ok(producer);
+    }
+    if producer.epoch != r.epoch || producer.epoch == u32::MAX {
+        return Err(Rejection::Fenced { current_epoch: producer.epoch });
+    }
+    Ok(producer)
+}
+
+/// Ends the producer's open transaction as aborted and moves it to its next epoch.
+pub(super) fn abort_transaction(
+    producer_id: u64,
+    producer: &mut Producer,
+    reason: AbortReason,
+    detail: String,
+    effects: &mut Vec<Effect>,
+) {
+    if producer.transaction.take().is_some() {
+        effects.push(Effect::TransactionAborted { producer_id, epoch: producer.epoch, reason });
+        producer.last_end = Some(TransactionEnd::Aborted { epoch: producer.epoch, reason, detail });
+        producer.epoch = producer.epoch.saturating_add(1);
+    }
+}
+
+impl Cell {
+    pub(super) fn init_producer(&mut self, transactional_id: String, timeout_ms: u64) -> Result<Outcome, Rejection> {
+        check_id(NameKind::TransactionalId, &transactional_id)?;
+        if timeout_ms == 0 || timeout_ms > MAX_DURATION_MS {
+            return Err(invalid(format!("transaction_timeout_ms must be between 1 and {MAX_DURATION_MS}")));
+        }
+        if let Some(&producer_id) = self.transactional_ids.get(transactional_id.as_str()) {
+            let producer = self.producers.get_mut(&producer_id).expect("transactional_ids and producers agree");
+            abort_transaction(
+                producer_id,
+                producer,
+                AbortReason::Fenced,
+                "a newer instance of the producer was initialized".to_string(),
+                &mut self.effects,
+            );
+            if producer.epoch < u32::MAX - 1 {
+                producer.epoch += 1;
+                producer.timeout_ms = timeout_ms;
+                return Ok(Outcome::ProducerInitialized(ProducerRef { producer_id, epoch: producer.epoch }));
+            }
+            // Epochs are exhausted: retire the id (its instances are fenced for good) and start a new one.
+            self.producers.remove(&producer_id);
+        }
+        let producer_id = self.next_producer_id;
+        self.next_producer_id += 1;
+        let transactional_id: Arc<str> = Arc::from(transactional_id);
+        self.transactional_ids.insert(transactional_id.clone(), producer_id);
+        self.producers.insert(
+            producer_id,
+            Producer {
+                transactional_id,
+                epoch: 0,
+                timeout_ms,
+                transaction: None,
+                next_transaction_number: 0,
+                last_end: None,
+            },
+        );
+        Ok(Outcome::ProducerInitialized(ProducerRef { producer_id, epoch: 0 }))
+    }
+
+    pub(super) fn begin_transaction(&mut self, at: Millis, r: ProducerRef) -> Result<Outcome, Rejection> {
+        let producer = current_producer(&mut self.producers, r)?;
+        if producer.transaction.is_some() {
+            return Err(Rejection::TransactionState { reason: "a transaction is already open".to_string() });
+        }
+        let number = producer.next_transaction_number;
+        producer.next_transaction_number += 1;
+        let deadline = at.plus(producer.timeout_ms);
+        producer.transaction = Some(Transaction {
+            number,
+            state: TransactionState::Open,
+            begun_at: at,
+            deadline,
+            staged: Vec::new(),
+            staged_bytes: 0,
+        });
+        self.timers.set(at, deadline, Timer::Transaction { producer_id: r.producer_id, number });
+        Ok(Outcome::TransactionBegun)
+    }
+
+    pub(super) fn stage(
+        &mut self,
+        name: Arc<str>,
+        r: ProducerRef,
+        request: PublishRequest,
+        at: Millis,
+    ) -> Result<Outcome, Rejection> {
+        let producer = current_producer(&mut self.producers, r)?;
+        let transaction = producer.transaction.as_mut().ok_or_else(|| Rejection::TransactionState {
+            reason: "no open transaction; begin one first".to_string(),
+        })?;
+        if transaction.state == TransactionState::Prepared {
+            return Err(Rejection::TransactionState {
+                reason: "the transaction is prepared and accepts no more messages".to_string(),
+            });
+        }
+        if request.expected_last_seq.is_some() || request.expected_last_subject_seq.is_some() {
+            return Err(invalid("conditional append is not available inside a transaction"));
+        }
+        let stream = self.streams.get_mut(&name).expect("routed to an existing stream");
+        let payload_len = request.payload.len() as u64;
+        if payload_len > u64::from(stream.config.max_payload_bytes) {
+            return Err(Rejection::PayloadTooLarge { size: payload_len, max: stream.config.max_payload_bytes.into() });
+        }
+        if let Some(msg_id) = &request.msg_id {
+            if let Some(ack) = stream.duplicate_of(msg_id) {
+                return Ok(Outcome::Published(ack));
+            }
+            if let Some(index) = transaction
+                .staged
+                .iter()
+                .position(|s| s.stream == name && s.request.msg_id.as_deref() == Some(msg_id.as_str()))
+            {
+                return Ok(Outcome::Staged { index: index as u32, duplicate: true });
+            }
+        }
+        let partition = stream.partition_of(&request.subject, request.key.as_ref());
+        let size =
+            Message::accounted_size(&request.subject, request.key.as_ref(), &request.headers, request.payload.len());
+        stream.check_fits_at_all(&Incoming { subject: &request.subject, size })?;
+        if transaction.staged.len() as u64 >= MAX_TRANSACTION_MESSAGES {
+            return Err(Rejection::QuotaExceeded {
+                quota: Quota::TransactionMessages,
+                limit: MAX_TRANSACTION_MESSAGES,
+            });
+        }
+        if transaction.staged_bytes + size > MAX_TRANSACTION_BYTES {
+            return Err(Rejection::QuotaExceeded { quota: Quota::TransactionBytes, limit: MAX_TRANSACTION_BYTES });
+        }
+        stream.take_token(at)?;
+        let index = transaction.staged.len() as u32;
+        transaction.staged_bytes += size;
+        transaction.staged.push(Staged {
+            stream_id: stream.id,
+            stream: name,
+            partition,
+            size,
+            request: PublishRequest { transaction: None, ..request },
+        });
+        Ok(Outcome::Staged { index, duplicate: false })
+    }
+
+    /// Checks that every staged message can be appended now, all together: the streams exist and discard-new limits
+    /// hold for the whole batch. Discard-old limits always make room (or wait for a peer without refusing).
+    pub(super) fn check_staged(&self, staged: &[Staged]) -> Result<(), Rejection> {
+        let mut tallies: BTreeMap<&str, Tally> = BTreeMap::new();
+        for message in staged {
+            let stream = self.stream(&message.stream)?;
+            if stream.id != message.stream_id {
+                // Deleted and created again since staging: not the stream the message was staged for.
+                return Err(Rejection::StreamNotFound { stream: message.stream.to_string() });
+            }
+            if message.request.msg_id.as_deref().is_some_and(|id| stream.dedup.contains_key(id)) {
+                continue;
+            }
+            let incoming = Incoming { subject: &message.request.subject, size: message.size };
+            stream.check_fits_at_all(&incoming)?;
+            let tally = tallies.entry(&message.stream).or_default();
+            stream.check_discard_new(&incoming, tally)?;
+            tally.n_messages += 1;
+            tally.n_bytes += message.size;
+            let subject = tally.subjects.entry(message.request.subject.clone()).or_default();
+            subject.0 += 1;
+            subject.1 += message.size;
+        }
+        Ok(())
+    }
+
+    pub(super) fn prepare_transaction(&mut self, r: ProducerRef) -> Result<Outcome, Rejection> {
+        let producer = current_producer(&mut self.producers, r)?;
+        let transaction = producer
+            .transaction
+            .as_ref()
+            .ok_or_else(|| Rejection::TransactionState { reason: "no open transaction".to_string() })?;
+        if transaction.state == TransactionState::Open {
+            let staged = transaction.staged.clone();
+            self.check_staged(&staged)?;
+        }
+        let producer = self.producers.get_mut(&r.producer_id).expect("checked above");
+        producer.transaction.as_mut().expect("checked above").state = TransactionState::Prepared;
+        Ok(Outcome::TransactionPrepared)
+    }
+
+    /// The answer to a commit or abort whose epoch already ended: the same answer as the first time, so a retry after
+    /// a lost response learns what happened. Anything else is fenced.
+    pub(super) fn replay_end(&self, r: ProducerRef, wants_commit: bool) -> Result<Outcome, Rejection> {
+        let producer =
+            self.producers.get(&r.producer_id).ok_or(Rejection::ProducerNotFound { producer_id: r.producer_id })?;
+        let fenced = Rejection::Fenced { current_epoch: producer.epoch };
+        if r.epoch.checked_add(1) != Some(producer.epoch) {
+            return Err(fenced);
+        }
+        match (&producer.last_end, wants_commit) {
+            (Some(TransactionEnd::Committed { epoch, outcome }), true) if *epoch == r.epoch => Ok(outcome.clone()),
+            (Some(TransactionEnd::Committed { epoch, .. }), false) if *epoch == r.epoch => {
+                Err(Rejection::TransactionState { reason: "the transaction was already committed".to_string() })
+            }
+            (Some(TransactionEnd::Aborted { epoch, reason, .. }), false)
+                if *epoch == r.epoch && *reason != AbortReason::Fenced =>
+            {
+                Ok(Outcome::TransactionAborted {
+                    next: ProducerRef { producer_id: r.producer_id, epoch: producer.epoch },
+                })
+            }
+            (Some(TransactionEnd::Aborted { epoch, reason, detail }), true)
+                if *epoch == r.epoch && *reason != AbortReason::Fenced =>
+            {
+                Err(Rejection::TransactionAborted { reason: detail.clone() })
+            }
+            _ => Err(fenced),
+        }
+    }
+
+    pub(super) fn commit_transaction(&mut self, at: Millis, r: ProducerRef) -> Result<Outcome, Rejection> {
+        let producer =
+            self.producers.get(&r.producer_id).ok_or(Rejection::ProducerNotFound { producer_id: r.producer_id })?;
+        if producer.epoch != r.epoch {
+            return self.replay_end(r, true);
+        }
+        let producer = current_producer(&mut self.producers, r)?;
+        let transaction = producer
+            .transaction
+            .as_ref()
+            .ok_or_else(|| Rejection::TransactionState { reason: "no open transaction".to_string() })?;
+        let staged = transaction.staged.clone();
+        if let Err(refusal) = self.check_staged(&staged) {
+            let detail = format!("commit refused, nothing was appended: {refusal}");
+            let producer = self.producers.get_mut(&r.producer_id).expect("checked above");
+            abort_transaction(r.producer_id, producer, AbortReason::CommitRefused, detail.clone(), &mut self.effects);
+            return Err(Rejection::TransactionAborted { reason: detail });
+        }
+        let mut acks = Vec::with_capacity(staged.len());
+        for message in staged {
+            let stream = self.streams.get_mut(&message.stream).expect("checked by check_staged");
+            let request = message.request;
+            if let Some(ack) = request.msg_id.as_deref().and_then(|id| stream.duplicate_of(id)) {
+                acks.push(ack);
+                continue;
+            }
+            let incoming = Incoming { subject: &request.subject, size: message.size };
+            let plan = stream.plan_room(&incoming, RoomMode::Lenient).expect("lenient planning never refuses");
+            for (p, seq, reason) in plan {
+                stream.remove(p, seq, reason, &mut self.effects);
+            }
+            #[cfg(madsim)]
+            if cellog_planted::active(cellog_planted::Mutant::CommitAppliedTwice) {
+                self.append_message(&message.stream, message.partition, request.clone(), None, at);
+            }
+            let seq = self.append_message(&message.stream, message.partition, request, None, at);
+            acks.push(PublishAck {
+                stream: message.stream.clone(),
+                partition: message.partition,
+                seq,
+                duplicate: false,
+                original: None,
+            });
+        }
+        let producer = self.producers.get_mut(&r.producer_id).expect("checked above");
+        producer.transaction = None;
+        producer.epoch = producer.epoch.saturating_add(1);
+        let outcome = Outcome::TransactionCommitted {
+            messages: acks,
+            next: ProducerRef { producer_id: r.producer_id, epoch: producer.epoch },
+        };
+        producer.last_end = Some(TransactionEnd::Committed { epoch: r.epoch, outcome: outcome.clone() });
+        let n_messages = match &outcome {
+            Outcome::TransactionCommitted { messages, .. } => {
+                messages.iter().filter(|ack| !ack.duplicate).count() as u32
+            }
+            _ => unreachable!("built above"),
+        };
+        self.effects.push(Effect::TransactionCommitted { producer_id: r.producer_id, epoch: r.epoch, n_messages });
+        Ok(outcome)
+    }
+
+    pub(super) fn abort_transaction(&mut self, r: ProducerRef) -> Result<Outcome, Rejection> {
+        let producer =
+            self.producers.get(&r.producer_id).ok_or(Rejection::ProducerNotFound { producer_id: r.producer_id })?;
+        if producer.epoch != r.epoch {
+            return self.replay_end(r, false);
+        }
+        let producer = current_producer(&mut self.producers, r)?;
+        if producer.transaction.is_none() {
+            return Err(Rejection::TransactionState { reason: "no open transaction".to_string() });
+        }
+        abort_transaction(
+            r.producer_id,
+            producer,
+            AbortReason::Requested,
+            "aborted by the producer".to_string(),
+            &mut self.effects,
+        );
+        Ok(Outcome::TransactionAborted { next: ProducerRef { producer_id: r.producer_id, epoch: producer.epoch } })
+    }
+}
