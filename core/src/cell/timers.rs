@@ -5,8 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::Cell;
-use super::transaction::abort_transaction;
-use crate::command::{AbortReason, Effect};
+use crate::command::Effect;
 use crate::consumer::Phase;
 use crate::stream::Stream;
 use crate::time::Millis;
@@ -115,13 +114,5 @@ impl Cell {
             _ => {}
         }
         self.bury(at, &name, letters);
-    }
-
-    pub(super) fn fire_transaction_timeout(&mut self, producer_id: u64, number: u64) {
-        let Some(producer) = self.producers.get_mut(&producer_id) else { return };
-        if producer.transaction.as_ref().is_some_and(|t| t.number == number) {
-            let detail = format!("open for longer than its timeout of {} ms", producer.timeout_ms);
-            abort_transaction(producer_id, producer, AbortReason::Timeout, detail, &mut self.effects);
-        }
     }
 }

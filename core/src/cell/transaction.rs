@@ -100,6 +100,15 @@ pub(super) fn abort_transaction(
 }
 
 impl Cell {
+    /// A transaction timer fired: aborts the transaction if it is still the one the timer was set for.
+    pub(super) fn fire_transaction_timeout(&mut self, producer_id: u64, number: u64) {
+        let Some(producer) = self.producers.get_mut(&producer_id) else { return };
+        if producer.transaction.as_ref().is_some_and(|t| t.number == number) {
+            let detail = format!("open for longer than its timeout of {} ms", producer.timeout_ms);
+            abort_transaction(producer_id, producer, AbortReason::Timeout, detail, &mut self.effects);
+        }
+    }
+
     pub(super) fn init_producer(&mut self, transactional_id: String, timeout_ms: u64) -> Result<Outcome, Rejection> {
         check_id(NameKind::TransactionalId, &transactional_id)?;
         if timeout_ms == 0 || timeout_ms > MAX_DURATION_MS {
