@@ -10,8 +10,10 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::{AckState, Delivery};
+use crate::command::{AckKind, AckState, Delivery};
 use crate::config::ConsumerConfig;
+use crate::error::Rejection;
+use crate::info::{ConsumerInfo, DeliveryInfo, DeliveryPhase, PartitionLag};
 use crate::partition::Partition;
 use crate::subject::filter_matches;
 use crate::time::Millis;
@@ -49,23 +51,34 @@ pub(crate) struct DeadLetter {
 /// A timer a consumer asks the cell to set: fire at `due` for `(partition, seq)`.
 pub(crate) type DeliveryTimer = (Millis, u32, u64);
 
+/// What an ack did.
+#[derive(Debug)]
+pub(crate) struct Acked {
+    pub state: AckState,
+    /// The message was done with already; nothing changed.
+    pub already_done: bool,
+    /// When a delivery timer for the message is due: a new ack deadline, or the end of a nack's delay.
+    pub timer: Option<Millis>,
+    pub dead_letter: Option<DeadLetter>,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Consumer {
-    pub id: u64,
-    pub name: Arc<str>,
-    pub config: ConsumerConfig,
-    pub created_at: Millis,
+    id: u64,
+    name: Arc<str>,
+    config: ConsumerConfig,
+    created_at: Millis,
     /// Per partition, the next sequence to look at for a first delivery.
-    pub cursors: Vec<u64>,
-    pub outstanding: BTreeMap<(u32, u64), Outstanding>,
-    pub ready: BTreeSet<(u32, u64)>,
-    pub n_pending: u32,
+    cursors: Vec<u64>,
+    outstanding: BTreeMap<(u32, u64), Outstanding>,
+    ready: BTreeSet<(u32, u64)>,
+    n_pending: u32,
     /// The partition the next fetch starts scanning from, so partitions share fetches fairly.
-    pub next_partition: u32,
-    pub n_delivered: u64,
-    pub n_redelivered: u64,
-    pub n_acked: u64,
-    pub n_dead_lettered: u64,
+    next_partition: u32,
+    n_delivered: u64,
+    n_redelivered: u64,
+    n_acked: u64,
+    n_dead_lettered: u64,
 }
 
 /// Most slots one fetch looks at for new messages, so a fetch over a long filtered-out stretch stays bounded; the
@@ -89,6 +102,29 @@ impl Consumer {
             n_acked: 0,
             n_dead_lettered: 0,
         }
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    pub fn config(&self) -> &ConsumerConfig {
+        &self.config
+    }
+
+    /// Replaces the config; the filter and deliver policy are fixed.
+    pub fn update_config(&mut self, config: ConsumerConfig) -> Result<(), Rejection> {
+        if self.config.filter_subject != config.filter_subject || self.config.deliver_policy != config.deliver_policy {
+            return Err(Rejection::InvalidConfig {
+                reason: "a consumer's filter and deliver policy are fixed; create another consumer".to_string(),
+            });
+        }
+        self.config = config;
+        Ok(())
     }
 
     pub fn matches(&self, subject: &str) -> bool {
@@ -151,6 +187,177 @@ impl Consumer {
         let entry = self.forget(partition, seq)?;
         self.n_dead_lettered += 1;
         Some(DeadLetter { consumer: self.name.clone(), partition, seq, delivery_count: entry.delivery_count, reason })
+    }
+
+    /// Applies an ack of `kind` at `at` to a message of `partition` (which exists). Refuses one not delivered yet, and a
+    /// progress ack of one whose delivery expired.
+    pub fn ack(&mut self, partition: u32, seq: u64, kind: AckKind, at: Millis) -> Result<Acked, Rejection> {
+        if seq >= self.cursors[partition as usize] {
+            return Err(Rejection::NotDelivered { partition, seq });
+        }
+        let Some(entry) = self.outstanding.get(&(partition, seq)) else {
+            return Ok(Acked { state: AckState::Applied, already_done: true, timer: None, dead_letter: None });
+        };
+        let delivery_count = entry.delivery_count;
+        if delivery_count == 0 {
+            // A delayed message that has not been delivered yet.
+            return Err(Rejection::NotDelivered { partition, seq });
+        }
+        let mut dead_letter = None;
+        let mut timer = None;
+        let state = match kind {
+            AckKind::Applied | AckKind::Replicated => {
+                #[cfg(madsim)]
+                let forget = !cellog_planted::active(cellog_planted::Mutant::RedeliveryAfterAck);
+                #[cfg(not(madsim))]
+                let forget = true;
+                if forget {
+                    self.forget(partition, seq);
+                }
+                self.n_acked += 1;
+                if kind == AckKind::Applied { AckState::Applied } else { AckState::Replicated }
+            }
+            AckKind::Received | AckKind::InProgress => {
+                if !matches!(entry.phase, Phase::Pending { .. }) {
+                    return Err(Rejection::DeliveryExpired { partition, seq });
+                }
+                let deadline = at.plus(self.config.ack_wait_ms);
+                self.set_phase(partition, seq, Phase::Pending { deadline });
+                self.outstanding.get_mut(&(partition, seq)).expect("outstanding").state = AckState::Received;
+                timer = Some(deadline);
+                AckState::Received
+            }
+            AckKind::Nack { delay_ms } => {
+                if self.exhausted(delivery_count) {
+                    dead_letter = self.dead_letter(partition, seq, "max_deliver");
+                } else if delay_ms > 0 {
+                    let until = at.plus(delay_ms);
+                    self.set_phase(partition, seq, Phase::Waiting { until });
+                    timer = Some(until);
+                } else {
+                    self.set_phase(partition, seq, Phase::Ready);
+                }
+                if let Some(entry) = self.outstanding.get_mut(&(partition, seq)) {
+                    entry.state = AckState::Nack;
+                }
+                AckState::Nack
+            }
+            AckKind::Failed => {
+                dead_letter = self.dead_letter(partition, seq, "failed");
+                AckState::Failed
+            }
+            AckKind::Term => {
+                self.forget(partition, seq);
+                AckState::Failed
+            }
+        };
+        Ok(Acked { state, already_done: false, timer, dead_letter })
+    }
+
+    /// A delivery timer set for `due` fired for `(partition, seq)`: an expired ack deadline makes the message ready
+    /// again, or a dead letter once `max_deliver` is reached; an ended delay makes it ready. A stale timer changes
+    /// nothing. Returns an expired delivery's count, with its dead letter if it became one.
+    pub fn delivery_timer_fired(&mut self, partition: u32, seq: u64, due: Millis) -> Option<(u32, Option<DeadLetter>)> {
+        let entry = self.outstanding.get(&(partition, seq))?;
+        match entry.phase {
+            Phase::Pending { deadline } if deadline == due => {
+                let delivery_count = entry.delivery_count;
+                if self.exhausted(delivery_count) {
+                    Some((delivery_count, self.dead_letter(partition, seq, "max_deliver")))
+                } else {
+                    self.set_phase(partition, seq, Phase::Ready);
+                    Some((delivery_count, None))
+                }
+            }
+            Phase::Waiting { until } if until == due => {
+                self.set_phase(partition, seq, Phase::Ready);
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// Commits `partition`'s cursor to `next_seq`, `log_next` being the partition's next sequence: what lies below is
+    /// done. Returns the sequence from which interest retention should look again.
+    pub fn commit_cursor(&mut self, partition: u32, next_seq: u64, log_next: u64) -> Result<u64, Rejection> {
+        let floor = self.ack_floor(partition);
+        if next_seq < floor {
+            return Err(Rejection::CursorRegression { current: floor });
+        }
+        if next_seq > log_next.max(self.cursors[partition as usize]) {
+            return Err(Rejection::Invalid {
+                reason: format!("cannot commit past the end of partition {partition} (next sequence {log_next})"),
+            });
+        }
+        let done: Vec<u64> =
+            self.outstanding.range((partition, 0)..(partition, next_seq)).map(|(&(_, seq), _)| seq).collect();
+        for seq in done {
+            self.forget(partition, seq);
+            self.n_acked += 1;
+        }
+        let cursor = &mut self.cursors[partition as usize];
+        let previous = *cursor;
+        *cursor = (*cursor).max(next_seq);
+        Ok(floor.min(previous))
+    }
+
+    /// Its positions, lag and oldest unacknowledged age over `partitions` (its stream's) as of `now`.
+    pub fn info(&self, partitions: &[Partition], now: Millis) -> ConsumerInfo {
+        let mut lags = Vec::with_capacity(partitions.len());
+        let mut oldest: Option<Millis> = None;
+        for (index, log) in partitions.iter().enumerate() {
+            let partition = index as u32;
+            let ack_floor = self.ack_floor(partition);
+            let from = ack_floor.max(log.first_seq);
+            let lag = log.next_seq().saturating_sub(from);
+            let n_outstanding = self.outstanding.range((partition, 0)..=(partition, u64::MAX)).count() as u64;
+            // The oldest message not yet done: the first retained, matching message at or after the ack floor.
+            let oldest_here = (from..log.next_seq())
+                .take(FETCH_SCAN_LIMIT)
+                .filter_map(|seq| log.get(seq).map(|message| (seq, message)))
+                .find(|(seq, message)| self.matches(&message.subject) && !self.is_done(partition, *seq))
+                .map(|(_, message)| message.stored_at);
+            oldest = match (oldest, oldest_here) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            lags.push(PartitionLag { partition, cursor: self.cursors[index], ack_floor, lag, n_outstanding });
+        }
+        ConsumerInfo {
+            name: self.name.clone(),
+            config: self.config.clone(),
+            created_at: self.created_at,
+            lag_total: lags.iter().map(|p| p.lag).sum(),
+            lag_max: lags.iter().map(|p| p.lag).max().unwrap_or(0),
+            partitions: lags,
+            n_pending: self.n_pending,
+            n_ready: self.ready.len() as u64,
+            oldest_unacked_age_ms: oldest.map_or(0, |stored_at| now.since(stored_at)),
+            n_delivered: self.n_delivered,
+            n_redelivered: self.n_redelivered,
+            n_acked: self.n_acked,
+            n_dead_lettered: self.n_dead_lettered,
+        }
+    }
+
+    /// Its outstanding deliveries, in (partition, sequence) order, at most `max`.
+    pub fn deliveries(&self, max: usize) -> Vec<DeliveryInfo> {
+        self.outstanding
+            .iter()
+            .take(max)
+            .map(|(&(partition, seq), entry)| DeliveryInfo {
+                partition,
+                seq,
+                delivery_count: entry.delivery_count,
+                state: entry.state,
+                member: entry.member.clone(),
+                phase: match entry.phase {
+                    Phase::Pending { deadline } => DeliveryPhase::Pending { ack_deadline: deadline },
+                    Phase::Ready => DeliveryPhase::Ready,
+                    Phase::Waiting { until } => DeliveryPhase::Waiting { until },
+                },
+            })
+            .collect()
     }
 
     /// Delivers up to `max` messages to `member`: redelivery candidates first (oldest first), then new messages from

@@ -9,11 +9,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::body::BodyRef;
 use crate::bucket::TokenBucket;
-use crate::command::{Effect, Headers, PublishAck, Record, RemovalReason};
-use crate::config::{DiscardPolicy, RetentionPolicy, StreamConfig};
-use crate::consumer::Consumer;
+use crate::command::{Delivery, Effect, Headers, PublishAck, Record, RemovalReason};
+use crate::config::{ConsumerConfig, DeliverPolicy, DiscardPolicy, RetentionPolicy, StreamConfig};
+use crate::consumer::{Consumer, DeliveryTimer};
 use crate::error::{Quota, Rejection};
 use crate::index::{DedupEntry, SubjectState};
+use crate::info::{PartitionInfo, PeerInfo, StreamInfo};
 use crate::partition::{Extras, Message, Partition};
 use crate::time::Millis;
 
@@ -54,32 +55,32 @@ pub(crate) struct Tally {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Stream {
-    pub id: u64,
-    pub name: Arc<str>,
-    pub config: StreamConfig,
-    pub created_at: Millis,
-    pub partitions: Vec<Partition>,
-    pub next_stream_seq: u64,
-    pub n_messages: u64,
-    pub n_bytes: u64,
-    pub subjects: BTreeMap<Arc<str>, SubjectState>,
-    pub dedup: BTreeMap<Arc<str>, DedupEntry>,
+    id: u64,
+    name: Arc<str>,
+    config: StreamConfig,
+    created_at: Millis,
+    partitions: Vec<Partition>,
+    next_stream_seq: u64,
+    n_messages: u64,
+    n_bytes: u64,
+    subjects: BTreeMap<Arc<str>, SubjectState>,
+    dedup: BTreeMap<Arc<str>, DedupEntry>,
     /// (window end, id, partition, seq) in publish order, hence in time order.
-    pub dedup_expiry: VecDeque<(Millis, Arc<str>, u32, u64)>,
+    dedup_expiry: VecDeque<(Millis, Arc<str>, u32, u64)>,
     /// (expiry, partition, seq) of messages with a TTL, not yet expired.
-    pub ttl_index: BTreeSet<(Millis, u32, u64)>,
+    ttl_index: BTreeSet<(Millis, u32, u64)>,
     /// Messages whose TTL passed while a registered peer had not received them: removed once it has.
-    pub ttl_held: BTreeSet<(u32, u64)>,
-    pub bucket: Option<TokenBucket>,
-    pub consumers: BTreeMap<Arc<str>, Consumer>,
-    pub next_consumer_id: u64,
+    ttl_held: BTreeSet<(u32, u64)>,
+    bucket: Option<TokenBucket>,
+    consumers: BTreeMap<Arc<str>, Consumer>,
+    next_consumer_id: u64,
     /// Registered peers and, per partition, the last sequence each has received.
-    pub peers: BTreeMap<String, Vec<u64>>,
+    peers: BTreeMap<String, Vec<u64>>,
     /// Messages another stream's messages pin (see [`crate::PIN_HEADER`]), with how many pin each: retention keeps
     /// them until every pin is gone.
-    pub pins: BTreeMap<(u32, u64), u32>,
+    pins: BTreeMap<(u32, u64), u32>,
     /// When the stream's sweep timer is set for.
-    pub sweep_at: Option<Millis>,
+    sweep_at: Option<Millis>,
 }
 
 impl Stream {
@@ -106,6 +107,62 @@ impl Stream {
             peers: BTreeMap::new(),
             pins: BTreeMap::new(),
             sweep_at: None,
+        }
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    pub fn config(&self) -> &StreamConfig {
+        &self.config
+    }
+
+    pub fn partitions(&self) -> &[Partition] {
+        &self.partitions
+    }
+
+    /// The stored bodies of its messages, partition by partition in sequence order (recalled messages have none).
+    pub fn bodies(&self) -> impl Iterator<Item = BodyRef> + '_ {
+        self.partitions
+            .iter()
+            .flat_map(|partition| partition.slots.iter().flatten())
+            .filter(|message| message.recalled_at().is_none())
+            .map(|message| message.body)
+    }
+
+    /// Its config, watermarks and sizes.
+    pub fn info(&self) -> StreamInfo {
+        StreamInfo {
+            name: self.name.clone(),
+            config: self.config.clone(),
+            created_at: self.created_at,
+            n_messages: self.n_messages,
+            n_bytes: self.n_bytes,
+            n_subjects: self.subjects.len() as u64,
+            n_dedup_ids: self.dedup.len() as u64,
+            partitions: self
+                .partitions
+                .iter()
+                .enumerate()
+                .map(|(index, partition)| PartitionInfo {
+                    partition: index as u32,
+                    low_watermark: partition.first_seq,
+                    high_watermark: partition.last_seq(),
+                    n_messages: partition.n_messages,
+                    n_bytes: partition.n_bytes,
+                })
+                .collect(),
+            consumers: self.consumers.keys().cloned().collect(),
+            peers: self
+                .peers
+                .iter()
+                .map(|(name, received)| PeerInfo { name: name.clone(), received: received.clone() })
+                .collect(),
         }
     }
 
@@ -160,9 +217,26 @@ impl Stream {
         })
     }
 
+    /// Whether a publish with this message id is remembered.
+    pub fn remembers(&self, msg_id: &str) -> bool {
+        self.dedup.contains_key(msg_id)
+    }
+
+    /// Forgets every remembered message id (a planted bug's snapshot).
+    #[cfg(madsim)]
+    pub fn forget_dedup(&mut self) {
+        self.dedup.clear();
+        self.dedup_expiry.clear();
+    }
+
+    /// The newest retained message on `subject`.
+    pub fn last_on_subject(&self, subject: &str) -> Option<(u32, u64)> {
+        self.subjects.get(subject).and_then(|state| state.order.back()).copied()
+    }
+
     /// The sequence of the newest retained message on `subject` (0 when none).
     pub fn last_subject_seq(&self, subject: &str) -> u64 {
-        self.subjects.get(subject).and_then(|state| state.order.back()).map_or(0, |&(_, seq)| seq)
+        self.last_on_subject(subject).map_or(0, |(_, seq)| seq)
     }
 
     /// Takes one publish token, or says how long to wait.
@@ -195,6 +269,60 @@ impl Stream {
     /// Whether retention must keep `(partition, seq)` for now: a registered peer lacks it, or it is pinned.
     pub fn held(&self, partition: u32, seq: u64) -> bool {
         self.lagging_peer(partition, seq).is_some() || self.is_pinned(partition, seq)
+    }
+
+    /// Registers `peer` as having received nothing yet; a registered peer stays as it is. Returns false, changing
+    /// nothing, when `max` other peers are registered already.
+    pub fn register_peer(&mut self, peer: String, max: usize) -> bool {
+        if self.peers.contains_key(&peer) {
+            return true;
+        }
+        if self.peers.len() >= max {
+            return false;
+        }
+        self.peers.insert(peer, vec![0; self.partitions.len()]);
+        true
+    }
+
+    /// Records that `peer` has received `partition` up to `received_seq`. Reports may arrive out of order, so the
+    /// watermark only moves forward; returns the previous one when it moved.
+    pub fn peer_progress(&mut self, peer: &str, partition: u32, received_seq: u64) -> Result<Option<u64>, Rejection> {
+        let received = self
+            .peers
+            .get_mut(peer)
+            .ok_or_else(|| Rejection::PeerNotFound { stream: self.name.to_string(), peer: peer.to_string() })?;
+        let previous = received[partition as usize];
+        if received_seq > previous {
+            received[partition as usize] = received_seq;
+            return Ok(Some(previous));
+        }
+        Ok(None)
+    }
+
+    /// Forgets a registered peer. Returns whether it was registered.
+    pub fn unregister_peer(&mut self, peer: &str) -> bool {
+        self.peers.remove(peer).is_some()
+    }
+
+    /// Adds one pin to `(partition, seq)`.
+    pub fn pin(&mut self, partition: u32, seq: u64) {
+        *self.pins.entry((partition, seq)).or_insert(0) += 1;
+    }
+
+    /// Takes one pin off `(partition, seq)`, if it has any. Returns whether that was its last.
+    pub fn unpin(&mut self, partition: u32, seq: u64) -> bool {
+        let Some(count) = self.pins.get_mut(&(partition, seq)) else { return false };
+        *count -= 1;
+        if *count == 0 {
+            self.pins.remove(&(partition, seq));
+            return true;
+        }
+        false
+    }
+
+    /// The first pinned message, in (partition, seq) order.
+    pub fn first_pinned(&self) -> Option<(u32, u64)> {
+        self.pins.keys().next().copied()
     }
 
     fn storage_full(&self, partition: u32, seq: u64) -> Option<Rejection> {
@@ -448,6 +576,78 @@ impl Stream {
         interested.peek().is_some() && interested.all(|c| c.is_done(partition, seq))
     }
 
+    /// The named consumer, or `ConsumerNotFound`.
+    pub fn consumer(&self, name: &str) -> Result<&Consumer, Rejection> {
+        self.consumers.get(name).ok_or_else(|| consumer_not_found(&self.name, name))
+    }
+
+    /// The named consumer, or `ConsumerNotFound`.
+    pub fn consumer_mut(&mut self, name: &str) -> Result<&mut Consumer, Rejection> {
+        self.consumers.get_mut(name).ok_or_else(|| consumer_not_found(&self.name, name))
+    }
+
+    /// The consumer with this id, if it still exists.
+    pub fn consumer_by_id_mut(&mut self, id: u64) -> Option<&mut Consumer> {
+        self.consumers.values_mut().find(|c| c.id() == id)
+    }
+
+    /// Its consumers, in name order.
+    pub fn consumers(&self) -> impl Iterator<Item = &Consumer> {
+        self.consumers.values()
+    }
+
+    pub fn n_consumers(&self) -> usize {
+        self.consumers.len()
+    }
+
+    /// Adds a consumer whose cursors start where its deliver policy says. Interest retention may then take what it
+    /// starts past.
+    pub fn add_consumer(&mut self, name: Arc<str>, config: ConsumerConfig, at: Millis, effects: &mut Vec<Effect>) {
+        let cursors = self
+            .partitions
+            .iter()
+            .map(|log| match config.deliver_policy {
+                DeliverPolicy::All => log.first_seq,
+                DeliverPolicy::New => log.next_seq(),
+                DeliverPolicy::FromSequence(seq) => seq.max(log.first_seq),
+                DeliverPolicy::FromTime(time) => log.first_seq_at_or_after(time),
+            })
+            .collect();
+        let id = self.next_consumer_id;
+        self.next_consumer_id += 1;
+        self.consumers.insert(name.clone(), Consumer::new(id, name, config, cursors, at));
+        self.sweep_all_interest(effects);
+    }
+
+    /// Removes a consumer, and lets interest retention take what only it still needed. Returns whether it existed.
+    pub fn remove_consumer(&mut self, name: &str, effects: &mut Vec<Effect>) -> bool {
+        if self.consumers.remove(name).is_none() {
+            return false;
+        }
+        self.sweep_all_interest(effects);
+        true
+    }
+
+    /// Drops every consumer (a planted bug's snapshot install).
+    #[cfg(madsim)]
+    pub fn forget_consumers(&mut self) {
+        self.consumers.clear();
+    }
+
+    /// Fetches for `member` of the named consumer (see [`Consumer::fetch`]): the consumer's id, the deliveries and
+    /// the timers to set.
+    pub fn fetch(
+        &mut self,
+        consumer: &str,
+        member: &Arc<str>,
+        max: u32,
+        at: Millis,
+    ) -> Result<(u64, Vec<Delivery>, Vec<DeliveryTimer>), Rejection> {
+        let c = self.consumers.get_mut(consumer).ok_or_else(|| consumer_not_found(&self.name, consumer))?;
+        let (deliveries, timers) = c.fetch(&self.partitions, member, max, at);
+        Ok((c.id(), deliveries, timers))
+    }
+
     /// Removes a message under interest retention if every consumer is done with it and no peer still needs it.
     pub fn remove_if_uninteresting(&mut self, partition: u32, seq: u64, effects: &mut Vec<Effect>) {
         if self.config.retention == RetentionPolicy::Limits {
@@ -468,6 +668,13 @@ impl Stream {
         let last = to_inclusive.min(self.partitions[partition as usize].last_seq());
         for seq in first..=last {
             self.remove_if_uninteresting(partition, seq, effects);
+        }
+    }
+
+    /// Runs interest retention over every partition, whole.
+    pub fn sweep_all_interest(&mut self, effects: &mut Vec<Effect>) {
+        for partition in 0..self.config.partitions {
+            self.sweep_interest(partition, 0, u64::MAX, effects);
         }
     }
 
@@ -580,6 +787,45 @@ impl Stream {
         });
         [dedup, ttl, age].into_iter().flatten().min()
     }
+
+    /// Sets the sweep time to the next deadline, no earlier than just after `at`. Returns it when it changed (and is
+    /// set), for the caller's timer.
+    pub fn reschedule_sweep(&mut self, at: Millis) -> Option<Millis> {
+        let next = self.next_sweep().map(|due| due.max(at.plus(1)));
+        if next == self.sweep_at {
+            return None;
+        }
+        self.sweep_at = next;
+        next
+    }
+
+    /// After an append that may need a sweep at `candidate`: moves the sweep time earlier to it, or reschedules when
+    /// none is set. Returns the sweep time when it changed, for the caller's timer.
+    pub fn sweep_by(&mut self, candidate: Millis, at: Millis) -> Option<Millis> {
+        match self.sweep_at {
+            None => self.reschedule_sweep(at),
+            Some(current) if candidate < current => {
+                self.sweep_at = Some(candidate);
+                Some(candidate)
+            }
+            Some(_) => None,
+        }
+    }
+
+    /// The sweep timer set for `due` fired: sweeps if that is still the stream's sweep time. Returns the next sweep
+    /// time when it changed, for the caller's timer.
+    pub fn fire_sweep(&mut self, due: Millis, at: Millis, effects: &mut Vec<Effect>) -> Option<Millis> {
+        if self.sweep_at != Some(due) {
+            return None;
+        }
+        self.sweep_at = None;
+        self.sweep(at, effects);
+        self.reschedule_sweep(at)
+    }
+}
+
+fn consumer_not_found(stream: &str, consumer: &str) -> Rejection {
+    Rejection::ConsumerNotFound { stream: stream.to_string(), consumer: consumer.to_string() }
 }
 
 /// Messages of a stream oldest first across partitions (by arrival order), for discard-old eviction.

@@ -107,7 +107,7 @@ impl Cell {
     pub(crate) fn rebuild_derived(&mut self) {
         let mut router = Router::default();
         for (name, stream) in &self.streams {
-            for filter in &stream.config.subjects {
+            for filter in &stream.config().subjects {
                 router.insert(filter, name);
             }
         }
@@ -116,14 +116,7 @@ impl Cell {
 
     /// Every stored body the state refers to, in key order (recalled messages have none).
     pub fn body_refs(&self) -> Vec<BodyRef> {
-        let mut refs: Vec<BodyRef> = self
-            .streams
-            .values()
-            .flat_map(|stream| stream.partitions.iter())
-            .flat_map(|partition| partition.slots.iter().flatten())
-            .filter(|message| message.recalled_at().is_none())
-            .map(|message| message.body)
-            .collect();
+        let mut refs: Vec<BodyRef> = self.streams.values().flat_map(Stream::bodies).collect();
         refs.sort_by_key(|body| body.key);
         refs
     }
@@ -142,8 +135,7 @@ impl Cell {
     pub(crate) fn without_dedup(&self) -> Cell {
         let mut cell = self.clone();
         for stream in cell.streams.values_mut() {
-            stream.dedup.clear();
-            stream.dedup_expiry.clear();
+            stream.forget_dedup();
         }
         cell
     }
@@ -152,7 +144,7 @@ impl Cell {
     #[cfg(madsim)]
     pub fn forget_consumers(&mut self) {
         for stream in self.streams.values_mut() {
-            stream.consumers.clear();
+            stream.forget_consumers();
         }
     }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::limits::{check_request, invalid};
-use super::timers::{Timer, Timers, reschedule_sweep};
+use super::timers::{Timer, Timers};
 use super::{Cell, stream_in};
 use crate::body::BodyRef;
 use crate::command::{Effect, Outcome, PublishAck, PublishRequest};
@@ -36,13 +36,13 @@ pub(super) fn append_message(
     body: BodyRef,
     at: Millis,
 ) -> u64 {
-    let was_empty = stream.partitions[partition as usize].n_messages == 0;
-    let window = stream.config.duplicate_window_ms;
+    let was_empty = stream.partitions()[partition as usize].n_messages == 0;
+    let window = stream.config().duplicate_window_ms;
     let mut candidate = request.ttl_ms.map(|ttl| at.plus(ttl));
     if request.msg_id.is_some() && window > 0 {
         candidate = Some(candidate.map_or(at.plus(window), |c| c.min(at.plus(window))));
     }
-    if let Some(age) = stream.config.max_age_ms.filter(|_| was_empty) {
+    if let Some(age) = stream.config().max_age_ms.filter(|_| was_empty) {
         candidate = Some(candidate.map_or(at.plus(age), |c| c.min(at.plus(age))));
     }
     let message = Append {
@@ -56,15 +56,8 @@ pub(super) fn append_message(
         deliver_after_ms: request.deliver_after_ms,
     };
     let seq = stream.append(message, at, effects);
-    if let Some(candidate) = candidate {
-        match stream.sweep_at {
-            None => reschedule_sweep(stream, timers, at),
-            Some(current) if candidate < current => {
-                stream.sweep_at = Some(candidate);
-                timers.set(at, candidate, Timer::Sweep { stream_id: stream.id });
-            }
-            Some(_) => {}
-        }
+    if let Some(due) = candidate.and_then(|candidate| stream.sweep_by(candidate, at)) {
+        timers.set(at, due, Timer::Sweep { stream_id: stream.id() });
     }
     seq
 }
@@ -87,17 +80,20 @@ impl Cell {
         let pin = self.check_pin(&request)?;
         let stream = Self::route(&self.router, &mut self.streams, &request.subject)?;
         if let Some((target, ..)) = &pin
-            && *target == stream.name
+            && target == stream.name()
         {
             return Err(invalid(format!("a message may not pin a message of its own stream {target:?}")));
         }
         if let Some(r) = request.transaction {
-            let name = stream.name.clone();
+            let name = stream.name().clone();
             return self.stage(name, r, request, at);
         }
         let payload_len = request.payload.len() as u64;
-        if payload_len > u64::from(stream.config.max_payload_bytes) {
-            return Err(Rejection::PayloadTooLarge { size: payload_len, max: stream.config.max_payload_bytes.into() });
+        if payload_len > u64::from(stream.config().max_payload_bytes) {
+            return Err(Rejection::PayloadTooLarge {
+                size: payload_len,
+                max: stream.config().max_payload_bytes.into(),
+            });
         }
         if let Some(msg_id) = &request.msg_id
             && let Some(ack) = stream.duplicate_of(msg_id)
@@ -106,7 +102,7 @@ impl Cell {
         }
         let partition = stream.partition_of(&request.subject, request.key.as_ref());
         if let Some(expected) = request.expected_last_seq {
-            let last = stream.partitions[partition as usize].last_seq();
+            let last = stream.partitions()[partition as usize].last_seq();
             if expected != last {
                 return Err(Rejection::WrongLastSequence { last });
             }
@@ -133,15 +129,15 @@ impl Cell {
             && request.msg_id.as_deref() == Some("m-0")
             && at.0 % 100 == 7
         {
-            let seq = stream.partitions[partition as usize].last_seq() + 1;
-            let stream = stream.name.clone();
+            let seq = stream.partitions()[partition as usize].last_seq() + 1;
+            let stream = stream.name().clone();
             return Ok(Outcome::Published(PublishAck { stream, partition, seq, duplicate: false, original: None }));
         }
         let body = store_body(&mut self.effects, &mut self.next_body, std::mem::take(&mut request.payload));
         let seq = append_message(stream, &mut self.timers, &mut self.effects, partition, request, body, at);
-        let name = stream.name.clone();
+        let name = stream.name().clone();
         if let Some((target, p, s)) = pin {
-            *self.streams.get_mut(&target).expect("checked above").pins.entry((p, s)).or_insert(0) += 1;
+            self.streams.get_mut(&target).expect("checked above").pin(p, s);
             self.pinned_by.insert((name.clone(), partition, seq), (target, p, s));
         }
         Ok(Outcome::Published(PublishAck { stream: name, partition, seq, duplicate: false, original: None }))
@@ -173,7 +169,7 @@ impl Cell {
     pub(super) fn recall(&mut self, _at: Millis, stream: &str, partition: u32, seq: u64) -> Result<Outcome, Rejection> {
         let s = stream_in(&mut self.streams, stream)?;
         if s.recall(partition, seq, _at, &mut self.effects)? {
-            self.effects.push(Effect::Recalled { stream: s.name.clone(), partition, seq });
+            self.effects.push(Effect::Recalled { stream: s.name().clone(), partition, seq });
         }
         Ok(Outcome::Recalled)
     }

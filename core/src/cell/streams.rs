@@ -24,13 +24,9 @@ pub const PIN_HEADER: &str = "Cellog-Pin";
 pub(super) fn unpin(streams: &mut BTreeMap<Arc<str>, Stream>, target: MessageRef, released: &mut BTreeSet<Arc<str>>) {
     let (stream, partition, seq) = target;
     if let Some(target_stream) = streams.get_mut(&stream)
-        && let Some(count) = target_stream.pins.get_mut(&(partition, seq))
+        && target_stream.unpin(partition, seq)
     {
-        *count -= 1;
-        if *count == 0 {
-            target_stream.pins.remove(&(partition, seq));
-            released.insert(stream);
-        }
+        released.insert(stream);
     }
 }
 
@@ -47,7 +43,7 @@ impl Cell {
                 if &**other_name == name {
                     continue;
                 }
-                let theirs = self.streams.get(other_name).map_or(&[][..], |other| &other.config.subjects[..]);
+                let theirs = self.streams.get(other_name).map_or(&[][..], |other| &other.config().subjects[..]);
                 let position = theirs.iter().position(|f| **f == **existing).unwrap_or(usize::MAX);
                 let order = (other_name, index, position);
                 if first.is_none_or(|(seen, ..)| order < seen) {
@@ -81,7 +77,7 @@ impl Cell {
     ) -> Result<Outcome, Rejection> {
         check_name(NameKind::Stream, &name)?;
         if let Some(existing) = self.streams.get(name.as_str()) {
-            if existing.config == config {
+            if *existing.config() == config {
                 return Ok(Outcome::StreamCreated { created: false });
             }
             return Err(Rejection::Conflict { what: "stream".to_string(), name });
@@ -103,21 +99,21 @@ impl Cell {
 
     pub(super) fn update_stream(&mut self, at: Millis, name: &str, config: StreamConfig) -> Result<Outcome, Rejection> {
         let existing = self.stream(name)?;
-        if existing.config.partitions != config.partitions {
+        if existing.config().partitions != config.partitions {
             return Err(Rejection::InvalidConfig {
                 reason: "partitions cannot change: keys would move to other partitions".to_string(),
             });
         }
-        if existing.config.retention != config.retention {
+        if existing.config().retention != config.retention {
             return Err(Rejection::InvalidConfig { reason: "the retention policy cannot change".to_string() });
         }
         self.check_stream_config(name, &config)?;
         let stream = stream_in(&mut self.streams, name)?;
-        for filter in &stream.config.subjects {
+        for filter in &stream.config().subjects {
             self.router.remove(filter);
         }
         for filter in &config.subjects {
-            self.router.insert(filter, &stream.name);
+            self.router.insert(filter, stream.name());
         }
         stream.set_config(config, at);
         self.enforce_retention(at, name, None);
@@ -126,14 +122,15 @@ impl Cell {
 
     pub(super) fn delete_stream(&mut self, at: Millis, name: &str) -> Result<Outcome, Rejection> {
         self.stream(name)?;
-        if let Some((user, _)) = self.streams.iter().find(|(_, s)| s.config.dead_letter_stream.as_deref() == Some(name))
+        if let Some((user, _)) =
+            self.streams.iter().find(|(_, s)| s.config().dead_letter_stream.as_deref() == Some(name))
         {
             return Err(Rejection::InUse {
                 stream: name.to_string(),
                 by: format!("it is the dead-letter stream of {user:?}"),
             });
         }
-        if let Some((&(partition, seq), _)) = self.streams[name].pins.first_key_value() {
+        if let Some((partition, seq)) = self.streams[name].first_pinned() {
             let by = self.pinned_by.iter().find(|(_, target)| **target == (Arc::from(name), partition, seq));
             return Err(Rejection::InUse {
                 stream: name.to_string(),
@@ -146,14 +143,12 @@ impl Cell {
             });
         }
         let stream = self.streams.remove(name).expect("checked above");
-        self.stream_names.remove(&stream.id);
-        for filter in &stream.config.subjects {
+        self.stream_names.remove(&stream.id());
+        for filter in &stream.config().subjects {
             self.router.remove(filter);
         }
-        for message in stream.partitions.iter().flat_map(|partition| partition.slots.iter().flatten()) {
-            if message.recalled_at().is_none() {
-                self.effects.push(Effect::BodyReleased { key: message.body.key });
-            }
+        for body in stream.bodies() {
+            self.effects.push(Effect::BodyReleased { key: body.key });
         }
         let mut released: BTreeSet<Arc<str>> = BTreeSet::new();
         let pinning: Vec<MessageRef> =
@@ -162,7 +157,7 @@ impl Cell {
             let target = self.pinned_by.remove(&key).expect("listed above");
             unpin(&mut self.streams, target, &mut released);
         }
-        self.effects.push(Effect::StreamDeleted { stream: stream.name });
+        self.effects.push(Effect::StreamDeleted { stream: stream.name().clone() });
         for target in released {
             self.enforce_retention(at, &target, None);
         }
@@ -181,11 +176,7 @@ impl Cell {
         stream.shrink_to_limits(&mut self.effects);
         match interest {
             Some((partition, from, to)) => stream.sweep_interest(partition, from, to, &mut self.effects),
-            None => {
-                for partition in 0..stream.config.partitions {
-                    stream.sweep_interest(partition, 0, u64::MAX, &mut self.effects);
-                }
-            }
+            None => stream.sweep_all_interest(&mut self.effects),
         }
         reschedule_sweep(stream, &mut self.timers, at);
     }
@@ -209,7 +200,7 @@ impl Cell {
         if target.message(partition, seq).is_none() {
             return Err(Rejection::MessageNotFound { stream: name.to_string(), partition, seq });
         }
-        Ok(Some((target.name.clone(), partition, seq)))
+        Ok(Some((target.name().clone(), partition, seq)))
     }
 
     /// Releases what removed pinning messages pinned (every removal since effect `from` is looked at), and lets
@@ -236,14 +227,9 @@ impl Cell {
     pub(super) fn register_peer(&mut self, stream: &str, peer: String) -> Result<Outcome, Rejection> {
         check_name(NameKind::Peer, &peer)?;
         let s = stream_in(&mut self.streams, stream)?;
-        if s.peers.contains_key(&peer) {
-            return Ok(Outcome::PeerRegistered);
-        }
-        if s.peers.len() >= MAX_PEERS_PER_STREAM {
+        if !s.register_peer(peer, MAX_PEERS_PER_STREAM) {
             return Err(invalid(format!("a stream has at most {MAX_PEERS_PER_STREAM} registered peers")));
         }
-        let n_partitions = s.partitions.len();
-        s.peers.insert(peer, vec![0; n_partitions]);
         Ok(Outcome::PeerRegistered)
     }
 
@@ -257,7 +243,7 @@ impl Cell {
     ) -> Result<Outcome, Rejection> {
         let s = stream_in(&mut self.streams, stream)?;
         let last = s
-            .partitions
+            .partitions()
             .get(partition as usize)
             .ok_or_else(|| invalid(format!("stream {stream:?} has no partition {partition}")))?
             .last_seq();
@@ -266,14 +252,7 @@ impl Cell {
                 "peer cannot have received sequence {received_seq}; partition {partition} ends at {last}"
             )));
         }
-        let received = s
-            .peers
-            .get_mut(peer)
-            .ok_or_else(|| Rejection::PeerNotFound { stream: stream.to_string(), peer: peer.to_string() })?;
-        // Progress reports may arrive out of order; the watermark only moves forward.
-        let previous = received[partition as usize];
-        if received_seq > previous {
-            received[partition as usize] = received_seq;
+        if let Some(previous) = s.peer_progress(peer, partition, received_seq)? {
             self.enforce_retention(at, stream, Some((partition, previous + 1, received_seq)));
         }
         Ok(Outcome::PeerProgressed)
@@ -281,7 +260,7 @@ impl Cell {
 
     pub(super) fn unregister_peer(&mut self, at: Millis, stream: &str, peer: &str) -> Result<Outcome, Rejection> {
         let s = stream_in(&mut self.streams, stream)?;
-        if s.peers.remove(peer).is_none() {
+        if !s.unregister_peer(peer) {
             return Err(Rejection::PeerNotFound { stream: stream.to_string(), peer: peer.to_string() });
         }
         self.enforce_retention(at, stream, None);

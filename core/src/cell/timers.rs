@@ -6,7 +6,6 @@ use serde::{Deserialize, Serialize};
 
 use super::Cell;
 use crate::command::Effect;
-use crate::consumer::Phase;
 use crate::stream::Stream;
 use crate::time::Millis;
 
@@ -42,12 +41,8 @@ impl Timers {
 /// Sets a stream's sweep timer to its next deadline, if that changed. Every sweep at `at` handles everything due by
 /// then, so the next deadline is later; the clamp only guards that.
 pub(super) fn reschedule_sweep(stream: &mut Stream, timers: &mut Timers, at: Millis) {
-    let next = stream.next_sweep().map(|due| due.max(at.plus(1)));
-    if next != stream.sweep_at {
-        stream.sweep_at = next;
-        if let Some(due) = next {
-            timers.set(at, due, Timer::Sweep { stream_id: stream.id });
-        }
+    if let Some(due) = stream.reschedule_sweep(at) {
+        timers.set(at, due, Timer::Sweep { stream_id: stream.id() });
     }
 }
 
@@ -72,12 +67,9 @@ impl Cell {
     pub(super) fn fire_sweep(&mut self, at: Millis, due: Millis, stream_id: u64) {
         let Some(name) = self.stream_names.get(&stream_id).cloned() else { return };
         let stream = self.streams.get_mut(&name).expect("stream_names and streams agree");
-        if stream.sweep_at != Some(due) {
-            return;
+        if let Some(next) = stream.fire_sweep(due, at, &mut self.effects) {
+            self.timers.set(at, next, Timer::Sweep { stream_id });
         }
-        stream.sweep_at = None;
-        stream.sweep(at, &mut self.effects);
-        reschedule_sweep(stream, &mut self.timers, at);
     }
 
     pub(super) fn fire_delivery(
@@ -91,27 +83,17 @@ impl Cell {
     ) {
         let Some(name) = self.stream_names.get(&stream_id).cloned() else { return };
         let stream = self.streams.get_mut(&name).expect("stream_names and streams agree");
-        let Some(consumer) = stream.consumers.values_mut().find(|c| c.id == consumer_id) else { return };
-        let Some(entry) = consumer.outstanding.get(&(partition, seq)) else { return };
+        let Some(consumer) = stream.consumer_by_id_mut(consumer_id) else { return };
         let mut letters = Vec::new();
-        match entry.phase {
-            Phase::Pending { deadline } if deadline == due => {
-                let delivery_count = entry.delivery_count;
-                self.effects.push(Effect::DeliveryExpired {
-                    stream: name.clone(),
-                    consumer: consumer.name.clone(),
-                    partition,
-                    seq,
-                    delivery_count,
-                });
-                if consumer.exhausted(delivery_count) {
-                    letters.extend(consumer.dead_letter(partition, seq, "max_deliver"));
-                } else {
-                    consumer.set_phase(partition, seq, Phase::Ready);
-                }
-            }
-            Phase::Waiting { until } if until == due => consumer.set_phase(partition, seq, Phase::Ready),
-            _ => {}
+        if let Some((delivery_count, dead_letter)) = consumer.delivery_timer_fired(partition, seq, due) {
+            self.effects.push(Effect::DeliveryExpired {
+                stream: name.clone(),
+                consumer: consumer.name().clone(),
+                partition,
+                seq,
+                delivery_count,
+            });
+            letters.extend(dead_letter);
         }
         self.bury(at, &name, letters);
     }

@@ -190,8 +190,11 @@ impl Cell {
         }
         let stream = self.streams.get_mut(&name).expect("routed to an existing stream");
         let payload_len = request.payload.len() as u64;
-        if payload_len > u64::from(stream.config.max_payload_bytes) {
-            return Err(Rejection::PayloadTooLarge { size: payload_len, max: stream.config.max_payload_bytes.into() });
+        if payload_len > u64::from(stream.config().max_payload_bytes) {
+            return Err(Rejection::PayloadTooLarge {
+                size: payload_len,
+                max: stream.config().max_payload_bytes.into(),
+            });
         }
         if let Some(msg_id) = &request.msg_id {
             if let Some(ack) = stream.duplicate_of(msg_id) {
@@ -222,7 +225,7 @@ impl Cell {
         let index = transaction.staged.len() as u32;
         transaction.staged_bytes += size;
         transaction.staged.push(Staged {
-            stream_id: stream.id,
+            stream_id: stream.id(),
             stream: name,
             partition,
             size,
@@ -237,11 +240,11 @@ impl Cell {
         let mut tallies: BTreeMap<&str, Tally> = BTreeMap::new();
         for message in staged {
             let stream = self.stream(&message.stream)?;
-            if stream.id != message.stream_id {
+            if stream.id() != message.stream_id {
                 // Deleted and created again since staging: not the stream the message was staged for.
                 return Err(Rejection::StreamNotFound { stream: message.stream.to_string() });
             }
-            if message.request.msg_id.as_deref().is_some_and(|id| stream.dedup.contains_key(id)) {
+            if message.request.msg_id.as_deref().is_some_and(|id| stream.remembers(id)) {
                 continue;
             }
             let incoming = Incoming { subject: &message.request.subject, size: message.size };
