@@ -27,6 +27,12 @@ pub struct BodyRef {
     pub crc: u32,
 }
 
+impl From<crate::snapshot::v3::BodyRef> for BodyRef {
+    fn from(body: crate::snapshot::v3::BodyRef) -> Self {
+        BodyRef { key: body.key, len: body.len, crc: body.crc }
+    }
+}
+
 impl BodyRef {
     /// The reference for `body` stored under `key`.
     pub fn of(key: u64, body: &[u8]) -> Self {

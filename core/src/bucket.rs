@@ -1,16 +1,23 @@
 //! A stream's rate limit: a token bucket on cell time, in whole thousandths of a token so that every replica
 //! computes the same level.
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::config::RateLimit;
+use crate::snapshot::v3;
 use crate::time::Millis;
 
 /// A deterministic token bucket, in thousandths of a token.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub(crate) struct TokenBucket {
     pub millitokens: u64,
     pub refilled_at: Millis,
+}
+
+impl From<v3::TokenBucket> for TokenBucket {
+    fn from(bucket: v3::TokenBucket) -> Self {
+        TokenBucket { millitokens: bucket.millitokens, refilled_at: bucket.refilled_at.into() }
+    }
 }
 
 impl TokenBucket {

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::body::BodyRef;
 use crate::config::{ConsumerConfig, StreamConfig};
+use crate::snapshot::v3;
 use crate::time::Millis;
 
 /// Message headers; ordered, so that encodings and traces are deterministic.
@@ -369,6 +370,130 @@ pub enum Outcome {
     Ticked,
     /// The consumer's config was changed.
     ConsumerUpdated,
+}
+
+impl From<v3::ProducerRef> for ProducerRef {
+    fn from(r: v3::ProducerRef) -> Self {
+        ProducerRef { producer_id: r.producer_id, epoch: r.epoch }
+    }
+}
+
+impl From<v3::PublishRequest> for PublishRequest {
+    fn from(request: v3::PublishRequest) -> Self {
+        PublishRequest {
+            subject: request.subject,
+            payload: request.payload,
+            key: request.key,
+            msg_id: request.msg_id,
+            headers: request.headers,
+            expected_last_seq: request.expected_last_seq,
+            expected_last_subject_seq: request.expected_last_subject_seq,
+            ttl_ms: request.ttl_ms,
+            deliver_after_ms: request.deliver_after_ms,
+            transaction: request.transaction.map(ProducerRef::from),
+        }
+    }
+}
+
+impl From<v3::AckState> for AckState {
+    fn from(state: v3::AckState) -> Self {
+        match state {
+            v3::AckState::Received => AckState::Received,
+            v3::AckState::Applied => AckState::Applied,
+            v3::AckState::Failed => AckState::Failed,
+            v3::AckState::Nack => AckState::Nack,
+            v3::AckState::Replicated => AckState::Replicated,
+        }
+    }
+}
+
+impl From<v3::Body> for Body {
+    fn from(body: v3::Body) -> Self {
+        match body {
+            v3::Body::Stored(body) => Body::Stored(body.into()),
+            v3::Body::Tombstone { recalled_at } => Body::Tombstone { recalled_at: recalled_at.into() },
+        }
+    }
+}
+
+impl From<v3::Record> for Record {
+    fn from(record: v3::Record) -> Self {
+        Record {
+            partition: record.partition,
+            seq: record.seq,
+            subject: record.subject,
+            key: record.key,
+            msg_id: record.msg_id,
+            headers: record.headers,
+            body: record.body.into(),
+            stored_at: record.stored_at.into(),
+        }
+    }
+}
+
+impl From<v3::PublishAck> for PublishAck {
+    fn from(ack: v3::PublishAck) -> Self {
+        PublishAck {
+            stream: ack.stream,
+            partition: ack.partition,
+            seq: ack.seq,
+            duplicate: ack.duplicate,
+            original: ack.original.map(|original| Box::new(Record::from(*original))),
+        }
+    }
+}
+
+impl From<v3::Delivery> for Delivery {
+    fn from(delivery: v3::Delivery) -> Self {
+        Delivery {
+            record: delivery.record.into(),
+            delivery_count: delivery.delivery_count,
+            ack_deadline: delivery.ack_deadline.into(),
+        }
+    }
+}
+
+impl From<v3::Outcome> for Outcome {
+    fn from(outcome: v3::Outcome) -> Self {
+        use v3::Outcome as V3;
+        match outcome {
+            V3::StreamCreated { created } => Outcome::StreamCreated { created },
+            V3::StreamUpdated => Outcome::StreamUpdated,
+            V3::StreamDeleted => Outcome::StreamDeleted,
+            V3::Published(ack) => Outcome::Published(ack.into()),
+            V3::Staged { index, duplicate } => Outcome::Staged { index, duplicate },
+            V3::Recalled => Outcome::Recalled,
+            V3::ConsumerCreated { created } => Outcome::ConsumerCreated { created },
+            V3::ConsumerDeleted => Outcome::ConsumerDeleted,
+            V3::Fetched(deliveries) => Outcome::Fetched(deliveries.into_iter().map(Delivery::from).collect()),
+            V3::Acked { state, already_done } => Outcome::Acked { state: state.into(), already_done },
+            V3::CursorCommitted { next_seq } => Outcome::CursorCommitted { next_seq },
+            V3::ProducerInitialized(r) => Outcome::ProducerInitialized(r.into()),
+            V3::TransactionBegun => Outcome::TransactionBegun,
+            V3::TransactionPrepared => Outcome::TransactionPrepared,
+            V3::TransactionCommitted { messages, next } => Outcome::TransactionCommitted {
+                messages: messages.into_iter().map(PublishAck::from).collect(),
+                next: next.into(),
+            },
+            V3::TransactionAborted { next } => Outcome::TransactionAborted { next: next.into() },
+            V3::PeerRegistered => Outcome::PeerRegistered,
+            V3::PeerProgressed => Outcome::PeerProgressed,
+            V3::PeerUnregistered => Outcome::PeerUnregistered,
+            V3::Ticked => Outcome::Ticked,
+            V3::ConsumerUpdated => Outcome::ConsumerUpdated,
+        }
+    }
+}
+
+impl From<v3::AbortReason> for AbortReason {
+    fn from(reason: v3::AbortReason) -> Self {
+        match reason {
+            v3::AbortReason::Requested => AbortReason::Requested,
+            v3::AbortReason::Fenced => AbortReason::Fenced,
+            v3::AbortReason::Timeout => AbortReason::Timeout,
+            v3::AbortReason::CommitRefused => AbortReason::CommitRefused,
+        }
+    }
 }
 
 impl Effect {

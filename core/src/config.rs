@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{NameKind, Rejection};
+use crate::snapshot::v3;
 use crate::subject::{filters_overlap, validate_filter, validate_name};
 use crate::time::Millis;
 
@@ -101,6 +102,51 @@ impl Default for StreamConfig {
             duplicate_window_ms: DEFAULT_DUPLICATE_WINDOW_MS,
             rate_limit: None,
             dead_letter_stream: None,
+        }
+    }
+}
+
+impl From<v3::RetentionPolicy> for RetentionPolicy {
+    fn from(retention: v3::RetentionPolicy) -> Self {
+        match retention {
+            v3::RetentionPolicy::Limits => RetentionPolicy::Limits,
+            v3::RetentionPolicy::Interest => RetentionPolicy::Interest,
+            v3::RetentionPolicy::WorkQueue => RetentionPolicy::WorkQueue,
+        }
+    }
+}
+
+impl From<v3::DiscardPolicy> for DiscardPolicy {
+    fn from(discard: v3::DiscardPolicy) -> Self {
+        match discard {
+            v3::DiscardPolicy::Old => DiscardPolicy::Old,
+            v3::DiscardPolicy::New => DiscardPolicy::New,
+        }
+    }
+}
+
+impl From<v3::RateLimit> for RateLimit {
+    fn from(rate: v3::RateLimit) -> Self {
+        RateLimit { messages_per_second: rate.messages_per_second, burst: rate.burst }
+    }
+}
+
+impl From<v3::StreamConfig> for StreamConfig {
+    fn from(config: v3::StreamConfig) -> Self {
+        StreamConfig {
+            subjects: config.subjects,
+            partitions: config.partitions,
+            retention: config.retention.into(),
+            discard: config.discard.into(),
+            max_age_ms: config.max_age_ms,
+            max_messages: config.max_messages,
+            max_bytes: config.max_bytes,
+            max_messages_per_subject: config.max_messages_per_subject,
+            max_bytes_per_subject: config.max_bytes_per_subject,
+            max_payload_bytes: config.max_payload_bytes,
+            duplicate_window_ms: config.duplicate_window_ms,
+            rate_limit: config.rate_limit.map(RateLimit::from),
+            dead_letter_stream: config.dead_letter_stream,
         }
     }
 }
@@ -207,6 +253,29 @@ impl Default for ConsumerConfig {
             ack_wait_ms: 30_000,
             max_deliver: None,
             max_in_flight: 1000,
+        }
+    }
+}
+
+impl From<v3::DeliverPolicy> for DeliverPolicy {
+    fn from(policy: v3::DeliverPolicy) -> Self {
+        match policy {
+            v3::DeliverPolicy::All => DeliverPolicy::All,
+            v3::DeliverPolicy::New => DeliverPolicy::New,
+            v3::DeliverPolicy::FromSequence(seq) => DeliverPolicy::FromSequence(seq),
+            v3::DeliverPolicy::FromTime(time) => DeliverPolicy::FromTime(time.into()),
+        }
+    }
+}
+
+impl From<v3::ConsumerConfig> for ConsumerConfig {
+    fn from(config: v3::ConsumerConfig) -> Self {
+        ConsumerConfig {
+            filter_subject: config.filter_subject,
+            deliver_policy: config.deliver_policy.into(),
+            ack_wait_ms: config.ack_wait_ms,
+            max_deliver: config.max_deliver,
+            max_in_flight: config.max_in_flight,
         }
     }
 }

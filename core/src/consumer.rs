@@ -8,18 +8,19 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::command::{AckKind, AckState, Delivery};
 use crate::config::ConsumerConfig;
 use crate::error::Rejection;
 use crate::info::{ConsumerInfo, DeliveryInfo, DeliveryPhase, PartitionLag};
 use crate::partition::Partition;
+use crate::snapshot::v3;
 use crate::subject::filter_matches;
 use crate::time::Millis;
 
 /// Where an outstanding message is in its life.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub(crate) enum Phase {
     /// Delivered; becomes a redelivery candidate at `deadline`.
     Pending { deadline: Millis },
@@ -29,13 +30,34 @@ pub(crate) enum Phase {
     Waiting { until: Millis },
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub(crate) struct Outstanding {
     pub delivery_count: u32,
     pub phase: Phase,
     pub state: AckState,
     /// The member that holds the current delivery.
     pub member: Option<Arc<str>>,
+}
+
+impl From<v3::Phase> for Phase {
+    fn from(phase: v3::Phase) -> Self {
+        match phase {
+            v3::Phase::Pending { deadline } => Phase::Pending { deadline: deadline.into() },
+            v3::Phase::Ready => Phase::Ready,
+            v3::Phase::Waiting { until } => Phase::Waiting { until: until.into() },
+        }
+    }
+}
+
+impl From<v3::Outstanding> for Outstanding {
+    fn from(outstanding: v3::Outstanding) -> Self {
+        Outstanding {
+            delivery_count: outstanding.delivery_count,
+            phase: outstanding.phase.into(),
+            state: outstanding.state.into(),
+            member: outstanding.member,
+        }
+    }
 }
 
 /// A message that left the consumer for good without being processed.
@@ -62,7 +84,7 @@ pub(crate) struct Acked {
     pub dead_letter: Option<DeadLetter>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub(crate) struct Consumer {
     id: u64,
     name: Arc<str>,
@@ -84,6 +106,26 @@ pub(crate) struct Consumer {
 /// Most slots one fetch looks at for new messages, so a fetch over a long filtered-out stretch stays bounded; the
 /// cursor keeps its place and the next fetch goes on.
 pub(crate) const FETCH_SCAN_LIMIT: usize = 65_536;
+
+impl From<v3::Consumer> for Consumer {
+    fn from(consumer: v3::Consumer) -> Self {
+        Consumer {
+            id: consumer.id,
+            name: consumer.name,
+            config: consumer.config.into(),
+            created_at: consumer.created_at.into(),
+            cursors: consumer.cursors,
+            outstanding: consumer.outstanding.into_iter().map(|(at, outstanding)| (at, outstanding.into())).collect(),
+            ready: consumer.ready,
+            n_pending: consumer.n_pending,
+            next_partition: consumer.next_partition,
+            n_delivered: consumer.n_delivered,
+            n_redelivered: consumer.n_redelivered,
+            n_acked: consumer.n_acked,
+            n_dead_lettered: consumer.n_dead_lettered,
+        }
+    }
+}
 
 impl Consumer {
     pub fn new(id: u64, name: Arc<str>, config: ConsumerConfig, cursors: Vec<u64>, at: Millis) -> Self {

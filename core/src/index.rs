@@ -4,11 +4,13 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+
+use crate::snapshot::v3;
 
 /// Per-subject accounting. `order` lists the subject's messages oldest first; entries whose message is gone are
 /// dropped lazily, but both ends are always live.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub(crate) struct SubjectState {
     /// The subject, shared by every message on it.
     pub name: Arc<str>,
@@ -18,10 +20,22 @@ pub(crate) struct SubjectState {
 }
 
 /// A remembered message id.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub(crate) struct DedupEntry {
     pub partition: u32,
     pub seq: u64,
     /// True until the duplicate window passes; after that the entry lives exactly as long as its message.
     pub window_open: bool,
+}
+
+impl From<v3::SubjectState> for SubjectState {
+    fn from(state: v3::SubjectState) -> Self {
+        SubjectState { name: state.name, n_messages: state.n_messages, n_bytes: state.n_bytes, order: state.order }
+    }
+}
+
+impl From<v3::DedupEntry> for DedupEntry {
+    fn from(entry: v3::DedupEntry) -> Self {
+        DedupEntry { partition: entry.partition, seq: entry.seq, window_open: entry.window_open }
+    }
 }

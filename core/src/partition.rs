@@ -5,20 +5,20 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::body::BodyRef;
 use crate::command::{Body, Headers, Record};
+use crate::snapshot::v3;
 use crate::time::Millis;
 
 /// A stored message. Kept small (the common fields inline, the rare ones boxed) because partitions hold millions of
 /// them and move them when they grow.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub(crate) struct Message {
     /// Arrival order across the stream's partitions; eviction takes the smallest first.
     pub stream_seq: u64,
     /// Shared by every message on the subject, also when decoded from a snapshot.
-    #[serde(deserialize_with = "crate::snapshot::interned_subject")]
     pub subject: Arc<str>,
     pub msg_id: Option<Arc<str>>,
     /// Where the payload is stored (see [`crate::body`]).
@@ -28,13 +28,38 @@ pub(crate) struct Message {
 }
 
 /// What few messages carry.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub(crate) struct Extras {
     pub key: Option<Bytes>,
     pub headers: Headers,
     pub expires_at: Option<Millis>,
     pub deliver_at: Option<Millis>,
     pub recalled_at: Option<Millis>,
+}
+
+impl From<v3::Extras> for Extras {
+    fn from(extras: v3::Extras) -> Self {
+        Extras {
+            key: extras.key,
+            headers: extras.headers,
+            expires_at: extras.expires_at.map(Millis::from),
+            deliver_at: extras.deliver_at.map(Millis::from),
+            recalled_at: extras.recalled_at.map(Millis::from),
+        }
+    }
+}
+
+impl From<v3::Message> for Message {
+    fn from(message: v3::Message) -> Self {
+        Message {
+            stream_seq: message.stream_seq,
+            subject: message.subject,
+            msg_id: message.msg_id,
+            body: message.body.into(),
+            stored_at: message.stored_at.into(),
+            extras: message.extras.map(|extras| Box::new(Extras::from(*extras))),
+        }
+    }
 }
 
 impl Message {
@@ -98,12 +123,25 @@ impl Message {
 
 /// One ordered log. Sequences start at 1; `slots[0]` holds `first_seq` and is never a hole, so the low watermark is
 /// always the first retained message.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub(crate) struct Partition {
     pub first_seq: u64,
     pub slots: VecDeque<Option<Message>>,
     pub n_messages: u64,
     pub n_bytes: u64,
+}
+
+impl From<v3::Partition> for Partition {
+    fn from(partition: v3::Partition) -> Self {
+        // Collected from a `Vec` into a `Vec`, the slots stay in their allocation: a partition can hold millions.
+        let slots: Vec<Option<Message>> = partition.slots.into_iter().map(|slot| slot.map(Message::from)).collect();
+        Partition {
+            first_seq: partition.first_seq,
+            slots: slots.into(),
+            n_messages: partition.n_messages,
+            n_bytes: partition.n_bytes,
+        }
+    }
 }
 
 impl Partition {

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::body::BodyRef;
 use crate::bucket::TokenBucket;
@@ -16,6 +16,7 @@ use crate::error::{Quota, Rejection};
 use crate::index::{DedupEntry, SubjectState};
 use crate::info::{PartitionInfo, PeerInfo, StreamInfo};
 use crate::partition::{Extras, Message, Partition};
+use crate::snapshot::v3;
 use crate::time::Millis;
 
 /// Whether a removal may be refused (a plain publish) or must make do (a committed transaction, a dead letter).
@@ -53,7 +54,7 @@ pub(crate) struct Tally {
     pub subjects: BTreeMap<String, (u64, u64)>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub(crate) struct Stream {
     id: u64,
     name: Arc<str>,
@@ -81,6 +82,40 @@ pub(crate) struct Stream {
     pins: BTreeMap<(u32, u64), u32>,
     /// When the stream's sweep timer is set for.
     sweep_at: Option<Millis>,
+}
+
+impl From<v3::Stream> for Stream {
+    fn from(stream: v3::Stream) -> Self {
+        Stream {
+            id: stream.id,
+            name: stream.name,
+            config: stream.config.into(),
+            created_at: stream.created_at.into(),
+            partitions: stream.partitions.into_iter().map(Partition::from).collect(),
+            next_stream_seq: stream.next_stream_seq,
+            n_messages: stream.n_messages,
+            n_bytes: stream.n_bytes,
+            subjects: stream.subjects.into_iter().map(|(subject, state)| (subject, state.into())).collect(),
+            dedup: stream.dedup.into_iter().map(|(id, entry)| (id, entry.into())).collect(),
+            dedup_expiry: stream
+                .dedup_expiry
+                .into_iter()
+                .map(|(end, id, partition, seq)| (end.into(), id, partition, seq))
+                .collect(),
+            ttl_index: stream
+                .ttl_index
+                .into_iter()
+                .map(|(expiry, partition, seq)| (expiry.into(), partition, seq))
+                .collect(),
+            ttl_held: stream.ttl_held,
+            bucket: stream.bucket.map(TokenBucket::from),
+            consumers: stream.consumers.into_iter().map(|(name, consumer)| (name, consumer.into())).collect(),
+            next_consumer_id: stream.next_consumer_id,
+            peers: stream.peers,
+            pins: stream.pins,
+            sweep_at: stream.sweep_at.map(Millis::from),
+        }
+    }
 }
 
 impl Stream {

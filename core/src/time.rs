@@ -25,6 +25,12 @@ impl Millis {
     }
 }
 
+impl From<crate::snapshot::v3::Millis> for Millis {
+    fn from(millis: crate::snapshot::v3::Millis) -> Self {
+        Millis(millis.0)
+    }
+}
+
 impl std::fmt::Display for Millis {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}ms", self.0)

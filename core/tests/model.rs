@@ -698,8 +698,12 @@ fn check_invariants(cell: &Cell, now: u64) -> Result<(), TestCaseError> {
         let consumer = cell.consumer_info(STREAM, name, Millis(now)).unwrap();
         prop_assert!(consumer.n_pending as usize <= MAX_IN_FLIGHT, "max_in_flight exceeded");
     }
-    let mut restored = Cell::restore(&cell.snapshot()).expect("a snapshot restores");
+    let snapshot = cell.snapshot();
+    let mut restored = Cell::restore(&snapshot).expect("a snapshot restores");
     prop_assert!(restored == *cell, "restore(snapshot(cell)) differs from cell");
+    // What this build writes is what the frozen types of its version read and write again.
+    let again = Cell::reencode_snapshot(&snapshot).expect("a snapshot decodes into its version's types");
+    prop_assert!(again == snapshot, "the encoding no longer matches the frozen types of its version: add a version");
     prop_assert_eq!(restored.drain_effects().count(), 0);
     Ok(())
 }

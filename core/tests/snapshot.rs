@@ -709,6 +709,38 @@ fn a_restored_cell_routes_each_subject_to_its_stream() {
 
 // ----- frozen formats -----
 
+/// What this build writes is what the frozen types of [`SNAPSHOT_VERSION`] read and write: a difference means an
+/// in-memory change altered the encoding, which needs a new version and a migration.
+fn assert_written_as_frozen(bytes: &[u8], context: &dyn std::fmt::Debug) {
+    let again = Cell::reencode_snapshot(bytes).unwrap_or_else(|e| panic!("after {context:?}: {e}"));
+    assert!(
+        again == bytes,
+        "the encoding no longer matches the frozen version {SNAPSHOT_VERSION} types after {context:?}: add a version"
+    );
+}
+
+#[test]
+fn every_snapshot_of_the_history_is_the_frozen_encoding() {
+    let mut h = Harness::new();
+    assert_written_as_frozen(&h.cell.snapshot(), &"nothing");
+    for s in busy_history().into_iter().chain(continuation()) {
+        run(&mut h, std::slice::from_ref(&s));
+        assert_written_as_frozen(&h.cell.snapshot(), &s);
+        let bodies: Vec<(u64, Bytes)> = h.bodies.iter().map(|(key, body)| (key, body.clone())).collect();
+        assert_written_as_frozen(&h.cell.snapshot_whole(bodies).expect("every body is there"), &s);
+    }
+}
+
+#[test]
+fn an_unknown_version_is_not_reencoded() {
+    let mut bytes = busy().cell.snapshot();
+    bytes[8..12].copy_from_slice(&(SNAPSHOT_VERSION + 1).to_le_bytes());
+    assert_eq!(
+        Cell::reencode_snapshot(&bytes),
+        Err(SnapshotError::UnsupportedVersion { version: SNAPSHOT_VERSION + 1 })
+    );
+}
+
 /// The whole snapshot (bodies included) of the busy history, as version 3 writes it. Committed: every later version
 /// must keep restoring it, through a migration if the encoding changes.
 const VERSION_3_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/snapshot-v3-busy.bin");
@@ -728,6 +760,8 @@ fn the_committed_version_3_snapshot_restores_to_the_state_that_wrote_it() {
     assert_eq!(cell, h.cell);
     assert_eq!(cell.digest(), h.cell.digest());
     assert_eq!(restored_bodies, bodies);
+    // Read into the frozen version 3 types and written from them, it is the same bytes, in every later version too.
+    assert!(Cell::reencode_snapshot(&committed).expect("the fixture decodes") == committed);
     // While version 3 is the one written, it is written byte for byte as committed: an encoding change needs a new
     // version, a migration from this one, and this fixture still restoring.
     if SNAPSHOT_VERSION == 3 {

@@ -8,12 +8,13 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::body::BodyRef;
 use crate::command::{Command, Effect, Outcome};
 use crate::error::Rejection;
 use crate::route::Router;
+use crate::snapshot::v3;
 use crate::stream::Stream;
 use crate::time::Millis;
 
@@ -50,7 +51,7 @@ type MessageRef = (Arc<str>, u32, u64);
 ///
 /// The cell reads no clock, spawns nothing, draws no random numbers and does no IO; it holds no body bytes once
 /// `apply` returns (see [`crate::body`]).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Cell {
     last_at: Millis,
     n_applied: u64,
@@ -65,7 +66,8 @@ pub struct Cell {
     pinned_by: BTreeMap<MessageRef, MessageRef>,
     /// The key the next stored body gets (see [`crate::body`]).
     next_body: u64,
-    /// Which stream claims a subject: derived from the streams' configs, not encoded, rebuilt on decode.
+    /// Which stream claims a subject: derived from the streams' configs, not encoded, rebuilt on decode
+    /// ([`Cell::rebuild_derived`]).
     #[serde(skip)]
     router: Router,
     /// Transient: not part of the state, not in snapshots, not compared.
@@ -98,6 +100,25 @@ impl Cell {
             timers: Timers::default(),
             pinned_by: BTreeMap::new(),
             next_body: 1,
+            router: Router::default(),
+            effects: Vec::new(),
+        }
+    }
+
+    /// The state a version 3 snapshot holds, without what is derived from it: [`Cell::rebuild_derived`] follows.
+    pub(crate) fn from_v3(cell: v3::Cell) -> Self {
+        Cell {
+            last_at: cell.last_at.into(),
+            n_applied: cell.n_applied,
+            streams: cell.streams.into_iter().map(|(name, stream)| (name, stream.into())).collect(),
+            stream_names: cell.stream_names,
+            next_stream_id: cell.next_stream_id,
+            producers: cell.producers.into_iter().map(|(id, producer)| (id, producer.into())).collect(),
+            transactional_ids: cell.transactional_ids,
+            next_producer_id: cell.next_producer_id,
+            timers: cell.timers.into(),
+            pinned_by: cell.pinned_by,
+            next_body: cell.next_body,
             router: Router::default(),
             effects: Vec::new(),
         }

@@ -2,16 +2,17 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::Cell;
 use crate::command::Effect;
+use crate::snapshot::v3;
 use crate::stream::Stream;
 use crate::time::Millis;
 
 /// A timer in the cell's queue. Each is checked against current state when it fires, so a timer whose reason went
 /// away (an ack, a commit, a deleted stream) fires as a no-op instead of being searched for and removed.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub(super) enum Timer {
     /// The stream's dedup window, TTLs and max age.
     Sweep { stream_id: u64 },
@@ -22,10 +23,35 @@ pub(super) enum Timer {
 }
 
 /// The timer queue: ordered by due time, ties by the order they were set in.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub(super) struct Timers {
     pub(super) queue: BTreeMap<(Millis, u64), Timer>,
     pub(super) next_number: u64,
+}
+
+impl From<v3::Timer> for Timer {
+    fn from(timer: v3::Timer) -> Self {
+        match timer {
+            v3::Timer::Sweep { stream_id } => Timer::Sweep { stream_id },
+            v3::Timer::Delivery { stream_id, consumer_id, partition, seq } => {
+                Timer::Delivery { stream_id, consumer_id, partition, seq }
+            }
+            v3::Timer::Transaction { producer_id, number } => Timer::Transaction { producer_id, number },
+        }
+    }
+}
+
+impl From<v3::Timers> for Timers {
+    fn from(timers: v3::Timers) -> Self {
+        Timers {
+            queue: timers
+                .queue
+                .into_iter()
+                .map(|((due, number), timer)| ((due.into(), number), timer.into()))
+                .collect(),
+            next_number: timers.next_number,
+        }
+    }
 }
 
 impl Timers {

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::Cell;
 use super::limits::{check_id, invalid};
@@ -13,6 +13,7 @@ use crate::command::{AbortReason, Effect, Outcome, ProducerRef, PublishAck, Publ
 use crate::config::MAX_DURATION_MS;
 use crate::error::{NameKind, Quota, Rejection};
 use crate::partition::Message;
+use crate::snapshot::v3;
 use crate::stream::{Incoming, RoomMode, Tally};
 use crate::time::Millis;
 
@@ -22,7 +23,7 @@ pub const MAX_TRANSACTION_MESSAGES: u64 = 10_000;
 pub const MAX_TRANSACTION_BYTES: u64 = 64 * 1024 * 1024;
 
 /// A message waiting in a transaction, already routed and validated.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub(crate) struct Staged {
     pub stream: Arc<str>,
     /// Which incarnation of the stream: a stream deleted and created again under the same name is another stream.
@@ -32,13 +33,13 @@ pub(crate) struct Staged {
     pub request: PublishRequest,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub(crate) enum TransactionState {
     Open,
     Prepared,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub(crate) struct Transaction {
     /// Numbers the producer's transactions, so a timer set for one never fires on the next.
     pub number: u64,
@@ -51,13 +52,13 @@ pub(crate) struct Transaction {
 
 /// How the producer's last transaction ended, kept so that a retried commit or abort (whose answer was lost)
 /// gets the same answer instead of a bare `Fenced`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub(crate) enum TransactionEnd {
     Committed { epoch: u32, outcome: crate::command::Outcome },
     Aborted { epoch: u32, reason: AbortReason, detail: String },
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub(crate) struct Producer {
     pub transactional_id: Arc<str>,
     pub epoch: u32,
@@ -65,6 +66,66 @@ pub(crate) struct Producer {
     pub transaction: Option<Transaction>,
     pub next_transaction_number: u64,
     pub last_end: Option<TransactionEnd>,
+}
+
+impl From<v3::Staged> for Staged {
+    fn from(staged: v3::Staged) -> Self {
+        Staged {
+            stream: staged.stream,
+            stream_id: staged.stream_id,
+            partition: staged.partition,
+            size: staged.size,
+            request: staged.request.into(),
+        }
+    }
+}
+
+impl From<v3::TransactionState> for TransactionState {
+    fn from(state: v3::TransactionState) -> Self {
+        match state {
+            v3::TransactionState::Open => TransactionState::Open,
+            v3::TransactionState::Prepared => TransactionState::Prepared,
+        }
+    }
+}
+
+impl From<v3::Transaction> for Transaction {
+    fn from(transaction: v3::Transaction) -> Self {
+        Transaction {
+            number: transaction.number,
+            state: transaction.state.into(),
+            begun_at: transaction.begun_at.into(),
+            deadline: transaction.deadline.into(),
+            staged: transaction.staged.into_iter().map(Staged::from).collect(),
+            staged_bytes: transaction.staged_bytes,
+        }
+    }
+}
+
+impl From<v3::TransactionEnd> for TransactionEnd {
+    fn from(end: v3::TransactionEnd) -> Self {
+        match end {
+            v3::TransactionEnd::Committed { epoch, outcome } => {
+                TransactionEnd::Committed { epoch, outcome: outcome.into() }
+            }
+            v3::TransactionEnd::Aborted { epoch, reason, detail } => {
+                TransactionEnd::Aborted { epoch, reason: reason.into(), detail }
+            }
+        }
+    }
+}
+
+impl From<v3::Producer> for Producer {
+    fn from(producer: v3::Producer) -> Self {
+        Producer {
+            transactional_id: producer.transactional_id,
+            epoch: producer.epoch,
+            timeout_ms: producer.timeout_ms,
+            transaction: producer.transaction.map(Transaction::from),
+            next_transaction_number: producer.next_transaction_number,
+            last_end: producer.last_end.map(TransactionEnd::from),
+        }
+    }
 }
 
 /// Looks up a producer and checks its epoch.

@@ -3,9 +3,23 @@
 //! Layout: 8 bytes of magic, a little-endian `u32` version, a little-endian `u32` crc32c of the body, then the body:
 //! the cell encoded with postcard, then the message bodies (postcard `Option<Vec<(key, bytes)>>`, in key order).
 //! [`Cell::snapshot_whole`] includes the bodies the host hands it, so the bytes are the whole state;
-//! [`Cell::snapshot`] leaves them out (the section is `None`) for a host whose body store is durable on its own. Every map in the cell is a `BTreeMap`, so the same state always
-//! encodes to the same bytes, which is what makes the digest (SHA-256 of the state's encoding, which holds each
+//! [`Cell::snapshot`] leaves them out (the section is `None`) for a host whose body store is durable on its own.
+//! Every map in the cell is a `BTreeMap`, so the same state always encodes to the same bytes, which is what makes the digest (SHA-256 of the state's encoding, which holds each
 //! body's length and crc32c) comparable across replicas.
+//!
+//! # Versions
+//! The in-memory types encode themselves (`Serialize`, no copy), but nothing decodes into them: each version's state
+//! decodes into that version's frozen wire types ([`v3`]), which convert into the in-memory ones (each type's module
+//! holds its conversion). A change to an in-memory type therefore cannot change how an old snapshot reads; it can
+//! only change what the current build writes, and [`Cell::reencode_snapshot`] (checked by the tests on the committed
+//! fixture and on generated histories) catches that. To change the encoding:
+//! 1. copy the new shape into `v4.rs` (plain data, all of it, API types included) and write
+//!    `impl From<v3::Cell> for v4::Cell`: the migration;
+//! 2. convert `v4::Cell` into the in-memory [`Cell`], bump [`SNAPSHOT_VERSION`], and add version 4 to `format`;
+//!    `read_v3` then goes `v3::Cell` → `v4::Cell` → [`Cell`];
+//! 3. keep the version 3 fixture (it must still restore) and commit a version 4 one.
+//!
+//! `v3.rs` itself never changes.
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -13,16 +27,20 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::Deserializer;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 
 use crate::body::BodyRef;
 use crate::cell::Cell;
 use crate::error::SnapshotError;
 
+pub(crate) mod v3;
+
 const MAGIC: &[u8; 8] = b"CELLOGSN";
-/// The encoding version this build writes and reads.
+/// The encoding version this build writes.
 /// Version 2 added pins (messages that keep others from retention); version 3 moved message bodies out of the state
-/// into their own section. Older versions are refused as unsupported.
+/// into their own section. Versions before 3 are refused as unsupported.
 pub const SNAPSHOT_VERSION: u32 = 3;
 const HEADER_BYTES: usize = 16;
 
@@ -108,6 +126,84 @@ fn encode_state(cell: &Cell) -> Vec<u8> {
     postcard::to_stdvec(cell).expect("encoding a cell into memory does not fail: every type is plainly serializable")
 }
 
+/// Puts the header of `version` before `body`.
+fn frame(version: u32, body: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(HEADER_BYTES + body.len());
+    bytes.extend_from_slice(MAGIC);
+    bytes.extend_from_slice(&version.to_le_bytes());
+    bytes.extend_from_slice(&crc32c::crc32c(body).to_le_bytes());
+    bytes.extend_from_slice(body);
+    bytes
+}
+
+/// Reads the state from the front of a snapshot's body into a cell; what is left (the body section) follows.
+type ReadState = fn(&[u8]) -> Result<(Cell, &[u8]), SnapshotError>;
+
+/// How this build reads one version.
+#[derive(Clone, Copy)]
+struct Format {
+    /// Its state, through the version's wire types.
+    read: ReadState,
+    /// Decodes a snapshot's body into the version's wire types and encodes them again.
+    reencode: fn(&[u8]) -> Result<Vec<u8>, SnapshotError>,
+}
+
+/// Every version this build reads.
+fn format(version: u32) -> Option<Format> {
+    match version {
+        3 => Some(Format { read: read_v3, reencode: reencode::<v3::Cell> }),
+        _ => None,
+    }
+}
+
+fn read_v3(body: &[u8]) -> Result<(Cell, &[u8]), SnapshotError> {
+    let (state, rest) = take_state::<v3::Cell>(body)?;
+    Ok((Cell::from_v3(state), rest))
+}
+
+fn reencode<State: Serialize + DeserializeOwned>(body: &[u8]) -> Result<Vec<u8>, SnapshotError> {
+    let (state, rest) = take_state::<State>(body)?;
+    let bodies = take_bodies(rest)?;
+    let mut body = postcard::to_stdvec(&state).expect("encoding a snapshot's state into memory does not fail");
+    body.extend(postcard::to_stdvec(&bodies).expect("encoding bodies into memory does not fail"));
+    Ok(body)
+}
+
+/// Checks the header and the checksum; returns the version, its format, and the body.
+fn open(bytes: &[u8]) -> Result<(u32, Format, &[u8]), SnapshotError> {
+    if bytes.len() < HEADER_BYTES || &bytes[..8] != MAGIC {
+        return Err(SnapshotError::NotASnapshot);
+    }
+    let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+    let format = format(version).ok_or(SnapshotError::UnsupportedVersion { version })?;
+    let stored = u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes"));
+    let body = &bytes[HEADER_BYTES..];
+    let computed = crc32c::crc32c(body);
+    if stored != computed {
+        return Err(SnapshotError::ChecksumMismatch { stored, computed });
+    }
+    Ok((version, format, body))
+}
+
+fn malformed(error: postcard::Error) -> SnapshotError {
+    SnapshotError::Malformed { reason: error.to_string() }
+}
+
+/// Decodes a version's state from the front of `body`, sharing subjects (see [`SUBJECTS`]).
+fn take_state<T: DeserializeOwned>(body: &[u8]) -> Result<(T, &[u8]), SnapshotError> {
+    let _interning = Interning::start();
+    postcard::take_from_bytes::<T>(body).map_err(malformed)
+}
+
+/// Decodes the body section, which must end the snapshot.
+fn take_bodies(rest: &[u8]) -> Result<BodySection, SnapshotError> {
+    let (section, rest) = postcard::take_from_bytes::<BodySection>(rest).map_err(malformed)?;
+    if !rest.is_empty() {
+        return Err(SnapshotError::Malformed { reason: format!("{} bytes after the end of the state", rest.len()) });
+    }
+    Ok(section)
+}
+
 impl Cell {
     fn encode(&self, bodies: &BodySection) -> Vec<u8> {
         #[cfg(madsim)]
@@ -119,12 +215,7 @@ impl Cell {
         #[cfg(not(madsim))]
         let mut body = encode_state(self);
         body.extend(postcard::to_stdvec(bodies).expect("encoding bodies into memory does not fail"));
-        let mut bytes = Vec::with_capacity(HEADER_BYTES + body.len());
-        bytes.extend_from_slice(MAGIC);
-        bytes.extend_from_slice(&SNAPSHOT_VERSION.to_le_bytes());
-        bytes.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
-        bytes.extend_from_slice(&body);
-        bytes
+        frame(SNAPSHOT_VERSION, &body)
     }
 
     /// The state without the bodies, versioned and checksummed, for a host whose body store keeps them:
@@ -166,31 +257,20 @@ impl Cell {
     }
 
     fn decode(bytes: &[u8]) -> Result<(Cell, BodySection), SnapshotError> {
-        if bytes.len() < HEADER_BYTES || &bytes[..8] != MAGIC {
-            return Err(SnapshotError::NotASnapshot);
-        }
-        let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
-        if version != SNAPSHOT_VERSION {
-            return Err(SnapshotError::UnsupportedVersion { version });
-        }
-        let stored = u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes"));
-        let body = &bytes[HEADER_BYTES..];
-        let computed = crc32c::crc32c(body);
-        if stored != computed {
-            return Err(SnapshotError::ChecksumMismatch { stored, computed });
-        }
-        let malformed = |error: postcard::Error| SnapshotError::Malformed { reason: error.to_string() };
-        let interning = Interning::start();
-        let (mut cell, rest) = postcard::take_from_bytes::<Cell>(body).map_err(malformed)?;
-        drop(interning);
+        let (_, format, body) = open(bytes)?;
+        let (mut cell, rest) = (format.read)(body)?;
         cell.rebuild_derived();
-        let (section, rest) = postcard::take_from_bytes::<BodySection>(rest).map_err(malformed)?;
-        if !rest.is_empty() {
-            return Err(SnapshotError::Malformed {
-                reason: format!("{} bytes after the end of the state", rest.len()),
-            });
-        }
-        Ok((cell, section))
+        Ok((cell, take_bodies(rest)?))
+    }
+
+    /// Decodes a snapshot into its version's frozen wire types and encodes them again. The result is the same bytes
+    /// for every snapshot this build writes or reads: anything else means the in-memory types no longer encode as
+    /// the version they write says (the change needs a new version), or a frozen version's wire types changed. For
+    /// tests.
+    #[doc(hidden)]
+    pub fn reencode_snapshot(bytes: &[u8]) -> Result<Vec<u8>, SnapshotError> {
+        let (version, format, body) = open(bytes)?;
+        Ok(frame(version, &(format.reencode)(body)?))
     }
 
     /// SHA-256 of the state's encoding: equal digests mean equal states.
