@@ -269,7 +269,7 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     println!("cellog dev: a 3-node cell with data under {}", args.data.display());
     for node in &nodes {
         let metrics = node.metrics_addr.map(|addr| format!("http://{addr}/metrics")).unwrap_or_default();
-        println!("  node {}  client {}  raft {}  metrics {metrics}", node.node.id, node.client_addr, node.raft_addr);
+        println!("  node {}  client {}  raft {}  metrics {metrics}", node.node.id(), node.client_addr, node.raft_addr);
     }
     let addrs: Vec<String> = nodes.iter().map(|node| node.client_addr.to_string()).collect();
     let client = Client::new(addrs.clone(), ClientOptions::default())?;

@@ -493,7 +493,9 @@ impl Mailroom {
             Attempt::Unreachable(reason) => reason.clone(),
             _ => String::new(),
         };
-        let settled = lock(&self.outbox).settle(seq, &recipient, attempt, Instant::now(), cell.now_ms(), &self.retry);
+        // Read before the outbox is locked: reading the cell's time locks its replica.
+        let (now, cell_now) = (Instant::now(), cell.now_ms());
+        let settled = lock(&self.outbox).settle(seq, &recipient, attempt, now, cell_now, &self.retry);
         let last = match settled {
             Settled::Final(last) => last,
             Settled::Retry { attempts, .. } => {

@@ -18,7 +18,7 @@ pub struct NodeCell<S>(pub Arc<CellNode<S>>);
 
 impl<S: Storage + Clone> NodeCell<S> {
     fn replica(&self) -> MutexGuard<'_, Replica> {
-        self.0.replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.0.replica().lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 

@@ -137,8 +137,8 @@ impl Metrics {
     /// Reads the gauges off the node and encodes everything in the Prometheus text format.
     pub fn render<S: Storage + Clone>(&self, node: &CellNode<S>) -> String {
         self.observe_raft(node);
-        self.observe_replica(&node.replica);
-        self.bodies_unreadable.set(saturating_i64(node.bodies.n_unreadable()));
+        self.observe_replica(node.replica());
+        self.bodies_unreadable.set(saturating_i64(node.bodies().n_unreadable()));
         let mut text = String::new();
         let registry = self.registry.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if encode(&mut text, &registry).is_err() {
@@ -238,5 +238,73 @@ impl<S: Storage> Storage for Metered<S> {
 
     fn sync_delay(&self) -> Duration {
         self.inner.sync_delay()
+    }
+
+    fn checkpoint(&self) -> Result<(), StorageError> {
+        self.inner.checkpoint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use cellog_raft::storage::{Batch, SimDisk};
+
+    use super::*;
+
+    /// A store that counts the calls a wrapper must pass on.
+    struct Counting {
+        disk: SimDisk,
+        syncs: AtomicU64,
+        checkpoints: AtomicU64,
+    }
+
+    impl Storage for Counting {
+        fn write(&self, batch: Batch) -> Result<(), StorageError> {
+            self.disk.write(batch)
+        }
+        fn read_framed(&self, space: Space, key: u64) -> Result<Option<Vec<u8>>, StorageError> {
+            self.disk.read_framed(space, key)
+        }
+        fn scan_framed(
+            &self,
+            space: Space,
+            keys: std::ops::Range<u64>,
+            limit: usize,
+        ) -> Result<Vec<(u64, Vec<u8>)>, StorageError> {
+            self.disk.scan_framed(space, keys, limit)
+        }
+        fn key_bounds(&self, space: Space) -> Result<Option<(u64, u64)>, StorageError> {
+            self.disk.key_bounds(space)
+        }
+        fn sync(&self) -> Result<(), StorageError> {
+            self.syncs.fetch_add(1, Ordering::Relaxed);
+            self.disk.sync()
+        }
+        fn sync_delay(&self) -> Duration {
+            Duration::from_millis(3)
+        }
+        fn checkpoint(&self) -> Result<(), StorageError> {
+            self.checkpoints.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_metered_store_passes_every_call_on() {
+        let inner =
+            Arc::new(Counting { disk: SimDisk::new(1), syncs: AtomicU64::new(0), checkpoints: AtomicU64::new(0) });
+        let metered = Metered::new(inner.clone(), Arc::new(Metrics::new()));
+        let mut batch = Batch::new();
+        batch.put(Space::Bodies, 7, b"body");
+        metered.write(batch).unwrap();
+        metered.sync().unwrap();
+        metered.checkpoint().unwrap();
+        assert_eq!(metered.get(Space::Bodies, 7), Ok(Some(b"body".to_vec())));
+        assert_eq!(metered.key_bounds(Space::Bodies), Ok(Some((7, 7))));
+        assert_eq!(metered.sync_delay(), Duration::from_millis(3));
+        assert_eq!(inner.syncs.load(Ordering::Relaxed), 1);
+        assert_eq!(inner.checkpoints.load(Ordering::Relaxed), 1, "a checkpoint reaches the store it wraps");
     }
 }

@@ -178,8 +178,11 @@ impl<S: Storage + Clone> RunningNode<S> {
         let storage = Metered::new(storage, metrics.clone());
         let network = grpc_network(config.cell.clone());
         let node = Arc::new(CellNode::start(config.id, raft_config, storage, network, clock).await?);
-        if node.recovery.repair_target.is_some() {
-            tracing::warn!(recovery = ?node.recovery, "storage needed repair; catching up from the cell");
+        if let Some(from) = node.recovery().format_migrated_from {
+            tracing::info!("storage format {from} migrated to {}", cellog_raft::STORE_FORMAT);
+        }
+        if node.recovery().repair_target.is_some() {
+            tracing::warn!(recovery = ?node.recovery(), "storage needed repair; catching up from the cell");
         }
         if config.bootstrap {
             let mut members: std::collections::BTreeMap<NodeId, NodeAddrs> =

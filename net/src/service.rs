@@ -45,7 +45,7 @@ fn unexpected(outcome: &Outcome) -> Status {
 }
 
 fn lock(node: &CellNode<impl Storage + Clone>) -> MutexGuard<'_, Replica> {
-    node.replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    node.replica().lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The answer to a proposal as a status.

@@ -84,11 +84,11 @@ async fn membership_changes_online_and_clients_follow_the_leader() {
     let third = start(&config(3, false)).await;
     for node in [&second, &third] {
         let status = founder
-            .add_learner(node.node.id, &node.raft_addr.to_string(), &node.client_addr.to_string())
+            .add_learner(node.node.id(), &node.raft_addr.to_string(), &node.client_addr.to_string())
             .await
             .expect("learner added");
-        assert!(status.nodes.iter().any(|member| member.id == node.node.id && !member.voter));
-        founder.promote(node.node.id).await.expect("promoted");
+        assert!(status.nodes.iter().any(|member| member.id == node.node.id() && !member.voter));
+        founder.promote(node.node.id()).await.expect("promoted");
     }
     let status = founder.cluster_status().await.expect("status");
     assert_eq!(status.nodes.iter().filter(|member| member.voter).count(), 3, "{status:?}");

@@ -10,6 +10,7 @@
 //! - [`node`]: a running node: Raft over its storage, and the gate that keeps a repairing node from voting.
 //! - [`network`]: Raft messages framed and checked, sent through links a transport provides, and answered.
 //! - [`membership`]: the cell as a node sees it, and adding, promoting and removing members, with errors of its own.
+//! - [`format`]: the storage format a data directory is written in, checked first, and the migrations from older ones.
 //! - [`recovery`]: opening a node's storage after a crash, verifying every record and cutting off a corrupt log
 //!   suffix so the node repairs itself from its peers.
 //! - [`transition`]: state transitions (applied entries, effects, role, membership, snapshots) as `tracing` events,
@@ -21,6 +22,7 @@
 #![allow(clippy::result_large_err, reason = "openraft's storage and network traits fix their (large) error types")]
 
 pub mod bodies;
+pub mod format;
 pub mod log_store;
 pub mod membership;
 pub mod network;
@@ -34,6 +36,7 @@ pub mod transition;
 pub mod types;
 
 pub use bodies::{BodyError, StoredBodies};
+pub use format::{FormatCheck, STORE_FORMAT};
 pub use log_store::LogStore;
 pub use membership::{ClusterView, Member, MembershipError};
 pub use node::{

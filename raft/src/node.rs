@@ -117,16 +117,11 @@ pub enum ProposeError {
 
 /// A running node.
 pub struct CellNode<S> {
-    /// Its id.
-    pub id: NodeId,
-    /// Its Raft instance.
-    pub raft: Raft,
-    /// What it has applied.
-    pub replica: Arc<Mutex<Replica>>,
-    /// What opening its storage found and repaired.
-    pub recovery: Recovery,
-    /// Its message bodies.
-    pub bodies: Arc<StoredBodies<S>>,
+    pub(crate) id: NodeId,
+    pub(crate) raft: Raft,
+    pub(crate) replica: Arc<Mutex<Replica>>,
+    pub(crate) recovery: Recovery,
+    pub(crate) bodies: Arc<StoredBodies<S>>,
     storage: S,
     repairing: Arc<AtomicBool>,
     clock: Arc<CellClock>,
@@ -320,6 +315,31 @@ impl<S: Storage + Clone> CellNode<S> {
     pub fn digest(&self) -> (Option<u64>, StateDigest) {
         let replica = self.replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         (replica.last_applied.map(|log_id| log_id.index), replica.cell.digest())
+    }
+
+    /// Its id.
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    /// What it has applied, shared with readers (lock it briefly: applying waits for it).
+    pub fn replica(&self) -> &Arc<Mutex<Replica>> {
+        &self.replica
+    }
+
+    /// What opening its storage found and repaired.
+    pub fn recovery(&self) -> &Recovery {
+        &self.recovery
+    }
+
+    /// Its message bodies.
+    pub fn bodies(&self) -> &Arc<StoredBodies<S>> {
+        &self.bodies
+    }
+
+    /// openraft's handle, for tests that drive Raft directly. Hosts use this type's own methods.
+    pub fn raft(&self) -> &Raft {
+        &self.raft
     }
 
     /// The node's storage.

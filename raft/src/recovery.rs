@@ -38,6 +38,8 @@ pub struct Recovery {
     pub repair_target: Option<u64>,
     /// Log entries verified.
     pub n_entries_verified: u64,
+    /// The storage format the directory held, when it was migrated to the current one.
+    pub format_migrated_from: Option<u32>,
 }
 
 /// What a scan of the log found.
@@ -112,7 +114,8 @@ pub fn open_stores<S: Storage + Clone>(
 ) -> Result<(LogStore<S>, StateMachineStore<S>, Recovery), StorageError> {
     // A repair is itself a write, which a failing disk can damage too: verify again until a pass finds nothing to
     // repair. What each pass found adds up.
-    let mut recovery = Recovery::default();
+    let format = crate::format::check_format(&storage)?;
+    let mut recovery = Recovery { format_migrated_from: format.migrated_from, ..Recovery::default() };
     for _ in 0..MAX_REPAIR_PASSES {
         let (pass, repaired, state_machine) = repair_pass(&storage)?;
         recovery.log_cut_from = match (recovery.log_cut_from, pass.log_cut_from) {

@@ -10,7 +10,7 @@ use std::io::Cursor;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
-use cellog_core::{Body, Cell, Effect, Record};
+use cellog_core::{Body, Cell, Effect, Record, SNAPSHOT_VERSION, SnapshotError};
 use openraft::storage::RaftStateMachine;
 use openraft::{
     EntryPayload, OptionalSend, RaftSnapshotBuilder, Snapshot, SnapshotMeta, StorageIOError, StoredMembership,
@@ -155,7 +155,15 @@ impl<S: Storage + Clone> StateMachineStore<S> {
             Whole::No => Cell::restore(&file.cell).map(|cell| (cell, Vec::new())),
             Whole::Yes => Cell::restore_whole(&file.cell),
         }
-        .map_err(|error| corrupt(format!("cell snapshot: {error}")))?;
+        .map_err(|error| match error {
+            // Not damage: a snapshot this build cannot read is kept, and the node refuses to start over it.
+            SnapshotError::UnsupportedVersion { version } => StorageError::Unsupported {
+                reason: format!(
+                    "the stored state is a snapshot of version {version}; this build reads version {SNAPSHOT_VERSION}"
+                ),
+            },
+            other => corrupt(format!("cell snapshot: {other}")),
+        })?;
         Ok((Replica { cell, last_applied: file.last_applied, membership: file.membership }, bodies))
     }
 

@@ -46,7 +46,7 @@ async fn a_follower_and_then_the_leader_restart_on_their_data() {
     cell.stop(follower, true).await;
     cell.publish("follower-down", 30).await;
     let restarted = cell.start(follower).await;
-    assert_eq!(restarted.recovery.log_cut_from, None, "a crash loses nothing that was synced");
+    assert_eq!(restarted.recovery().log_cut_from, None, "a crash loses nothing that was synced");
     cell.converge().await;
 
     cell.stop(leader, true).await;
@@ -67,17 +67,17 @@ async fn a_new_node_catches_up_by_snapshot_and_membership_changes_online() {
     let leader = cell.wait_leader(&[1, 2, 3]).await;
     // Wait for the leader to snapshot and purge, so a newcomer cannot be served from the log alone.
     cell.node(leader)
-        .raft
+        .raft()
         .wait(Some(TIMEOUT))
         .metrics(|m| m.purged.is_some_and(|purged| purged.index >= 40), "leader purged its log")
         .await
         .expect("the leader snapshots and purges");
 
     cell.start(4).await;
-    cell.node(leader).raft.add_learner(4, NodeAddrs::new("node-4", "client-4"), true).await.expect("learner added");
+    cell.node(leader).raft().add_learner(4, NodeAddrs::new("node-4", "client-4"), true).await.expect("learner added");
     let newcomer = cell.node(4);
     newcomer
-        .raft
+        .raft()
         .wait(Some(TIMEOUT))
         .metrics(|m| m.snapshot.is_some(), "snapshot installed")
         .await
@@ -86,10 +86,10 @@ async fn a_new_node_catches_up_by_snapshot_and_membership_changes_online() {
     // Promote the learner and remove node 3, while publishing.
     let leader = cell.wait_leader(&[1, 2, 3]).await;
     let members: BTreeSet<u64> = [1, 2, 4].into_iter().collect();
-    cell.node(leader).raft.change_membership(members, false).await.expect("membership changed");
+    cell.node(leader).raft().change_membership(members, false).await.expect("membership changed");
     cell.publish("after-change", 20).await;
     let leader = cell.wait_leader(&[1, 2, 4]).await;
-    let membership = cell.node(leader).raft.metrics().borrow().membership_config.clone();
+    let membership = cell.node(leader).raft().metrics().borrow().membership_config.clone();
     let voters: BTreeSet<u64> = membership.membership().voter_ids().collect();
     assert_eq!(voters, [1, 2, 4].into_iter().collect());
     cell.stop(3, false).await;
@@ -111,11 +111,11 @@ async fn a_corrupt_record_is_detected_and_repaired_from_the_leader() {
     assert!(cell.disks[&victim].flip_bit(Space::Log, damaged, 77));
 
     let node = cell.start(victim).await;
-    assert_eq!(node.recovery.log_cut_from, Some(damaged), "the damaged entry and everything after it are cut");
-    assert_eq!(node.recovery.repair_target, Some(*keys.last().unwrap() + 1));
+    assert_eq!(node.recovery().log_cut_from, Some(damaged), "the damaged entry and everything after it are cut");
+    assert_eq!(node.recovery().repair_target, Some(*keys.last().unwrap() + 1));
     assert!(node.is_repairing());
     // While repairing it grants no vote, whatever the candidate offers.
-    let metrics = node.raft.metrics().borrow().clone();
+    let metrics = node.raft().metrics().borrow().clone();
     let mut vote = metrics.vote;
     vote.leader_id.term += 10;
     vote.leader_id.node_id = leader;
@@ -153,7 +153,7 @@ async fn with_a_purged_follower() -> (TestCell, NodeId) {
     let leader = cell.wait_leader(&[1, 2, 3]).await;
     let victim = [1, 2, 3].into_iter().find(|id| *id != leader).unwrap();
     cell.node(victim)
-        .raft
+        .raft()
         .wait(Some(TIMEOUT))
         .metrics(|m| m.purged.is_some(), "the follower snapshotted and purged")
         .await
@@ -168,7 +168,7 @@ async fn a_corrupt_snapshot_is_dropped_and_the_node_catches_up_from_the_leader()
     assert!(cell.disks[&victim].flip_bit(Space::State, 0, 1234));
 
     let node = cell.start(victim).await;
-    assert!(node.recovery.snapshot_dropped);
+    assert!(node.recovery().snapshot_dropped);
     assert!(node.is_repairing(), "without its snapshot the node must get its state back before voting");
     cell.publish("during-repair", 20).await;
     common::wait_repaired(&node).await;
@@ -184,7 +184,7 @@ async fn a_damaged_body_is_never_served_and_the_node_takes_a_whole_snapshot_at_i
     // Reading every acknowledged message on the victim: the damaged one is refused, never served changed.
     let node = cell.node(victim);
     let records: Vec<_> = {
-        let replica = node.replica.lock().unwrap();
+        let replica = node.replica().lock().unwrap();
         (0..2).flat_map(|partition| replica.cell.read_from("orders", partition, 0, 1_000).unwrap()).collect()
     };
     let unreadable = records
@@ -192,12 +192,12 @@ async fn a_damaged_body_is_never_served_and_the_node_takes_a_whole_snapshot_at_i
         .filter(|record| matches!(node.payload("orders", record), Err(cellog_raft::BodyError::Unreadable { .. })))
         .count();
     assert_eq!(unreadable, 1);
-    assert_eq!(node.bodies.n_unreadable(), 1);
+    assert_eq!(node.bodies().n_unreadable(), 1);
     drop(node);
 
     cell.stop(victim, false).await;
     let node = cell.start(victim).await;
-    assert!(node.recovery.bodies_damaged && node.recovery.snapshot_dropped);
+    assert!(node.recovery().bodies_damaged && node.recovery().snapshot_dropped);
     assert!(node.is_repairing(), "without its state the node must get it back before voting");
     cell.publish("during-repair", 20).await;
     common::wait_repaired(&node).await;
@@ -242,7 +242,7 @@ async fn a_leader_restarted_with_a_cut_log_does_not_lead_again_before_it_is_repa
     let node = cell.start(leader).await;
     assert!(node.is_repairing());
     // Its saved vote no longer says it leads: it comes back as a follower and the others elect a leader.
-    assert!(!node.raft.metrics().borrow().state.is_leader());
+    assert!(!node.raft().metrics().borrow().state.is_leader());
     let others: Vec<u64> = [1, 2, 3].into_iter().filter(|id| *id != leader).collect();
     cell.wait_leader(&others).await;
     cell.publish("after", 20).await;
@@ -288,8 +288,12 @@ async fn a_damaged_tail(tail: Tail) {
         }
     };
     let node = cell.start(victim).await;
-    assert_eq!(node.recovery.log_cut_from, Some(cut_from), "{tail:?}");
-    assert_eq!(node.recovery.repair_target, repair_target, "{tail:?}: held back only if it may have been acknowledged");
+    assert_eq!(node.recovery().log_cut_from, Some(cut_from), "{tail:?}");
+    assert_eq!(
+        node.recovery().repair_target,
+        repair_target,
+        "{tail:?}: held back only if it may have been acknowledged"
+    );
     if repair_target.is_none() {
         assert!(!node.is_repairing());
     }
@@ -387,7 +391,7 @@ async fn the_leader_ticks_so_timers_fire_without_client_commands() {
             .running()
             .iter()
             // A replica that has not applied the stream yet counts as still retaining the message.
-            .map(|&id| cell.node(id).replica.lock().unwrap().cell.stream_info("orders").map_or(1, |s| s.n_messages))
+            .map(|&id| cell.node(id).replica().lock().unwrap().cell.stream_info("orders").map_or(1, |s| s.n_messages))
             .collect();
         if retained.iter().all(|n| *n == 0) {
             break;

@@ -22,12 +22,14 @@ pub struct NodeProcess {
     pub args: Vec<String>,
     pub log: PathBuf,
     pub child: Option<Child>,
+    /// The `cellog` binary it runs: this build's, or an earlier one's.
+    pub binary: String,
 }
 
 impl NodeProcess {
     pub fn start(&mut self) {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("a log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_cellog"))
+        let child = Command::new(&self.binary)
             .args(&self.args)
             .env("CELLOG_LOG", "info,openraft=warn")
             .stdout(Stdio::null())
@@ -113,6 +115,7 @@ pub fn cell(dir: &Path, cell: &str, n: u64) -> Vec<NodeProcess> {
                 args,
                 log: dir.join(format!("node-{id}.log")),
                 child: None,
+                binary: env!("CARGO_BIN_EXE_cellog").to_string(),
             }
         })
         .collect()

@@ -75,6 +75,8 @@ pub enum MetaKey {
     /// A message body failed to read back (see [`crate::bodies`]): the next start drops the state and takes a whole
     /// snapshot from the leader.
     BodiesDamaged = 6,
+    /// The storage format the directory is written in (see [`crate::format`]).
+    Format = 7,
 }
 
 /// What can go wrong in storage.
@@ -94,6 +96,13 @@ pub enum StorageError {
         /// The key.
         key: u64,
         /// What does not verify.
+        reason: String,
+    },
+    /// The store holds a format or an encoding this build does not read (written by a newer build, or by one too
+    /// old to upgrade from). Nothing is dropped: the node refuses to start.
+    #[error("unsupported storage: {reason}")]
+    Unsupported {
+        /// What is not supported, and what to do.
         reason: String,
     },
     /// An earlier write or sync failed, so what is on disk is unknown: the store refuses every further write.
@@ -180,16 +189,14 @@ pub trait Storage: Send + Sync + 'static {
 
     /// How long a sync takes on a simulated device, for the caller to wait out on the runtime's clock. A real device
     /// returns zero: its `sync` blocks for the real time.
-    fn sync_delay(&self) -> std::time::Duration {
-        std::time::Duration::ZERO
-    }
+    ///
+    /// Required, as is [`Storage::checkpoint`], so that a wrapper cannot drop it by forgetting to forward it.
+    fn sync_delay(&self) -> std::time::Duration;
 
     /// Called after a snapshot was stored and synced: a store that replays a journal when it opens may move what it
     /// holds into its long-term files now, so that a restart replays little. Changes nothing that reads see and
-    /// nothing about durability. Does nothing by default.
-    fn checkpoint(&self) -> Result<(), StorageError> {
-        Ok(())
-    }
+    /// nothing about durability.
+    fn checkpoint(&self) -> Result<(), StorageError>;
 
     /// A verified record.
     fn get(&self, space: Space, key: u64) -> Result<Option<Vec<u8>>, StorageError> {

@@ -259,4 +259,9 @@ impl Storage for SimDisk {
     fn sync_delay(&self) -> std::time::Duration {
         self.lock().sync_delay
     }
+
+    /// The simulated disk keeps no journal: nothing to move.
+    fn checkpoint(&self) -> Result<(), StorageError> {
+        Ok(())
+    }
 }

@@ -74,7 +74,10 @@ impl RaftNetwork<TypeConfig> for Connection {
         _option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, NodeAddrs, RaftError<NodeId>>> {
         let node = self.router.reach(self.from, self.target).map_err(RPCError::Unreachable)?;
-        node.raft.append_entries(rpc).await.map_err(|error| RPCError::RemoteError(RemoteError::new(self.target, error)))
+        node.raft()
+            .append_entries(rpc)
+            .await
+            .map_err(|error| RPCError::RemoteError(RemoteError::new(self.target, error)))
     }
 
     async fn install_snapshot(
@@ -84,7 +87,7 @@ impl RaftNetwork<TypeConfig> for Connection {
     ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, NodeAddrs, RaftError<NodeId, InstallSnapshotError>>>
     {
         let node = self.router.reach(self.from, self.target).map_err(RPCError::Unreachable)?;
-        node.raft
+        node.raft()
             .install_snapshot(rpc)
             .await
             .map_err(|error| RPCError::RemoteError(RemoteError::new(self.target, error)))
@@ -184,7 +187,7 @@ impl TestCell {
         }
         let members: BTreeMap<NodeId, NodeAddrs> =
             ids.iter().map(|&id| (id, NodeAddrs::new(format!("node-{id}"), format!("client-{id}")))).collect();
-        self.node(ids[0]).raft.initialize(members).await.expect("initialize");
+        self.node(ids[0]).raft().initialize(members).await.expect("initialize");
         self.wait_leader(ids).await;
     }
 
@@ -196,12 +199,12 @@ impl TestCell {
                 .iter()
                 .filter(|id| self.running().contains(id))
                 .filter(|id| !self.router.isolated.lock().unwrap().contains(id))
-                .map(|&id| self.node(id).raft.metrics().borrow().current_leader)
+                .map(|&id| self.node(id).raft().metrics().borrow().current_leader)
                 .collect();
             if leaders.len() == 1
                 && let Some(Some(leader)) = leaders.into_iter().next()
                 && among.contains(&leader)
-                && self.node(leader).raft.metrics().borrow().state.is_leader()
+                && self.node(leader).raft().metrics().borrow().state.is_leader()
             {
                 return leader;
             }
@@ -220,7 +223,7 @@ impl TestCell {
                     continue;
                 }
                 let node = self.node(id);
-                if !node.raft.metrics().borrow().state.is_leader() {
+                if !node.raft().metrics().borrow().state.is_leader() {
                     continue;
                 }
                 match node.propose_now(command.clone()).await {
@@ -267,7 +270,7 @@ impl TestCell {
         for id in self.running() {
             let node = self.node(id);
             for (payload, partition, seq) in &self.acked {
-                let record = node.replica.lock().unwrap().cell.read("orders", *partition, *seq);
+                let record = node.replica().lock().unwrap().cell.read("orders", *partition, *seq);
                 let record = record.unwrap_or_else(|e| panic!("node {id} lost acknowledged {payload}: {e}"));
                 let stored = node.payload("orders", &record).unwrap_or_else(|e| panic!("node {id} at {seq}: {e}"));
                 assert_eq!(stored, payload.as_bytes(), "node {id} at {seq}");
@@ -280,7 +283,7 @@ impl TestCell {
 pub async fn wait_repaired(node: &CellNode<SimDisk>) {
     let deadline = tokio::time::Instant::now() + TIMEOUT;
     while node.is_repairing() {
-        assert!(tokio::time::Instant::now() < deadline, "node {} did not repair", node.id);
+        assert!(tokio::time::Instant::now() < deadline, "node {} did not repair", node.id());
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

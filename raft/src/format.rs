@@ -1,0 +1,163 @@
+//! The version of a node's storage layout, checked before anything else is read, and the migrations from every older
+//! version to the current one.
+//!
+//! A data directory records the layout it was written in ([`MetaKey::Format`]). Opening it:
+//! - an empty store gets the current format;
+//! - an older format is brought to the current one by the migrations below, each written in one batch and synced
+//!   with the new format mark, so a crash during an upgrade leaves the old format (migrated again next time) or the
+//!   new one;
+//! - a newer format is refused with [`StorageError::Unsupported`]: the node does not start, and nothing is dropped.
+//!   (Before this check, a record a build could not decode counted as damage and was dropped.)
+//!
+//! Within a format, the encodings of what it stores are frozen: committed fixtures of a snapshot, a log record and a
+//! Raft message must keep decoding (`core/tests/snapshot.rs`, `raft/tests/formats.rs`), and a data directory written
+//! by an earlier build must keep opening (`cli/tests/upgrade.rs`). Changing any of them is a new format and a
+//! migration here.
+
+use crate::log_store::read_meta;
+use crate::storage::{Batch, MetaKey, Space, Storage, StorageError};
+
+/// The storage format this build writes, and the newest it reads.
+///
+/// History:
+/// - 1: log entries (postcard `Entry` of a leader-stamped `Command`), the meta records of [`MetaKey`], the state as a
+///   core snapshot of version 3 (bodies by reference) in `Space::State`, bodies by key in `Space::Bodies`.
+///   Directories written before the format was recorded hold this layout.
+pub const STORE_FORMAT: u32 = 1;
+
+/// One migration: from the format named to the next, adding its writes to the batch.
+type Migration<S> = fn(&S, &mut Batch) -> Result<(), StorageError>;
+
+/// The migration from `from` to `from + 1`, for every format this build upgrades.
+fn migration<S: Storage>(from: u32) -> Option<Migration<S>> {
+    match from {
+        // Written before the format was recorded: the layout of format 1, so there is nothing to rewrite.
+        0 => Some(|_, _| Ok(())),
+        _ => None,
+    }
+}
+
+/// What opening found about the format.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FormatCheck {
+    /// The format the directory held, when it was migrated.
+    pub migrated_from: Option<u32>,
+    /// The format mark did not verify. It is written again as the current format: every other record is verified
+    /// next, and one of a format this build does not know would not verify either.
+    pub mark_damaged: bool,
+}
+
+fn is_empty<S: Storage>(storage: &S) -> Result<bool, StorageError> {
+    for space in Space::ALL {
+        if storage.key_bounds(space)?.is_some() {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Checks the format of a node's storage and migrates it to [`STORE_FORMAT`], before anything else reads it.
+pub fn check_format<S: Storage>(storage: &S) -> Result<FormatCheck, StorageError> {
+    let stored: Option<u32> = match read_meta(storage, MetaKey::Format) {
+        Ok(stored) => stored,
+        Err(StorageError::Corrupt { .. }) => {
+            let mut batch = Batch::new();
+            batch.put(Space::Meta, MetaKey::Format as u64, &encode(STORE_FORMAT));
+            storage.write(batch)?;
+            storage.sync()?;
+            return Ok(FormatCheck { migrated_from: None, mark_damaged: true });
+        }
+        Err(other) => return Err(other),
+    };
+    let found = match stored {
+        Some(version) => version,
+        None if is_empty(storage)? => {
+            let mut batch = Batch::new();
+            batch.put(Space::Meta, MetaKey::Format as u64, &encode(STORE_FORMAT));
+            storage.write(batch)?;
+            storage.sync()?;
+            return Ok(FormatCheck::default());
+        }
+        None => 0,
+    };
+    if found > STORE_FORMAT {
+        return Err(StorageError::Unsupported {
+            reason: format!(
+                "the data directory is in storage format {found}, written by a newer cellog; this build reads \
+                 formats up to {STORE_FORMAT}"
+            ),
+        });
+    }
+    if found == STORE_FORMAT {
+        return Ok(FormatCheck::default());
+    }
+    for from in found..STORE_FORMAT {
+        let step = migration::<S>(from).ok_or_else(|| StorageError::Unsupported {
+            reason: format!("this build cannot upgrade storage format {from}; upgrade through an earlier release"),
+        })?;
+        let mut batch = Batch::new();
+        step(storage, &mut batch)?;
+        batch.put(Space::Meta, MetaKey::Format as u64, &encode(from + 1));
+        storage.write(batch)?;
+        storage.sync()?;
+    }
+    Ok(FormatCheck { migrated_from: Some(found), mark_damaged: false })
+}
+
+fn encode(version: u32) -> Vec<u8> {
+    postcard::to_stdvec(&version).expect("encoding into memory does not fail")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::SimDisk;
+
+    #[test]
+    fn an_empty_store_gets_the_current_format() {
+        let disk = SimDisk::new(1);
+        assert_eq!(check_format(&disk), Ok(FormatCheck::default()));
+        assert_eq!(read_meta::<_, u32>(&disk, MetaKey::Format), Ok(Some(STORE_FORMAT)));
+        assert_eq!(check_format(&disk), Ok(FormatCheck::default()));
+    }
+
+    #[test]
+    fn an_unmarked_store_is_format_one_and_gets_marked() {
+        let disk = SimDisk::new(1);
+        let mut batch = Batch::new();
+        batch.put(Space::Log, 1, b"an entry");
+        disk.write(batch).unwrap();
+        assert_eq!(check_format(&disk), Ok(FormatCheck { migrated_from: Some(0), mark_damaged: false }));
+        assert_eq!(read_meta::<_, u32>(&disk, MetaKey::Format), Ok(Some(1)));
+        assert_eq!(disk.get(Space::Log, 1), Ok(Some(b"an entry".to_vec())), "the migration keeps what was stored");
+    }
+
+    #[test]
+    fn a_newer_format_is_refused_and_nothing_is_dropped() {
+        let disk = SimDisk::new(1);
+        let mut batch = Batch::new();
+        batch.put(Space::Meta, MetaKey::Format as u64, &encode(STORE_FORMAT + 1));
+        batch.put(Space::State, 0, b"a state");
+        disk.write(batch).unwrap();
+        let refused = check_format(&disk).unwrap_err();
+        assert!(
+            matches!(&refused, StorageError::Unsupported { reason } if reason.contains("newer cellog")),
+            "{refused}"
+        );
+        assert_eq!(disk.get(Space::State, 0), Ok(Some(b"a state".to_vec())));
+    }
+
+    #[test]
+    fn a_damaged_mark_is_written_again() {
+        let disk = SimDisk::new(1);
+        let mut batch = Batch::new();
+        batch.writes.push(crate::storage::Write::Put {
+            space: Space::Meta,
+            key: MetaKey::Format as u64,
+            framed: b"not a framed record".to_vec(),
+        });
+        disk.write(batch).unwrap();
+        assert_eq!(check_format(&disk), Ok(FormatCheck { migrated_from: None, mark_damaged: true }));
+        assert_eq!(read_meta::<_, u32>(&disk, MetaKey::Format), Ok(Some(STORE_FORMAT)));
+    }
+}
