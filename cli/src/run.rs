@@ -212,7 +212,15 @@ async fn shutdown_signal() {
 pub async fn node(args: NodeArgs) -> anyhow::Result<()> {
     let (config, homes) = args.resolve()?;
     let running = start(&config, homes).await?;
-    shutdown_signal().await;
+    let failed = tokio::select! {
+        () = shutdown_signal() => None,
+        reason = running.failed() => Some(reason),
+    };
+    if let Some(reason) = failed {
+        // Exits non-zero so that a supervisor restarts the node into recovery; the stop syncs nothing more.
+        let _ = running.stop().await;
+        anyhow::bail!("the node stopped: {reason}");
+    }
     tracing::info!("stopping: finishing in-flight calls, then syncing");
     running.stop().await.context("syncing the store")?;
     tracing::info!("stopped");
@@ -279,11 +287,20 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
          (CELLOG_SERVER={})",
         addrs.join(",")
     );
-    shutdown_signal().await;
+    let failed = tokio::select! {
+        () = shutdown_signal() => None,
+        reason = futures::future::select_all(nodes.iter().map(|node| Box::pin(node.failed()))) => Some(reason.0),
+    };
     // Whoever read the ready line may be gone by now: a closed stdout must not turn a clean stop into a panic.
     let _ = writeln!(std::io::stdout(), "stopping");
     for node in nodes {
-        node.stop().await.context("syncing a store")?;
+        let stopped = node.stop().await;
+        if failed.is_none() {
+            stopped.context("syncing a store")?;
+        }
+    }
+    if let Some(reason) = failed {
+        anyhow::bail!("a node of the dev cell stopped: {reason}");
     }
     Ok(())
 }

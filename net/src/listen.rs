@@ -115,9 +115,16 @@ impl Listeners {
         let mut servers = Vec::new();
         let client_stopped = stopped.clone();
         let client = self.client;
+        let watched = node.clone();
         servers.push(tokio::spawn(async move {
             let (health, health_service) = tonic_health::server::health_reporter();
             health.set_serving::<CellogServer<CellogService<Metered<S>>>>().await;
+            // A node that cannot go on says so before it stops (see `RunningNode::failed`).
+            let not_serving = health.clone();
+            tokio::spawn(async move {
+                watched.wait_fatal().await;
+                not_serving.set_not_serving::<CellogServer<CellogService<Metered<S>>>>().await;
+            });
             let reflection = tonic_reflection::server::Builder::configure()
                 .register_encoded_file_descriptor_set(cellog_proto::FILE_DESCRIPTOR_SET)
                 .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)

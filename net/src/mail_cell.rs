@@ -17,8 +17,9 @@ use crate::status::from_propose;
 pub struct NodeCell<S>(pub Arc<CellNode<S>>);
 
 impl<S: Storage + Clone> NodeCell<S> {
-    fn replica(&self) -> MutexGuard<'_, Replica> {
-        self.0.replica().lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    /// The replica, or UNAVAILABLE once a panic interrupted applying (the node is stopping).
+    fn replica(&self) -> Result<MutexGuard<'_, Replica>, Status> {
+        self.0.replica().map_err(|interrupted| Status::unavailable(interrupted.to_string()))
     }
 }
 
@@ -47,11 +48,11 @@ impl<S: Storage + Clone + Send + Sync + 'static> MailCell for NodeCell<S> {
     }
 
     fn has_stream(&self, stream: &str) -> bool {
-        self.replica().cell.stream_info(stream).is_ok()
+        self.replica().is_ok_and(|replica| replica.cell.stream_info(stream).is_ok())
     }
 
     fn read(&self, stream: &str, from_seq: u64, max: usize) -> Result<Vec<Record>, Status> {
-        match self.replica().cell.read_from(stream, 0, from_seq, max) {
+        match self.replica()?.cell.read_from(stream, 0, from_seq, max) {
             Ok(records) => Ok(records),
             Err(Rejection::StreamNotFound { .. }) => Ok(Vec::new()),
             Err(rejection) => Err(crate::status::from_rejection(&rejection)),
@@ -59,7 +60,7 @@ impl<S: Storage + Clone + Send + Sync + 'static> MailCell for NodeCell<S> {
     }
 
     fn last(&self, stream: &str, subject: &str) -> Option<Record> {
-        self.replica().cell.last_for_subject(stream, subject).ok()
+        self.replica().ok()?.cell.last_for_subject(stream, subject).ok()
     }
 
     fn payload(&self, stream: &str, record: &Record) -> Result<Option<Bytes>, String> {

@@ -137,7 +137,10 @@ impl Metrics {
     /// Reads the gauges off the node and encodes everything in the Prometheus text format.
     pub fn render<S: Storage + Clone>(&self, node: &CellNode<S>) -> String {
         self.observe_raft(node);
-        self.observe_replica(node.replica());
+        // A replica that a panic interrupted is not read: its gauges keep their last values.
+        if let Ok(replica) = node.replica() {
+            self.observe_replica(&replica);
+        }
         self.bodies_unreadable.set(saturating_i64(node.bodies().n_unreadable()));
         let mut text = String::new();
         let registry = self.registry.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -157,8 +160,7 @@ impl Metrics {
         self.raft_last_log_index.set(index(view.last_log_index));
     }
 
-    fn observe_replica(&self, replica: &Mutex<Replica>) {
-        let replica = replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    fn observe_replica(&self, replica: &Replica) {
         let cell = &replica.cell;
         let now = cell.last_at();
         let (mut lag_max, mut lag_sum, mut behind, mut oldest, mut n_messages) = (0u64, 0u64, 0i64, 0u64, 0u64);

@@ -215,6 +215,15 @@ impl<S: Storage + Clone> RunningNode<S> {
         Ok(RunningNode { node, metrics, client_addr, raft_addr, metrics_addr, stop, servers })
     }
 
+    /// Resolves with the reason once the node cannot go on: a storage write or fsync failed (the store is poisoned
+    /// and Raft stopped), or a panic interrupted applying. By then health says NOT_SERVING and the replica serves no
+    /// read. The host stops the node and exits non-zero, so that a supervisor restarts it into recovery.
+    pub async fn failed(&self) -> String {
+        let reason = self.node.wait_fatal().await;
+        tracing::error!(%reason, "this node cannot go on");
+        reason
+    }
+
     /// Stops gracefully: stops accepting calls, lets in-flight calls finish (up to [`DRAIN_TIMEOUT`]), stops Raft and
     /// syncs the storage.
     pub async fn stop(self) -> Result<(), StorageError> {

@@ -44,8 +44,10 @@ fn unexpected(outcome: &Outcome) -> Status {
     Status::internal(format!("unexpected outcome {outcome:?}"))
 }
 
-fn lock(node: &CellNode<impl Storage + Clone>) -> MutexGuard<'_, Replica> {
-    node.replica().lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+/// This node's replica, or UNAVAILABLE once a panic interrupted applying (nothing is served from it then; the node
+/// is stopping).
+fn lock(node: &CellNode<impl Storage + Clone>) -> Result<MutexGuard<'_, Replica>, Status> {
+    node.replica().map_err(|interrupted| Status::unavailable(interrupted.to_string()))
 }
 
 /// The answer to a proposal as a status.
@@ -84,7 +86,7 @@ impl<S: Storage + Clone> CellogService<S> {
     /// Answers from the leader's replica once it has applied every write acknowledged before the call.
     async fn read<T>(&self, read: impl FnOnce(&Cell) -> Result<T, Rejection>) -> Result<T, Status> {
         self.node.read_barrier().await.map_err(from_propose)?;
-        let replica = lock(&self.node);
+        let replica = lock(&self.node)?;
         read(&replica.cell).map_err(|rejection| from_rejection(&rejection))
     }
 
@@ -101,9 +103,9 @@ impl<S: Storage + Clone> CellogService<S> {
         }
     }
 
-    fn status(&self) -> v1::ClusterStatusResponse {
+    fn status(&self) -> Result<v1::ClusterStatusResponse, Status> {
         let view = self.node.cluster_view();
-        let (_, digest) = self.node.digest();
+        let (_, digest) = self.node.digest().map_err(|interrupted| Status::unavailable(interrupted.to_string()))?;
         let nodes = view
             .members
             .into_iter()
@@ -116,7 +118,7 @@ impl<S: Storage + Clone> CellogService<S> {
             })
             .collect();
         let leader_addr = view.leader.as_ref().and_then(|(_, addrs)| addrs.as_ref());
-        v1::ClusterStatusResponse {
+        Ok(v1::ClusterStatusResponse {
             node_id: view.node_id,
             state: view.role,
             term: view.term,
@@ -127,7 +129,7 @@ impl<S: Storage + Clone> CellogService<S> {
             nodes,
             repairing: view.repairing,
             state_digest: hex::encode(digest.0),
-        }
+        })
     }
 
     async fn transaction(&self, command: Command) -> Result<Response<v1::TransactionResponse>, Status> {
@@ -281,11 +283,11 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         };
         let read = |cell: &Cell| cell.read_from(&request.stream, request.partition, request.from_seq, max);
         let records = if request.local {
-            read(&lock(&self.node).cell).map_err(|rejection| from_rejection(&rejection))?
+            read(&lock(&self.node)?.cell).map_err(|rejection| from_rejection(&rejection))?
         } else {
             self.read(read).await?
         };
-        let applied_index = lock(&self.node).last_applied.map_or(0, |log_id| log_id.index);
+        let applied_index = lock(&self.node)?.last_applied.map_or(0, |log_id| log_id.index);
         let mut messages = Vec::with_capacity(records.len());
         for record in records {
             // A message removed since it was read is one the read no longer finds.
@@ -409,9 +411,14 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         tokio::spawn(async move {
             let mut idle = Duration::from_millis(5);
             loop {
-                let info = {
-                    let replica = lock(&service.node);
-                    replica.cell.consumer_info(&stream, &consumer, replica.cell.last_at())
+                let info = lock(&service.node)
+                    .map(|replica| replica.cell.consumer_info(&stream, &consumer, replica.cell.last_at()));
+                let info = match info {
+                    Ok(info) => info,
+                    Err(status) => {
+                        let _ = sender.send(Err(status)).await;
+                        return;
+                    }
                 };
                 let pending = match info {
                     Ok(info) => info.n_pending,
@@ -628,7 +635,7 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         &self,
         _request: Request<v1::ClusterStatusRequest>,
     ) -> Result<Response<v1::ClusterStatusResponse>, Status> {
-        Ok(Response::new(self.status()))
+        Ok(Response::new(self.status()?))
     }
 
     async fn add_learner(
@@ -641,7 +648,7 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         }
         let node = NodeAddrs::new(request.raft_addr, request.client_addr);
         self.node.add_learner(request.node_id, node).await.map_err(membership_error)?;
-        Ok(Response::new(self.status()))
+        Ok(Response::new(self.status()?))
     }
 
     async fn promote(
@@ -649,7 +656,7 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         request: Request<v1::PromoteRequest>,
     ) -> Result<Response<v1::ClusterStatusResponse>, Status> {
         self.node.promote(request.into_inner().node_id).await.map_err(membership_error)?;
-        Ok(Response::new(self.status()))
+        Ok(Response::new(self.status()?))
     }
 
     async fn remove_node(
@@ -657,6 +664,6 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         request: Request<v1::RemoveNodeRequest>,
     ) -> Result<Response<v1::ClusterStatusResponse>, Status> {
         self.node.remove(request.into_inner().node_id).await.map_err(membership_error)?;
-        Ok(Response::new(self.status()))
+        Ok(Response::new(self.status()?))
     }
 }

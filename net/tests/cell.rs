@@ -123,7 +123,7 @@ async fn membership_changes_online_and_clients_follow_the_leader() {
     let status = founder.remove_node(3).await.expect("removed");
     assert!(status.nodes.iter().all(|member| member.id != 3), "{status:?}");
     founder.publish(message("s.a", "after removal")).await.expect("published");
-    let digests = async |node: &RunningNode<SimDisk>| node.node.digest();
+    let digests = async |node: &RunningNode<SimDisk>| node.node.digest().expect("no panic interrupted applying");
     wait_for("replicas to agree", async || digests(&first).await == digests(&second).await).await;
 
     for node in [first, second, third] {
@@ -191,4 +191,35 @@ async fn subscriptions_respect_their_window_and_transactions_commit_whole() {
     // A retried commit gets the first commit's answer.
     assert_eq!(client.commit(producer).await.expect("the same answer").messages, committed.messages);
     node.stop().await.expect("a clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_disk_fails_stops_serving_and_says_why() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+
+    let disk = SimDisk::new(9);
+    let node = RunningNode::start(&config(1, true), disk.clone(), Arc::new(SystemClock)).await.expect("starts");
+    let client = client_of(&node);
+    leader_ready(&client).await;
+    client.create_stream("s", stream_config("s.>")).await.expect("created");
+    let health = async || {
+        let channel = tonic::transport::Channel::from_shared(format!("http://{}", node.client_addr))
+            .expect("a url")
+            .connect()
+            .await
+            .expect("connects");
+        let mut health = HealthClient::new(channel);
+        let request = HealthCheckRequest { service: "cellog.v1.Cellog".to_string() };
+        health.check(request).await.expect("a health answer").into_inner().status
+    };
+    assert_eq!(health().await, ServingStatus::Serving as i32);
+
+    disk.fail_next_io();
+    let refused = client.publish(message("s.a", "lost")).await;
+    assert!(refused.is_err(), "a publish whose write failed is not acknowledged: {refused:?}");
+    let reason = tokio::time::timeout(Duration::from_secs(10), node.failed()).await.expect("the failure is reported");
+    assert!(reason.contains("raft stopped"), "{reason}");
+    wait_for("NOT_SERVING", async || health().await == ServingStatus::NotServing as i32).await;
+    let _ = node.stop().await;
 }

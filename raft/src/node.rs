@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
@@ -80,6 +80,19 @@ impl CellClock {
 pub const IDLE_TICK_MS: u64 = 2_000;
 /// Longest a node waits before looking at the cell's next deadline again.
 const TICK_POLL: Duration = Duration::from_millis(100);
+
+/// A panic interrupted applying entries on this node: its replica may hold part of an entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("a panic interrupted applying entries on this node; it serves nothing from its replica until it restarts")]
+pub struct Interrupted;
+
+/// Locks a replica for reading, refusing one that a panic interrupted.
+fn read_replica(replica: &Mutex<Replica>) -> Result<MutexGuard<'_, Replica>, Interrupted> {
+    replica.lock().map_err(|_| Interrupted)
+}
+
+/// How often [`CellNode::wait_fatal`] looks for a panic in apply between Raft's own state changes.
+const FATAL_POLL: Duration = Duration::from_millis(500);
 
 /// Why a node did not start.
 #[derive(Debug, thiserror::Error)]
@@ -312,9 +325,42 @@ impl<S: Storage + Clone> CellNode<S> {
     }
 
     /// The digest of the applied state and the index it was taken at.
-    pub fn digest(&self) -> (Option<u64>, StateDigest) {
-        let replica = self.replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        (replica.last_applied.map(|log_id| log_id.index), replica.cell.digest())
+    pub fn digest(&self) -> Result<(Option<u64>, StateDigest), Interrupted> {
+        let replica = self.replica()?;
+        Ok((replica.last_applied.map(|log_id| log_id.index), replica.cell.digest()))
+    }
+
+    /// Why this node cannot go on, if it cannot: a panic interrupted applying entries (its replica may hold part of
+    /// one), or Raft stopped on a fatal error (a storage write or fsync that fails poisons the store, and openraft
+    /// stops on the error). `None` while the node runs, and after a shutdown it was asked for.
+    pub fn fatal(&self) -> Option<String> {
+        if self.replica.is_poisoned() {
+            return Some(Interrupted.to_string());
+        }
+        if self.stopped.load(Ordering::Acquire) {
+            return None;
+        }
+        match &self.raft.metrics().borrow().running_state {
+            Ok(()) => None,
+            Err(fatal) => Some(format!("raft stopped: {fatal}")),
+        }
+    }
+
+    /// Resolves with the reason once this node cannot go on (see [`CellNode::fatal`]); never after a shutdown it was
+    /// asked for. The host stops serving and exits, so that a supervisor restarts it into recovery.
+    pub async fn wait_fatal(&self) -> String {
+        let mut metrics = self.raft.metrics();
+        loop {
+            if let Some(reason) = self.fatal() {
+                return reason;
+            }
+            // Raft's metrics change when it stops; the poll catches a panic in apply between changes.
+            match tokio::time::timeout(FATAL_POLL, metrics.changed()).await {
+                Ok(Err(_)) if !self.stopped.load(Ordering::Acquire) => return "raft stopped".to_string(),
+                Ok(Err(_)) => std::future::pending::<()>().await,
+                Ok(Ok(())) | Err(_) => {}
+            }
+        }
     }
 
     /// Its id.
@@ -322,9 +368,10 @@ impl<S: Storage + Clone> CellNode<S> {
         self.id
     }
 
-    /// What it has applied, shared with readers (lock it briefly: applying waits for it).
-    pub fn replica(&self) -> &Arc<Mutex<Replica>> {
-        &self.replica
+    /// What it has applied, locked for reading (briefly: applying waits for it). Refused once a panic interrupted
+    /// applying: what the replica holds then may be half of an entry, and is never served.
+    pub fn replica(&self) -> Result<MutexGuard<'_, Replica>, Interrupted> {
+        read_replica(&self.replica)
     }
 
     /// What opening its storage found and repaired.
@@ -473,5 +520,26 @@ async fn pack_proposals(raft: Raft, mut queue: mpsc::Receiver<Proposal>, #[cfg(m
             }
             drop(permit);
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replica_that_a_panic_interrupted_is_never_read() {
+        let replica = Arc::new(Mutex::new(Replica::default()));
+        assert!(read_replica(&replica).is_ok());
+        let holder = replica.clone();
+        let panicked = std::thread::spawn(move || {
+            let _applying = holder.lock().unwrap();
+            panic!("a bug in apply");
+        })
+        .join();
+        assert!(panicked.is_err());
+        assert!(replica.is_poisoned());
+        assert_eq!(read_replica(&replica).map(|_| ()), Err(Interrupted));
+        assert!(Interrupted.to_string().contains("serves nothing"));
     }
 }

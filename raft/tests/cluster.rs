@@ -184,7 +184,7 @@ async fn a_damaged_body_is_never_served_and_the_node_takes_a_whole_snapshot_at_i
     // Reading every acknowledged message on the victim: the damaged one is refused, never served changed.
     let node = cell.node(victim);
     let records: Vec<_> = {
-        let replica = node.replica().lock().unwrap();
+        let replica = node.replica().unwrap();
         (0..2).flat_map(|partition| replica.cell.read_from("orders", partition, 0, 1_000).unwrap()).collect()
     };
     let unreadable = records
@@ -391,7 +391,7 @@ async fn the_leader_ticks_so_timers_fire_without_client_commands() {
             .running()
             .iter()
             // A replica that has not applied the stream yet counts as still retaining the message.
-            .map(|&id| cell.node(id).replica().lock().unwrap().cell.stream_info("orders").map_or(1, |s| s.n_messages))
+            .map(|&id| cell.node(id).replica().unwrap().cell.stream_info("orders").map_or(1, |s| s.n_messages))
             .collect();
         if retained.iter().all(|n| *n == 0) {
             break;
@@ -400,4 +400,39 @@ async fn the_leader_ticks_so_timers_fire_without_client_commands() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     cell.converge().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_disk_fails_says_it_cannot_go_on_and_the_cell_goes_on_without_it() {
+    let mut cell = TestCell::new(NO_SNAPSHOTS);
+    cell.bootstrap(&[1, 2, 3]).await;
+    cell.create_stream().await;
+    cell.publish("before", 10).await;
+    let leader = cell.wait_leader(&[1, 2, 3]).await;
+    let victim = [1, 2, 3].into_iter().find(|id| *id != leader).unwrap();
+    let node = cell.node(victim);
+    assert_eq!(node.fatal(), None, "a healthy node can go on");
+    cell.disks[&victim].fail_next_io();
+    cell.publish("during", 10).await;
+    let reason = tokio::time::timeout(TIMEOUT, node.wait_fatal()).await.expect("the failure is reported");
+    assert!(reason.contains("raft stopped"), "{reason}");
+    assert_eq!(node.fatal().as_deref(), Some(reason.as_str()));
+
+    // The other two go on; the failed node comes back through recovery, as its supervisor would restart it.
+    cell.publish("without", 10).await;
+    cell.stop(victim, true).await;
+    let restarted = cell.start(victim).await;
+    assert_eq!(restarted.fatal(), None);
+    cell.publish("after", 10).await;
+    cell.converge().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_that_was_asked_for_is_not_a_failure() {
+    let mut cell = TestCell::new(NO_SNAPSHOTS);
+    cell.bootstrap(&[1]).await;
+    let node = cell.node(1);
+    cell.stop(1, false).await;
+    assert_eq!(node.fatal(), None);
+    assert!(tokio::time::timeout(Duration::from_secs(2), node.wait_fatal()).await.is_err(), "nothing to report");
 }

@@ -260,7 +260,11 @@ impl TestCell {
     pub async fn converge(&self) {
         let deadline = tokio::time::Instant::now() + TIMEOUT;
         loop {
-            let states: BTreeSet<_> = self.running().iter().map(|&id| self.node(id).digest()).collect();
+            let states: BTreeSet<_> = self
+                .running()
+                .iter()
+                .map(|&id| self.node(id).digest().expect("no panic interrupted applying"))
+                .collect();
             if states.len() == 1 {
                 break;
             }
@@ -270,7 +274,7 @@ impl TestCell {
         for id in self.running() {
             let node = self.node(id);
             for (payload, partition, seq) in &self.acked {
-                let record = node.replica().lock().unwrap().cell.read("orders", *partition, *seq);
+                let record = node.replica().unwrap().cell.read("orders", *partition, *seq);
                 let record = record.unwrap_or_else(|e| panic!("node {id} lost acknowledged {payload}: {e}"));
                 let stored = node.payload("orders", &record).unwrap_or_else(|e| panic!("node {id} at {seq}: {e}"));
                 assert_eq!(stored, payload.as_bytes(), "node {id} at {seq}");
