@@ -128,7 +128,7 @@ async fn a_node_comes_up_over_an_earlier_builds_data() {
     upgraded.start();
     wait_for_leader(std::slice::from_ref(&upgraded)).await;
     assert!(
-        upgraded.log_text().contains("storage format 0 migrated to 1"),
+        upgraded.log_text().contains(&format!("storage format 0 migrated to {}", cellog_raft::STORE_FORMAT)),
         "the node says it migrated: {}",
         upgraded.log_text()
     );

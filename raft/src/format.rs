@@ -20,10 +20,12 @@ use crate::storage::{Batch, MetaKey, Space, Storage, StorageError};
 /// The storage format this build writes, and the newest it reads.
 ///
 /// History:
-/// - 1: log entries (postcard `Entry` of a leader-stamped `Command`), the meta records of [`MetaKey`], the state as a
-///   core snapshot of version 3 (bodies by reference) in `Space::State`, bodies by key in `Space::Bodies`.
-///   Directories written before the format was recorded hold this layout.
-pub const STORE_FORMAT: u32 = 1;
+/// - 1: log entries (postcard `Entry` of a leader-stamped `Command`), the meta records of [`MetaKey`], the state as one
+///   record (a snapshot file around a core snapshot of version 3, bodies by reference) at key 0 of `Space::State`,
+///   bodies by key in `Space::Bodies`. Directories written before the format was recorded hold this layout.
+/// - 2: the state snapshot in chunks ([`crate::stored_snapshot`]): a header at key 0, the bytes at keys 1, 2, …, so
+///   that no record grows with the cell. Migrated from 1 by rewriting the one record as chunks.
+pub const STORE_FORMAT: u32 = 2;
 
 /// One migration: from the format named to the next, adding its writes to the batch.
 type Migration<S> = fn(&S, &mut Batch) -> Result<(), StorageError>;
@@ -33,7 +35,21 @@ fn migration<S: Storage>(from: u32) -> Option<Migration<S>> {
     match from {
         // Written before the format was recorded: the layout of format 1, so there is nothing to rewrite.
         0 => Some(|_, _| Ok(())),
+        1 => Some(chunk_the_snapshot),
         _ => None,
+    }
+}
+
+/// 1 → 2: the one snapshot record becomes chunks. A record that does not verify is left as it is: it does not
+/// decode as a header either, so recovery drops it as the damaged snapshot it is.
+fn chunk_the_snapshot<S: Storage>(storage: &S, batch: &mut Batch) -> Result<(), StorageError> {
+    match storage.get(Space::State, crate::stored_snapshot::HEADER_KEY) {
+        Ok(Some(bytes)) => {
+            crate::stored_snapshot::put(batch, &bytes, crate::stored_snapshot::SNAPSHOT_CHUNK_BYTES);
+            Ok(())
+        }
+        Ok(None) | Err(StorageError::Corrupt { .. }) => Ok(()),
+        Err(other) => Err(other),
     }
 }
 
@@ -128,7 +144,7 @@ mod tests {
         batch.put(Space::Log, 1, b"an entry");
         disk.write(batch).unwrap();
         assert_eq!(check_format(&disk), Ok(FormatCheck { migrated_from: Some(0), mark_damaged: false }));
-        assert_eq!(read_meta::<_, u32>(&disk, MetaKey::Format), Ok(Some(1)));
+        assert_eq!(read_meta::<_, u32>(&disk, MetaKey::Format), Ok(Some(STORE_FORMAT)));
         assert_eq!(disk.get(Space::Log, 1), Ok(Some(b"an entry".to_vec())), "the migration keeps what was stored");
     }
 
@@ -159,5 +175,28 @@ mod tests {
         disk.write(batch).unwrap();
         assert_eq!(check_format(&disk), Ok(FormatCheck { migrated_from: None, mark_damaged: true }));
         assert_eq!(read_meta::<_, u32>(&disk, MetaKey::Format), Ok(Some(STORE_FORMAT)));
+    }
+
+    #[test]
+    fn format_one_snapshots_become_chunks() {
+        let disk = SimDisk::new(1);
+        let mut batch = Batch::new();
+        batch.put(Space::Meta, MetaKey::Format as u64, &encode(1));
+        batch.put(Space::State, 0, b"a whole snapshot file");
+        disk.write(batch).unwrap();
+        assert_eq!(check_format(&disk), Ok(FormatCheck { migrated_from: Some(1), mark_damaged: false }));
+        assert_eq!(crate::stored_snapshot::get(&disk), Ok(Some(b"a whole snapshot file".to_vec())));
+        assert_eq!(read_meta::<_, u32>(&disk, MetaKey::Format), Ok(Some(2)));
+    }
+
+    #[test]
+    fn a_damaged_format_one_snapshot_stays_damage() {
+        let disk = SimDisk::new(1);
+        let mut batch = Batch::new();
+        batch.put(Space::Meta, MetaKey::Format as u64, &encode(1));
+        batch.writes.push(crate::storage::Write::Put { space: Space::State, key: 0, framed: b"garbage".to_vec() });
+        disk.write(batch).unwrap();
+        assert_eq!(check_format(&disk), Ok(FormatCheck { migrated_from: Some(1), mark_damaged: false }));
+        assert!(matches!(crate::stored_snapshot::get(&disk), Err(StorageError::Corrupt { .. })));
     }
 }

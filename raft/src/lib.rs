@@ -4,6 +4,7 @@
 //! - [`runtime`]: the async runtime openraft runs on, tokio in production and madsim under `--cfg madsim`.
 //! - [`storage`]: the one `Storage` trait, its checksummed record format, and its implementations: RocksDB (behind the
 //!   `rocksdb` feature, which the simulation build leaves off) and the simulated disk.
+//! - [`stored_snapshot`]: the stored state snapshot, in chunks, so that no record grows with the cell.
 //! - [`bodies`]: the cell's message bodies in the storage's bodies space.
 //! - [`log_store`] and [`state_machine`]: openraft's storage traits over `Storage`, the latter applying committed
 //!   entries to `cellog-core`.
@@ -31,6 +32,7 @@ pub mod recovery;
 pub mod runtime;
 pub mod state_machine;
 pub mod storage;
+pub mod stored_snapshot;
 pub mod timing;
 pub mod transition;
 pub mod types;

@@ -19,11 +19,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::bodies::{BodyError, BodyReadError, BodyWork, StoredBodies};
 use crate::storage::{Batch, Space, Storage, StorageError};
+use crate::stored_snapshot::{self, SNAPSHOT_CHUNK_BYTES};
 use crate::transition;
 use crate::types::{Entry, LogId, NodeAddrs, NodeId, RaftStorageError, Response, TypeConfig};
-
-/// The key of the one snapshot record in [`Space::State`].
-const SNAPSHOT_KEY: u64 = 0;
 
 /// The replicated state as this node has applied it.
 #[derive(Debug, Default)]
@@ -136,7 +134,7 @@ impl<S: Storage + Clone> StateMachineStore<S> {
     /// The state machine over `storage`, starting from the stored snapshot if there is one.
     pub fn open(storage: S) -> Result<Self, StorageError> {
         let bodies = Arc::new(StoredBodies::new(storage.clone()));
-        let replica = match storage.get(Space::State, SNAPSHOT_KEY)? {
+        let replica = match stored_snapshot::get(&storage)? {
             Some(bytes) => Self::decode(&bytes, Whole::No)?.0,
             None => Replica::default(),
         };
@@ -148,7 +146,8 @@ impl<S: Storage + Clone> StateMachineStore<S> {
     /// Decodes a snapshot file: a stored one (state only, its bodies in this node's storage), or a sent one
     /// (`Whole::Yes`), whose bodies come back checked for the caller to store.
     fn decode(bytes: &[u8], whole: Whole) -> Result<(Replica, Vec<(u64, Bytes)>), StorageError> {
-        let corrupt = |reason: String| StorageError::Corrupt { space: Space::State, key: SNAPSHOT_KEY, reason };
+        let corrupt =
+            |reason: String| StorageError::Corrupt { space: Space::State, key: stored_snapshot::HEADER_KEY, reason };
         let file: SnapshotFile =
             postcard::from_bytes(bytes).map_err(|error| corrupt(format!("snapshot does not decode: {error}")))?;
         let (cell, bodies) = match whole {
@@ -205,7 +204,7 @@ impl<S: Storage + Clone> StateMachineStore<S> {
             drop(stored);
             return self.get_stored()?.ok_or_else(|| state_error("the stored snapshot vanished"));
         }
-        batch.put(Space::State, SNAPSHOT_KEY, &bytes);
+        stored_snapshot::put(&mut batch, &bytes, SNAPSHOT_CHUNK_BYTES);
         self.storage.write(batch).map_err(state_error)?;
         self.storage.sync().map_err(state_error)?;
         self.storage.checkpoint().map_err(state_error)?;
@@ -217,7 +216,7 @@ impl<S: Storage + Clone> StateMachineStore<S> {
     /// Holds the stored snapshot in place meanwhile, so none of its bodies is deleted while they are read.
     fn get_stored(&self) -> Result<Option<Snapshot<TypeConfig>>, RaftStorageError> {
         let _stored = self.stored.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let Some(bytes) = self.storage.get(Space::State, SNAPSHOT_KEY).map_err(state_error)? else {
+        let Some(bytes) = stored_snapshot::get(&self.storage).map_err(state_error)? else {
             return Ok(None);
         };
         let (replica, _) = Self::decode(&bytes, Whole::No).map_err(state_error)?;
@@ -349,7 +348,8 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
             batch.put(Space::Bodies, key, &body);
         }
         let file = replica.file(replica.cell.snapshot());
-        batch.put(Space::State, SNAPSHOT_KEY, &postcard::to_stdvec(&file).expect("encoding into memory does not fail"));
+        let bytes = postcard::to_stdvec(&file).expect("encoding into memory does not fail");
+        stored_snapshot::put(&mut batch, &bytes, SNAPSHOT_CHUNK_BYTES);
         self.storage.write(batch).map_err(state_error)?;
         self.storage.sync().map_err(state_error)?;
         self.storage.checkpoint().map_err(state_error)?;

@@ -3,7 +3,7 @@
 
 use cellog_raft::storage::{Batch, DiskFaults, SimDisk, Space, Storage, StorageError, Write, frame};
 use cellog_raft::types::{NodeId, TypeConfig};
-use cellog_raft::{LogStore, StateMachineStore, open_stores};
+use cellog_raft::{LogStore, StateMachineStore, open_stores, stored_snapshot};
 use openraft::testing::{StoreBuilder, Suite};
 
 /// Checks the behaviour every implementation must have; `reopen` closes the store and opens it again on the same
@@ -74,6 +74,12 @@ fn conformance<S: Storage>(store: S, reopen: impl FnOnce(S) -> S) {
     batch.delete_range(Space::Bodies, 0..u64::MAX);
     store.write(batch).unwrap();
 
+    // A snapshot stored in chunks (here of 999 bytes) comes back whole after a reopen.
+    let snapshot: Vec<u8> = (0..10_000u32).map(|i| (i % 253) as u8).collect();
+    let mut batch = Batch::new();
+    stored_snapshot::put(&mut batch, &snapshot, 999);
+    store.write(batch).unwrap();
+
     // What was synced survives closing and opening again, checkpointed or not.
     store.sync().unwrap();
     store.checkpoint().unwrap();
@@ -82,7 +88,15 @@ fn conformance<S: Storage>(store: S, reopen: impl FnOnce(S) -> S) {
     assert_eq!(store.get(Space::Log, 3).unwrap(), Some(b"log-3".to_vec()));
     assert_eq!(store.get(Space::Meta, 1).unwrap(), Some(b"vote".to_vec()));
     assert_eq!(store.key_bounds(Space::Log).unwrap(), Some((3, 3)));
-    assert_eq!(store.key_bounds(Space::State).unwrap(), None);
+    assert_eq!(stored_snapshot::get(&store).unwrap(), Some(snapshot));
+    assert_eq!(store.key_bounds(Space::State).unwrap(), Some((0, 11)), "a header and 11 chunks");
+
+    // A shorter snapshot replaces it without leaving a chunk behind.
+    let mut batch = Batch::new();
+    stored_snapshot::put(&mut batch, b"short", 999);
+    store.write(batch).unwrap();
+    assert_eq!(stored_snapshot::get(&store).unwrap(), Some(b"short".to_vec()));
+    assert_eq!(store.key_bounds(Space::State).unwrap(), Some((0, 1)));
 }
 
 #[test]
