@@ -44,8 +44,8 @@ mod time;
 pub use body::BodyRef;
 pub use cell::transaction::{MAX_TRANSACTION_BYTES, MAX_TRANSACTION_MESSAGES};
 pub use cell::{
-    Cell, MAX_CONSUMERS_PER_STREAM, MAX_FETCH, MAX_HEADER_BYTES, MAX_ID_BYTES, MAX_PEERS_PER_STREAM, MAX_READ,
-    MAX_STREAMS, PIN_HEADER,
+    Cell, MAX_COMMAND_BYTES, MAX_CONSUMERS_PER_STREAM, MAX_FETCH, MAX_HEADER_BYTES, MAX_ID_BYTES, MAX_PEERS_PER_STREAM,
+    MAX_READ, MAX_STREAMS, PIN_HEADER,
 };
 pub use command::{
     AbortReason, AckKind, AckState, Body, Command, Delivery, Effect, Headers, Outcome, ProducerRef, PublishAck,

@@ -1034,3 +1034,70 @@ fn a_rejected_publish_leaves_no_trace() {
     // The id of a refused publish was not remembered.
     assert!(!h.publish_id("s.a", "x", "id-1").unwrap().duplicate);
 }
+
+// ----- checked before proposing -----
+
+/// What a host checks before proposing is what `apply` refuses first, with the same rejection: a command `check`
+/// refuses would have been refused on every replica anyway.
+#[test]
+fn what_check_refuses_apply_refuses_alike() {
+    let long_id = "x".repeat(MAX_ID_BYTES + 1);
+    let refused = [
+        Command::Publish(request("s.a b", "bad subject")),
+        Command::Publish(PublishRequest { msg_id: Some(long_id.clone()), ..request("s.a", "long id") }),
+        Command::Publish(PublishRequest { ttl_ms: Some(0), ..request("s.a", "zero ttl") }),
+        Command::CreateStream { name: "bad name".to_string(), config: config(&["t.>"]) },
+        Command::CreateConsumer {
+            stream: "S".to_string(),
+            name: "bad.name".to_string(),
+            config: cellog_core::ConsumerConfig::default(),
+        },
+        Command::Fetch { stream: "S".to_string(), consumer: "c".to_string(), member: "m".to_string(), max: 0 },
+        Command::Ack {
+            stream: "S".to_string(),
+            consumer: "c".to_string(),
+            partition: 0,
+            seq: 1,
+            kind: cellog_core::AckKind::Nack { delay_ms: MAX_DURATION_MS + 1 },
+        },
+        Command::InitProducer { transactional_id: long_id, transaction_timeout_ms: 1_000 },
+        Command::InitProducer { transactional_id: "p".to_string(), transaction_timeout_ms: 0 },
+        Command::RegisterPeer { stream: "S".to_string(), peer: String::new() },
+    ];
+    for command in refused {
+        let mut h = Harness::new();
+        h.create_stream("S", config(&["s.>"]));
+        let checked = command.check().expect_err(&format!("{command:?} is refused by check"));
+        let applied = h.apply(command.clone()).expect_err("and by apply");
+        assert_eq!(applied, checked, "{command:?}");
+    }
+    let mut h = Harness::new();
+    h.create_stream("S", config(&["s.>"]));
+    let fine = Command::Publish(request("s.a", "fine"));
+    assert_eq!(fine.check(), Ok(()));
+    assert!(h.apply(fine).is_ok());
+    assert_eq!(Command::Tick.check(), Ok(()));
+}
+
+#[test]
+fn a_command_is_bounded_by_its_whole_encoded_size() {
+    let small = Command::Publish(request("s.a", "x"));
+    let size = small.check_size().expect("a small command fits");
+    assert!(size > 3 && size < 64, "{size}");
+    let payload = Bytes::from(vec![0u8; cellog_core::MAX_PAYLOAD_LIMIT as usize]);
+    let key = Bytes::from(vec![1u8; 2 * 1024 * 1024]);
+    let big_key = Command::Publish(PublishRequest { key: Some(key), ..PublishRequest::new("s.a", payload.clone()) });
+    assert_eq!(big_key.check(), Ok(()), "no single field is over its own limit");
+    assert!(
+        matches!(big_key.check_size(), Err(Rejection::Invalid { reason }) if reason.contains("bytes encoded")),
+        "but the whole is over the command's"
+    );
+    let too_big = Command::Publish(PublishRequest::new("s.a", Bytes::from(vec![0u8; payload.len() + 1])));
+    assert_eq!(
+        too_big.check(),
+        Err(Rejection::PayloadTooLarge {
+            size: payload.len() as u64 + 1,
+            max: u64::from(cellog_core::MAX_PAYLOAD_LIMIT)
+        })
+    );
+}

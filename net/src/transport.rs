@@ -14,8 +14,9 @@ use cellog_raft::{CellNode, NodeAddrs, NodeId};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
 
-/// Largest Raft message on the wire (a batch of entries or a snapshot chunk).
-pub const MAX_RAFT_MESSAGE: usize = 64 * 1024 * 1024;
+/// Largest Raft message on the wire: a frame of at most `MAX_MESSAGE_BYTES` (a batch of entries or a snapshot chunk;
+/// raft sends fewer entries rather than more) and the call's own fields.
+pub const MAX_RAFT_MESSAGE: usize = cellog_raft::network::MAX_MESSAGE_BYTES + 64 * 1024;
 
 /// How long a node waits to connect to a peer before counting it unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);

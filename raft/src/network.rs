@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use openraft::error::{NetworkError, RPCError, RemoteError, Unreachable};
+use openraft::error::{NetworkError, PayloadTooLarge, RPCError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
@@ -20,6 +20,11 @@ use serde::de::DeserializeOwned;
 use crate::node::CellNode;
 use crate::storage::Storage;
 use crate::types::{NodeAddrs, NodeId, TypeConfig};
+
+/// Most bytes one framed Raft message may carry. A transport must carry at least this much (plus its own wrapping).
+/// An `AppendEntries` over it goes as several smaller ones (openraft is told the payload is too large and retries
+/// with fewer entries); one entry alone never comes near it (see `cellog_core::MAX_COMMAND_BYTES`).
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
 /// The three calls between the nodes of a cell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,12 +125,18 @@ pub trait Links: Send + Sync + 'static {
 pub struct Network<L> {
     cell: Arc<str>,
     links: L,
+    max_message: usize,
 }
 
 impl<L: Links> Network<L> {
-    /// The network of a node of `cell`.
+    /// The network of a node of `cell`, its messages at most [`MAX_MESSAGE_BYTES`].
     pub fn new(cell: impl Into<Arc<str>>, links: L) -> Self {
-        Network { cell: cell.into(), links }
+        Network { cell: cell.into(), links, max_message: MAX_MESSAGE_BYTES }
+    }
+
+    /// The same with messages of at most `bytes` (a transport that carries less; tests).
+    pub fn with_max_message(self, bytes: usize) -> Self {
+        Network { max_message: bytes, ..self }
     }
 }
 
@@ -134,13 +145,19 @@ pub struct Connection<K> {
     cell: Arc<str>,
     target: NodeId,
     link: K,
+    max_message: usize,
 }
 
 impl<L: Links> RaftNetworkFactory<TypeConfig> for Network<L> {
     type Network = Connection<L::Link>;
 
     async fn new_client(&mut self, target: NodeId, node: &NodeAddrs) -> Self::Network {
-        Connection { cell: self.cell.clone(), target, link: self.links.link(target, node) }
+        Connection {
+            cell: self.cell.clone(),
+            target,
+            link: self.links.link(target, node),
+            max_message: self.max_message,
+        }
     }
 }
 
@@ -149,11 +166,13 @@ fn io_error(message: impl std::fmt::Display) -> std::io::Error {
 }
 
 impl<K: Link> Connection<K> {
-    /// Sends `request` as `rpc` and unframes the peer's `Result<R, E>`.
+    /// Sends `request` as `rpc` and unframes the peer's `Result<R, E>`. A request of `entries` log entries that frames
+    /// to more than the network's largest message is not sent: openraft is told it is too large and sends fewer.
     async fn call<Q, R, E>(
         &mut self,
         rpc: Rpc,
         request: &Q,
+        entries: usize,
         option: &RPCOption,
     ) -> Result<R, RPCError<NodeId, NodeAddrs, E>>
     where
@@ -162,6 +181,14 @@ impl<K: Link> Connection<K> {
         E: std::error::Error + DeserializeOwned,
     {
         let frame = frame_message(&self.cell, request).map_err(|error| RPCError::Network(NetworkError::new(&error)))?;
+        if frame.payload.len() > self.max_message {
+            if entries > 1 {
+                return Err(RPCError::PayloadTooLarge(PayloadTooLarge::new_entries_hint((entries / 2) as u64)));
+            }
+            let (size, max) = (frame.payload.len(), self.max_message);
+            let message = format!("{rpc:?} of {size} bytes is over the {max} bytes a message may take");
+            return Err(RPCError::Network(NetworkError::new(&io_error(message))));
+        }
         let answer = self.link.call(rpc, frame, option.hard_ttl()).await.map_err(|error| match error {
             LinkError::Unreachable(message) => RPCError::Unreachable(Unreachable::new(&io_error(message))),
             LinkError::Failed(message) => RPCError::Network(NetworkError::new(&io_error(message))),
@@ -178,7 +205,8 @@ impl<K: Link> RaftNetwork<TypeConfig> for Connection<K> {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, NodeAddrs, openraft::error::RaftError<NodeId>>> {
-        self.call(Rpc::AppendEntries, &rpc, &option).await
+        let entries = rpc.entries.len();
+        self.call(Rpc::AppendEntries, &rpc, entries, &option).await
     }
 
     async fn install_snapshot(
@@ -189,7 +217,7 @@ impl<K: Link> RaftNetwork<TypeConfig> for Connection<K> {
         InstallSnapshotResponse<NodeId>,
         RPCError<NodeId, NodeAddrs, openraft::error::RaftError<NodeId, openraft::error::InstallSnapshotError>>,
     > {
-        self.call(Rpc::InstallSnapshot, &rpc, &option).await
+        self.call(Rpc::InstallSnapshot, &rpc, 0, &option).await
     }
 
     async fn vote(
@@ -197,7 +225,7 @@ impl<K: Link> RaftNetwork<TypeConfig> for Connection<K> {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, NodeAddrs, openraft::error::RaftError<NodeId>>> {
-        self.call(Rpc::Vote, &rpc, &option).await
+        self.call(Rpc::Vote, &rpc, 0, &option).await
     }
 }
 
@@ -231,5 +259,71 @@ impl<S: Storage + Clone> CellNode<S> {
             }
         };
         framed.map_err(AnswerError::Unencodable)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use cellog_core::{Command, Millis, PublishRequest};
+    use openraft::{EntryPayload, LeaderId, Vote};
+
+    use super::*;
+    use crate::types::{Entry, LogId, Request};
+
+    /// A link that records what it was asked to send, and answers nothing.
+    #[derive(Clone, Default)]
+    struct Recorded(Arc<Mutex<Vec<usize>>>);
+
+    impl Link for Recorded {
+        async fn call(&mut self, _rpc: Rpc, frame: Frame, _timeout: Duration) -> Result<Frame, LinkError> {
+            self.0.lock().unwrap().push(frame.payload.len());
+            Err(LinkError::Unreachable("recorded only".to_string()))
+        }
+    }
+
+    impl Links for Recorded {
+        type Link = Recorded;
+        fn link(&mut self, _target: NodeId, _addrs: &NodeAddrs) -> Recorded {
+            self.clone()
+        }
+    }
+
+    fn entries(n: u64, payload: usize) -> AppendEntriesRequest<TypeConfig> {
+        let leader = LeaderId::new(1, 1);
+        let entries = (1..=n)
+            .map(|index| Entry {
+                log_id: LogId::new(leader, index),
+                payload: EntryPayload::Normal(Request {
+                    at: Millis(index),
+                    commands: vec![Command::Publish(PublishRequest::new("s.a", vec![7u8; payload]))],
+                }),
+            })
+            .collect();
+        AppendEntriesRequest { vote: Vote::new_committed(1, 1), prev_log_id: None, entries, leader_commit: None }
+    }
+
+    #[tokio::test]
+    async fn entries_over_the_largest_message_go_as_fewer_and_are_never_sent_whole() {
+        let sent = Recorded::default();
+        let mut network = Network::new("cell", sent.clone()).with_max_message(10_000);
+        let mut peer = network.new_client(2, &NodeAddrs::new("raft-2", "client-2")).await;
+        let option = RPCOption::new(Duration::from_secs(1));
+
+        match peer.append_entries(entries(8, 2_000), option.clone()).await {
+            Err(RPCError::PayloadTooLarge(too_large)) => assert_eq!(too_large.entries_hint(), 4),
+            other => panic!("expected payload too large, got {other:?}"),
+        }
+        assert!(sent.0.lock().unwrap().is_empty(), "nothing too large is sent");
+
+        // Fewer entries fit, and go.
+        assert!(matches!(peer.append_entries(entries(4, 2_000), option.clone()).await, Err(RPCError::Unreachable(_))));
+        assert_eq!(sent.0.lock().unwrap().len(), 1);
+
+        // One entry alone over the limit cannot be split: a network error, never sent.
+        let alone = peer.append_entries(entries(1, 20_000), option).await;
+        assert!(matches!(alone, Err(RPCError::Network(_))), "{alone:?}");
+        assert_eq!(sent.0.lock().unwrap().len(), 1);
     }
 }

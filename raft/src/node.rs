@@ -148,7 +148,8 @@ pub const MAX_BATCH: usize = 1024;
 /// `scripts/bench` measured 4 in flight slower for pipelined publish (R1 59k against 82k msgs/s, R3 no better), since
 /// each entry costs an fsync and its own replication round, so one it is.
 pub const ENTRIES_IN_FLIGHT: usize = 1;
-/// An entry takes no more proposals once its payloads reach this many bytes (one proposal alone may exceed it).
+/// An entry takes no more proposals once their encoded sizes reach this many bytes, so an entry's commands take at
+/// most this plus one command ([`cellog_core::MAX_COMMAND_BYTES`]): about 13 MiB.
 pub const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
 /// Most proposals waiting for the next entry; proposers wait for room beyond that.
 const PROPOSAL_QUEUE: usize = 16 * MAX_BATCH;
@@ -164,6 +165,13 @@ fn stopping() -> ProposeError {
 pub struct Answer(oneshot::Receiver<ProposeResult>);
 
 impl Answer {
+    /// An answer known already.
+    fn ready(result: ProposeResult) -> Self {
+        let (reply, answer) = oneshot::channel();
+        let _ = reply.send(result);
+        Answer(answer)
+    }
+
     /// Waits for the answer.
     pub async fn wait(self) -> ProposeResult {
         self.0.await.map_err(|_| stopping())?
@@ -174,6 +182,8 @@ impl Answer {
 struct Proposal {
     at: Millis,
     command: Command,
+    /// Its encoded size, which bounds the entry it goes into.
+    size: usize,
     reply: oneshot::Sender<ProposeResult>,
 }
 
@@ -274,12 +284,18 @@ impl<S: Storage + Clone> CellNode<S> {
     /// Queues a command stamped with the leader's time `at` for the next entry (waiting for room in the queue), and
     /// returns its answer to wait for.
     pub async fn submit(&self, at: Millis, command: Command) -> Result<Answer, ProposeError> {
+        // What every replica would refuse anyway (bad names, subjects, ids, oversized commands) never reaches the
+        // log: it would cost an entry and an fsync on every node. The rejection is the one the cell gives.
+        let size = match command.check().and_then(|()| command.check_size()) {
+            Ok(size) => size,
+            Err(rejection) => return Ok(Answer::ready(Ok(Err(rejection)))),
+        };
         // Refused here, a command certainly never reaches the log; refused by Raft, it might have.
         if !self.is_leader() {
             return Err(ProposeError::NotLeader { leader: self.leader() });
         }
         let (reply, answer) = oneshot::channel();
-        self.proposals.send(Proposal { at, command, reply }).await.map_err(|_| stopping())?;
+        self.proposals.send(Proposal { at, command, size, reply }).await.map_err(|_| stopping())?;
         Ok(Answer(answer))
     }
 
@@ -428,20 +444,14 @@ async fn tick(
         }
         // Through the proposal queue, like every command, so that entries' times never go backwards.
         let (reply, answer) = oneshot::channel();
-        let proposal = Proposal { at: now.max(last_at), command: Command::Tick, reply };
+        let command = Command::Tick;
+        let proposal = Proposal { at: now.max(last_at), size: command.encoded_size(), command, reply };
         if proposals.send(proposal).await.is_err() {
             return;
         }
         if !matches!(answer.await, Ok(Ok(_))) {
             tokio::time::sleep(TICK_POLL).await;
         }
-    }
-}
-
-fn payload_bytes(command: &Command) -> usize {
-    match command {
-        Command::Publish(request) => request.payload.len(),
-        _ => 0,
     }
 }
 
@@ -456,12 +466,12 @@ async fn pack_proposals(raft: Raft, mut queue: mpsc::Receiver<Proposal>, #[cfg(m
     while let Some(first) = queue.recv().await {
         // Wait for room before draining the queue, so that the batch grows while the pipeline is full.
         let Ok(permit) = in_flight.clone().acquire_owned().await else { return };
-        let mut bytes = payload_bytes(&first.command);
+        let mut bytes = first.size;
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH && bytes < MAX_BATCH_BYTES {
             match queue.try_recv() {
                 Ok(proposal) => {
-                    bytes += payload_bytes(&proposal.command);
+                    bytes += proposal.size;
                     batch.push(proposal);
                 }
                 Err(_) => break,

@@ -436,3 +436,31 @@ async fn a_shutdown_that_was_asked_for_is_not_a_failure() {
     assert_eq!(node.fatal(), None);
     assert!(tokio::time::timeout(Duration::from_secs(2), node.wait_fatal()).await.is_err(), "nothing to report");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_every_replica_would_refuse_never_reaches_the_log() {
+    use cellog_core::{Command, PublishRequest, Rejection};
+
+    let mut cell = TestCell::new(NO_SNAPSHOTS);
+    cell.bootstrap(&[1, 2, 3]).await;
+    cell.create_stream().await;
+    cell.publish("before", 5).await;
+    let leader = cell.wait_leader(&[1, 2, 3]).await;
+    let node = cell.node(leader);
+    let last = || node.raft().metrics().borrow().last_log_index;
+    let before = last();
+    let bad_subject = Command::Publish(PublishRequest::new("orders.a b", "x"));
+    let answer = node.propose_now(bad_subject).await.expect("answered");
+    assert!(matches!(answer, Err(Rejection::InvalidSubject { .. })), "{answer:?}");
+    let oversized =
+        Command::Publish(PublishRequest::new("orders.a", vec![0u8; cellog_core::MAX_PAYLOAD_LIMIT as usize + 1]));
+    let answer = node.propose_now(oversized).await.expect("answered");
+    assert!(matches!(answer, Err(Rejection::PayloadTooLarge { .. })), "{answer:?}");
+    assert_eq!(last(), before, "nothing was logged");
+    // A follower refuses it the same way, without sending it anywhere.
+    let follower = [1, 2, 3].into_iter().find(|id| *id != leader).unwrap();
+    let answer = cell.node(follower).propose_now(Command::Publish(PublishRequest::new("", "x"))).await;
+    assert!(matches!(answer, Ok(Err(Rejection::InvalidSubject { .. }))), "{answer:?}");
+    cell.publish("after", 5).await;
+    cell.converge().await;
+}

@@ -1,7 +1,7 @@
 //! The storage conformance suite, run against every `Storage` implementation, plus openraft's own storage suite
 //! over the log and state-machine stores built on each.
 
-use cellog_raft::storage::{Batch, DiskFaults, SimDisk, Space, Storage, StorageError, Write, frame};
+use cellog_raft::storage::{Batch, DiskFaults, MAX_RECORD_BYTES, SimDisk, Space, Storage, StorageError, Write, frame};
 use cellog_raft::types::{NodeId, TypeConfig};
 use cellog_raft::{LogStore, StateMachineStore, open_stores, stored_snapshot};
 use openraft::testing::{StoreBuilder, Suite};
@@ -72,6 +72,26 @@ fn conformance<S: Storage>(store: S, reopen: impl FnOnce(S) -> S) {
     assert_eq!(keys, vec![41, 43]);
     let mut batch = Batch::new();
     batch.delete_range(Space::Bodies, 0..u64::MAX);
+    store.write(batch).unwrap();
+
+    // A record too large to hold refuses its whole batch with a typed error; nothing of it is written, and the store
+    // goes on. (The payload is never read: its pages are not even touched.)
+    let huge = vec![0u8; MAX_RECORD_BYTES + 1];
+    let mut batch = Batch::new();
+    batch.put(Space::Bodies, 50, b"small");
+    batch.put(Space::State, 0, &huge);
+    assert_eq!(
+        store.write(batch),
+        Err(StorageError::TooLarge { space: Space::State, key: 0, size: MAX_RECORD_BYTES + 1, max: MAX_RECORD_BYTES })
+    );
+    drop(huge);
+    assert_eq!(store.get(Space::Bodies, 50).unwrap(), None, "nothing of a refused batch is written");
+    let mut batch = Batch::new();
+    batch.put(Space::Bodies, 50, b"small");
+    store.write(batch).unwrap();
+    assert_eq!(store.get(Space::Bodies, 50).unwrap(), Some(b"small".to_vec()), "the store goes on");
+    let mut batch = Batch::new();
+    batch.delete_range(Space::Bodies, 50..51);
     store.write(batch).unwrap();
 
     // A snapshot stored in chunks (here of 999 bytes) comes back whole after a reopen.

@@ -2,13 +2,13 @@
 
 use std::sync::Arc;
 
-use super::limits::{MAX_CONSUMERS_PER_STREAM, MAX_FETCH, check_duration, check_name, invalid};
+use super::limits::{MAX_CONSUMERS_PER_STREAM, invalid};
 use super::timers::Timer;
 use super::{Cell, stream_in};
 use crate::command::{AckKind, AckState, Effect, Outcome, PublishRequest};
 use crate::config::{ConsumerConfig, RetentionPolicy};
 use crate::consumer::{Acked, DeadLetter};
-use crate::error::{NameKind, Rejection};
+use crate::error::Rejection;
 use crate::partition::Message;
 use crate::stream::{Incoming, RoomMode};
 use crate::subject::{filters_overlap, validate_filter};
@@ -21,7 +21,6 @@ impl Cell {
         name: &str,
         config: ConsumerConfig,
     ) -> Result<Outcome, Rejection> {
-        config.validate()?;
         let s = stream_in(&mut self.streams, stream)?;
         s.consumer_mut(name)?.update_config(config)?;
         Ok(Outcome::ConsumerUpdated)
@@ -34,8 +33,6 @@ impl Cell {
         name: String,
         config: ConsumerConfig,
     ) -> Result<Outcome, Rejection> {
-        check_name(NameKind::Consumer, &name)?;
-        config.validate()?;
         let s = stream_in(&mut self.streams, stream)?;
         if let Ok(existing) = s.consumer(&name) {
             if *existing.config() == config {
@@ -92,10 +89,6 @@ impl Cell {
         member: &str,
         max: u32,
     ) -> Result<Outcome, Rejection> {
-        check_name(NameKind::Member, member)?;
-        if max == 0 || max > MAX_FETCH {
-            return Err(invalid(format!("fetch max must be between 1 and {MAX_FETCH}")));
-        }
         let s = stream_in(&mut self.streams, stream)?;
         let stream_id = s.id();
         let member: Arc<str> = Arc::from(member);
@@ -115,9 +108,6 @@ impl Cell {
         seq: u64,
         kind: AckKind,
     ) -> Result<Outcome, Rejection> {
-        if let AckKind::Nack { delay_ms } = kind {
-            check_duration("nack delay_ms", delay_ms)?;
-        }
         let s = stream_in(&mut self.streams, stream)?;
         let stream_name = s.name().clone();
         if partition >= s.config().partitions {

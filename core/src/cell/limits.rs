@@ -1,7 +1,7 @@
 //! What a command may ask for at all: the cell's size limits and the checks that need no state.
 
-use crate::command::PublishRequest;
-use crate::config::MAX_DURATION_MS;
+use crate::command::{AckKind, Command, PublishRequest};
+use crate::config::{MAX_DURATION_MS, MAX_PAYLOAD_LIMIT};
 use crate::error::{NameKind, Rejection};
 use crate::subject::{validate_name, validate_subject};
 
@@ -17,6 +17,9 @@ pub const MAX_FETCH: u32 = 10_000;
 pub const MAX_ID_BYTES: usize = 256;
 /// Most header bytes (names plus values) on one message.
 pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+/// Most bytes one command may take encoded: the largest payload any stream accepts, and a mebibyte for everything
+/// else (subject, key, headers, ids, configs). A host bounds its log entries by commands' encoded sizes.
+pub const MAX_COMMAND_BYTES: usize = MAX_PAYLOAD_LIMIT as usize + 1024 * 1024;
 /// Most records one read returns.
 pub const MAX_READ: usize = 10_000;
 
@@ -76,4 +79,62 @@ pub(super) fn check_request(request: &PublishRequest) -> Result<(), Rejection> {
     check_duration("ttl_ms", request.ttl_ms.unwrap_or(0))?;
     check_duration("deliver_after_ms", request.deliver_after_ms.unwrap_or(0))?;
     Ok(())
+}
+
+impl Command {
+    /// The checks that need no state and that [`crate::Cell::apply`] makes before anything else for this command, with
+    /// the same rejection: a host runs them before proposing, so a command they refuse never reaches the log (it would
+    /// be refused on every replica after costing an fsync on each).
+    pub fn check(&self) -> Result<(), Rejection> {
+        if let Command::Publish(request) = self
+            && request.payload.len() > MAX_PAYLOAD_LIMIT as usize
+        {
+            let (size, max) = (request.payload.len() as u64, u64::from(MAX_PAYLOAD_LIMIT));
+            return Err(Rejection::PayloadTooLarge { size, max });
+        }
+        match self {
+            Command::Publish(request) => check_request(request),
+            Command::CreateStream { name, .. } => check_name(NameKind::Stream, name),
+            Command::CreateConsumer { name, config, .. } => {
+                check_name(NameKind::Consumer, name)?;
+                config.validate()
+            }
+            Command::UpdateConsumer { config, .. } => config.validate(),
+            Command::Fetch { member, max, .. } => {
+                check_name(NameKind::Member, member)?;
+                if *max == 0 || *max > MAX_FETCH {
+                    return Err(invalid(format!("fetch max must be between 1 and {MAX_FETCH}")));
+                }
+                Ok(())
+            }
+            Command::Ack { kind: AckKind::Nack { delay_ms }, .. } => check_duration("nack delay_ms", *delay_ms),
+            Command::InitProducer { transactional_id, transaction_timeout_ms } => {
+                check_id(NameKind::TransactionalId, transactional_id)?;
+                if *transaction_timeout_ms == 0 || *transaction_timeout_ms > MAX_DURATION_MS {
+                    return Err(invalid(format!("transaction_timeout_ms must be between 1 and {MAX_DURATION_MS}")));
+                }
+                Ok(())
+            }
+            Command::RegisterPeer { peer, .. } => check_name(NameKind::Peer, peer),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Command {
+    /// How many bytes the command takes in a log entry (its postcard encoding), counted without encoding it.
+    pub fn encoded_size(&self) -> usize {
+        postcard::serialize_with_flavor(self, postcard::ser_flavors::Size::default())
+            .expect("counting the encoding of a command does not fail: every type is plainly serializable")
+    }
+
+    /// Its encoded size, refused over [`MAX_COMMAND_BYTES`]: a host checks it (with [`Command::check`]) before
+    /// proposing, and bounds its log entries by these sizes. The cell itself never sees a command over it.
+    pub fn check_size(&self) -> Result<usize, Rejection> {
+        let size = self.encoded_size();
+        if size > MAX_COMMAND_BYTES {
+            return Err(invalid(format!("the command takes {size} bytes encoded; the limit is {MAX_COMMAND_BYTES}")));
+        }
+        Ok(size)
+    }
 }

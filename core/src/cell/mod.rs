@@ -27,7 +27,8 @@ pub(crate) mod transaction;
 mod views;
 
 pub use limits::{
-    MAX_CONSUMERS_PER_STREAM, MAX_FETCH, MAX_HEADER_BYTES, MAX_ID_BYTES, MAX_PEERS_PER_STREAM, MAX_READ, MAX_STREAMS,
+    MAX_COMMAND_BYTES, MAX_CONSUMERS_PER_STREAM, MAX_FETCH, MAX_HEADER_BYTES, MAX_ID_BYTES, MAX_PEERS_PER_STREAM,
+    MAX_READ, MAX_STREAMS,
 };
 pub use streams::PIN_HEADER;
 use timers::Timers;
@@ -194,7 +195,17 @@ impl Cell {
         self.last_at = at;
         self.n_applied += 1;
         self.fire_timers(at);
-        let result = match command {
+        // The checks that need no state come first, exactly as a host makes them before proposing.
+        let result = command.check().and_then(|()| self.dispatch(at, command));
+        if !self.pinned_by.is_empty() {
+            self.release_pins(at, 0);
+        }
+        result
+    }
+
+    /// Runs a checked command.
+    fn dispatch(&mut self, at: Millis, command: Command) -> Result<Outcome, Rejection> {
+        match command {
             Command::CreateStream { name, config } => self.create_stream(at, name, config),
             Command::UpdateStream { name, config } => self.update_stream(at, &name, config),
             Command::DeleteStream { name } => self.delete_stream(at, &name),
@@ -223,10 +234,6 @@ impl Cell {
             Command::UnregisterPeer { stream, peer } => self.unregister_peer(at, &stream, &peer),
             Command::Tick => Ok(Outcome::Ticked),
             Command::UpdateConsumer { stream, name, config } => self.update_consumer(&stream, &name, config),
-        };
-        if !self.pinned_by.is_empty() {
-            self.release_pins(at, 0);
         }
-        result
     }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::limits::{check_request, invalid};
+use super::limits::invalid;
 use super::timers::{Timer, Timers};
 use super::{Cell, stream_in};
 use crate::body::BodyRef;
@@ -76,7 +76,6 @@ impl Cell {
     }
 
     pub(super) fn publish(&mut self, at: Millis, mut request: PublishRequest) -> Result<Outcome, Rejection> {
-        check_request(&request)?;
         let pin = self.check_pin(&request)?;
         let stream = Self::route(&self.router, &mut self.streams, &request.subject)?;
         if let Some((target, ..)) = &pin

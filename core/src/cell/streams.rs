@@ -4,12 +4,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use super::limits::{MAX_PEERS_PER_STREAM, MAX_STREAMS, check_name, invalid};
+use super::limits::{MAX_PEERS_PER_STREAM, MAX_STREAMS, invalid};
 use super::timers::reschedule_sweep;
 use super::{Cell, MessageRef, stream_in};
 use crate::command::{Effect, Outcome, PublishRequest};
 use crate::config::StreamConfig;
-use crate::error::{NameKind, Rejection};
+use crate::error::Rejection;
 use crate::stream::Stream;
 use crate::time::Millis;
 
@@ -75,7 +75,6 @@ impl Cell {
         name: String,
         config: StreamConfig,
     ) -> Result<Outcome, Rejection> {
-        check_name(NameKind::Stream, &name)?;
         if let Some(existing) = self.streams.get(name.as_str()) {
             if *existing.config() == config {
                 return Ok(Outcome::StreamCreated { created: false });
@@ -225,7 +224,6 @@ impl Cell {
     // ----- peers -----
 
     pub(super) fn register_peer(&mut self, stream: &str, peer: String) -> Result<Outcome, Rejection> {
-        check_name(NameKind::Peer, &peer)?;
         let s = stream_in(&mut self.streams, stream)?;
         if !s.register_peer(peer, MAX_PEERS_PER_STREAM) {
             return Err(invalid(format!("a stream has at most {MAX_PEERS_PER_STREAM} registered peers")));

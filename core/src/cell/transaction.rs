@@ -7,11 +7,10 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::Cell;
-use super::limits::{check_id, invalid};
+use super::limits::invalid;
 use super::timers::Timer;
 use crate::command::{AbortReason, Effect, Outcome, ProducerRef, PublishAck, PublishRequest};
-use crate::config::MAX_DURATION_MS;
-use crate::error::{NameKind, Quota, Rejection};
+use crate::error::{Quota, Rejection};
 use crate::partition::Message;
 use crate::snapshot::v3;
 use crate::stream::{Incoming, RoomMode, Tally};
@@ -171,10 +170,6 @@ impl Cell {
     }
 
     pub(super) fn init_producer(&mut self, transactional_id: String, timeout_ms: u64) -> Result<Outcome, Rejection> {
-        check_id(NameKind::TransactionalId, &transactional_id)?;
-        if timeout_ms == 0 || timeout_ms > MAX_DURATION_MS {
-            return Err(invalid(format!("transaction_timeout_ms must be between 1 and {MAX_DURATION_MS}")));
-        }
         if let Some(&producer_id) = self.transactional_ids.get(transactional_id.as_str()) {
             let producer = self.producers.get_mut(&producer_id).expect("transactional_ids and producers agree");
             abort_transaction(

@@ -98,6 +98,19 @@ pub enum StorageError {
         /// What does not verify.
         reason: String,
     },
+    /// A record is larger than any store here holds ([`MAX_RECORD_BYTES`]): its batch was refused whole and nothing of
+    /// it written. The store stays usable.
+    #[error("a record of {size} bytes in {space:?} at key {key} is larger than the {max} bytes a record may hold")]
+    TooLarge {
+        /// The space.
+        space: Space,
+        /// The key.
+        key: u64,
+        /// The record's payload size.
+        size: usize,
+        /// The most a record holds.
+        max: usize,
+    },
     /// The store holds a format or an encoding this build does not read (written by a newer build, or by one too
     /// old to upgrade from). Nothing is dropped: the node refuses to start.
     #[error("unsupported storage: {reason}")]
@@ -122,6 +135,16 @@ pub enum Write {
         /// The framed bytes.
         framed: Vec<u8>,
     },
+    /// A record too large to store (over [`MAX_RECORD_BYTES`]): the whole batch is refused with
+    /// [`StorageError::TooLarge`] and nothing of it is written.
+    Refused {
+        /// The space.
+        space: Space,
+        /// The key.
+        key: u64,
+        /// The payload's size.
+        size: usize,
+    },
     /// Delete every key in a range.
     DeleteRange {
         /// The space.
@@ -144,10 +167,24 @@ impl Batch {
         Batch::default()
     }
 
-    /// Adds a record, framed for its space and key.
+    /// Adds a record, framed for its space and key; one over [`MAX_RECORD_BYTES`] makes the whole batch refused.
     pub fn put(&mut self, space: Space, key: u64, payload: &[u8]) -> &mut Self {
-        self.writes.push(Write::Put { space, key, framed: frame(space, key, payload) });
+        if payload.len() > MAX_RECORD_BYTES {
+            self.writes.push(Write::Refused { space, key, size: payload.len() });
+        } else {
+            self.writes.push(Write::Put { space, key, framed: frame(space, key, payload) });
+        }
         self
+    }
+
+    /// Whether every record fits: [`Storage::write`] implementations call this first and write nothing otherwise.
+    pub fn check(&self) -> Result<(), StorageError> {
+        match self.writes.iter().find(|write| matches!(write, Write::Refused { .. })) {
+            Some(&Write::Refused { space, key, size }) => {
+                Err(StorageError::TooLarge { space, key, size, max: MAX_RECORD_BYTES })
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Deletes the keys in a range.
@@ -165,7 +202,8 @@ impl Batch {
 /// Durable storage of framed records.
 ///
 /// ### To ensure correctness
-/// - A batch is applied in order and is visible to reads as soon as [`Storage::write`] returns.
+/// - A batch is applied in order and is visible to reads as soon as [`Storage::write`] returns; one that
+///   [`Batch::check`] refuses writes nothing and fails with [`StorageError::TooLarge`] (and poisons nothing).
 /// - Nothing is durable until [`Storage::sync`] returns `Ok`; after that, everything written before the call survives
 ///   a crash or power failure.
 /// - After a failed write or sync, the store is poisoned: every later write and sync fails with
@@ -241,6 +279,11 @@ impl<S: Storage + ?Sized> Storage for std::sync::Arc<S> {
 
 /// Bytes a framed record adds to its payload: a crc32c and the payload length.
 pub const FRAME_BYTES: usize = 8;
+
+/// Largest record payload a store takes (256 MiB). Well above anything legitimate (payloads are at most 8 MiB, a log
+/// entry's batch a few MiB, snapshot chunks 16 MiB) and far below what the 32-bit length of a frame, or RocksDB,
+/// can hold: a record over it is refused with a typed error instead of being truncated or silently dropped.
+pub const MAX_RECORD_BYTES: usize = 256 * 1024 * 1024;
 
 fn checksum(space: Space, key: u64, payload: &[u8]) -> u32 {
     let mut header = [0u8; 9];

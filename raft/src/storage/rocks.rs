@@ -79,10 +79,13 @@ impl RocksStorage {
 impl Storage for RocksStorage {
     fn write(&self, batch: Batch) -> Result<(), StorageError> {
         self.check_writable()?;
+        batch.check()?;
         let mut rocks_batch = WriteBatch::default();
         for write in &batch.writes {
             match write {
                 Write::Put { space, key, framed } => rocks_batch.put_cf(self.family(*space), key_bytes(*key), framed),
+                // Checked above: the batch holds none.
+                Write::Refused { .. } => {}
                 Write::DeleteRange { space, keys } => {
                     if keys.start.checked_add(1) == Some(keys.end) {
                         // A point delete: range tombstones are for ranges, and many of them slow reads.

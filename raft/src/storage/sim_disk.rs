@@ -56,6 +56,8 @@ fn apply(records: &mut Records, write: &Write) {
         Write::Put { space, key, framed } => {
             records.insert((*space, *key), framed.clone());
         }
+        // `write` refuses a batch that holds one.
+        Write::Refused { .. } => {}
         Write::DeleteRange { space, keys } => {
             if keys.start < keys.end {
                 let doomed: Vec<(Space, u64)> =
@@ -189,6 +191,10 @@ impl DiskState {
 impl Storage for SimDisk {
     fn write(&self, batch: Batch) -> Result<(), StorageError> {
         let mut state = self.lock();
+        if state.poisoned {
+            return Err(StorageError::Poisoned);
+        }
+        batch.check()?;
         state.check_writable()?;
         for write in batch.writes {
             apply(&mut state.view, &write);
