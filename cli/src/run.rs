@@ -11,9 +11,10 @@ use anyhow::{Context, bail};
 use cellog_client::{Client, ClientOptions};
 use cellog_envelope::{CellKey, Keyring};
 use cellog_mail::{MailConfig, RetryPolicy};
+use cellog_net::metrics::Metered;
 use cellog_net::{NodeConfig, Peer, RaftTiming, RunningNode};
-use cellog_raft::SystemClock;
 use cellog_raft::storage::RocksStorage;
+use cellog_raft::{CellNode, Past, SystemClock};
 use rand::RngCore;
 use serde::Deserialize;
 
@@ -151,6 +152,7 @@ impl NodeArgs {
                 keep_logs: defaults.keep_logs,
             },
             mail: None,
+            past: Past::Unknown,
         };
         if config.peers.iter().any(|peer| peer.id == config.id) {
             bail!("node {} lists itself among its peers", config.id);
@@ -165,12 +167,13 @@ async fn start(
     config: &NodeConfig,
     homes: BTreeMap<String, Vec<String>>,
 ) -> anyhow::Result<RunningNode<Arc<RocksStorage>>> {
-    cellog_net::node::claim_data_dir(config)?;
+    let past = cellog_net::node::claim_data_dir(config)?;
     let (key, created) = CellKey::load_or_create(&config.data_dir, &config.cell)?;
     let verb = if created { "made" } else { "found" };
     tracing::info!(fingerprint = %key.fingerprint(), "{verb} the cell key in {}", config.data_dir.join("keys").display());
     let keyring = Keyring::open(&config.data_dir)?;
     let mut config = config.clone();
+    config.past = past;
     config.mail = Some(MailConfig {
         key,
         keyring,
@@ -184,7 +187,29 @@ async fn start(
     let store_dir = config.data_dir.join("store");
     let storage = RocksStorage::open(&store_dir).with_context(|| format!("opening {}", store_dir.display()))?;
     let storage = Arc::new(storage);
-    Ok(RunningNode::start(config, storage, Arc::new(SystemClock)).await?)
+    let running = RunningNode::start(config, storage, Arc::new(SystemClock)).await?;
+    if past != Past::Member {
+        tokio::spawn(record_membership(config.clone(), running.node.clone()));
+    }
+    Ok(running)
+}
+
+/// Once this node is a voter of its cell, records so in its data directory's identity: a later start over an empty
+/// store is then a lost disk, and the node repairs from a leader before it votes.
+async fn record_membership(config: NodeConfig, node: Arc<CellNode<Metered<Arc<RocksStorage>>>>) {
+    loop {
+        let view = node.cluster_view();
+        if view.members.iter().any(|member| member.id == config.id && member.voter) {
+            match cellog_net::node::record_membership(&config) {
+                Ok(()) => {
+                    tracing::info!("a voter of cell {:?}: recorded in the data directory's identity", config.cell)
+                }
+                Err(error) => tracing::error!(%error, "cannot record this node's membership in its identity"),
+            }
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// Waits for Ctrl-C or SIGTERM.
@@ -259,6 +284,7 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
             bootstrap: true,
             timing: RaftTiming::default(),
             mail: None,
+            past: Past::Unknown,
         });
     }
     let founders: Vec<Peer> = configs.iter().map(|config| Peer { id: config.id, node: config.advertised() }).collect();

@@ -214,3 +214,34 @@ async fn cellog_dev_runs_a_cell_and_comes_back_with_its_data() {
     assert_eq!(messages[0].payload, Bytes::from_static(b"kept"), "the message survived the restart");
     assert!(terminate(&mut child).success());
 }
+
+/// A node whose identity says it was a voter but whose store is gone lost its disk: it must not vote or lead on an
+/// empty log (here, alone, it would "win" at once and serve an empty cell); it waits to repair from a leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_node_that_lost_its_disk_does_not_lead_an_empty_cell() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let mut nodes = cell(dir.path(), "lost", 1);
+    let node = &mut nodes[0];
+    node.start();
+    wait_for_leader(std::slice::from_ref(node)).await;
+    let client = node.client();
+    let config = v1::StreamConfig { subjects: vec!["lost.>".to_string()], ..Default::default() };
+    client.create_stream("LOST", config).await.expect("a stream");
+    let identity = dir.path().join("node-1").join("IDENTITY");
+    for _ in 0..200 {
+        if std::fs::read_to_string(&identity).unwrap_or_default().contains("member=yes") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(std::fs::read_to_string(&identity).expect("an identity").contains("member=yes"), "membership recorded");
+
+    node.kill();
+    std::fs::remove_dir_all(dir.path().join("node-1").join("store")).expect("the disk is lost");
+    node.start();
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let status = node.client().cluster_status().await.expect("the node answers");
+    assert!(status.repairing, "{status:?}");
+    assert_ne!(status.state, "Leader", "{status:?}");
+    assert!(node.log_text().contains("lost disk"), "{}", node.log_text());
+}

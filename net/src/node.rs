@@ -13,7 +13,7 @@ use cellog_proto::v1::cellog_server::CellogServer;
 use cellog_proto::v1::mail_server::MailServer;
 pub use cellog_raft::RaftTiming;
 use cellog_raft::storage::{Storage, StorageError};
-use cellog_raft::{CellNode, Clock, NodeAddrs, NodeId, StartError};
+use cellog_raft::{CellNode, Clock, NodeAddrs, NodeId, Past, StartError};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -85,6 +85,8 @@ pub struct NodeConfig {
     pub timing: RaftTiming,
     /// The cell key, keyring and other cells' addresses, for sealed mail; `None`: this node has no mail.
     pub mail: Option<MailConfig>,
+    /// What the node was, as its data directory's identity says ([`claim_data_dir`]).
+    pub past: Past,
 }
 
 impl NodeConfig {
@@ -143,24 +145,52 @@ pub struct RunningNode<S> {
     servers: Vec<JoinHandle<()>>,
 }
 
-/// Checks that the data directory holds this node of this cell (or nothing yet) and records it.
-pub fn claim_data_dir(config: &NodeConfig) -> Result<(), NodeError> {
+/// The identity a data directory records: which cell and node it belongs to, and whether that node was a voter.
+fn identity(config: &NodeConfig, member: bool) -> String {
+    let member = if member { "member=yes\n" } else { "" };
+    format!("cell={}\nnode={}\n{member}", config.cell, config.id)
+}
+
+/// Writes the identity file so that a crash leaves the old one or the new one whole: a temporary file, fsynced,
+/// renamed over it, and the directory fsynced.
+fn write_identity(data_dir: &std::path::Path, text: &str) -> Result<(), NodeError> {
+    let (path, temporary) = (data_dir.join("IDENTITY"), data_dir.join("IDENTITY.new"));
+    let failed =
+        |what: &str, error: std::io::Error| NodeError::Identity(format!("cannot {what} {}: {error}", path.display()));
+    let mut file = std::fs::File::create(&temporary).map_err(|error| failed("write", error))?;
+    std::io::Write::write_all(&mut file, text.as_bytes()).map_err(|error| failed("write", error))?;
+    file.sync_all().map_err(|error| failed("sync", error))?;
+    std::fs::rename(&temporary, &path).map_err(|error| failed("replace", error))?;
+    std::fs::File::open(data_dir).and_then(|dir| dir.sync_all()).map_err(|error| failed("sync the directory of", error))
+}
+
+/// Claims the data directory for this node: records its identity on the first start, and refuses a directory that
+/// belongs to another node or cell. Returns what the identity says of the node's past: [`Past::Member`] once it was a
+/// voter of its cell ([`record_membership`]), so that an empty store then is known for a lost disk.
+pub fn claim_data_dir(config: &NodeConfig) -> Result<Past, NodeError> {
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|error| NodeError::Identity(format!("cannot create {}: {error}", config.data_dir.display())))?;
     let path = config.data_dir.join("IDENTITY");
-    let identity = format!("cell={}\nnode={}\n", config.cell, config.id);
     match std::fs::read_to_string(&path) {
-        Ok(found) if found == identity => Ok(()),
+        Ok(found) if found == identity(config, true) => Ok(Past::Member),
+        Ok(found) if found == identity(config, false) => Ok(Past::Unknown),
         Ok(found) => Err(NodeError::Identity(format!(
             "{} belongs to another node: it holds {:?}, this is {:?}",
             config.data_dir.display(),
             found.trim(),
-            identity.trim()
+            identity(config, false).trim()
         ))),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => std::fs::write(&path, identity)
-            .map_err(|error| NodeError::Identity(format!("cannot write {}: {error}", path.display()))),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            write_identity(&config.data_dir, &identity(config, false)).map(|()| Past::Unknown)
+        }
         Err(error) => Err(NodeError::Identity(format!("cannot read {}: {error}", path.display()))),
     }
+}
+
+/// Records in the data directory's identity that this node is a voter of its cell: from then on, a start over an
+/// empty store is a lost disk, and the node repairs from a leader before it votes (see [`Past::Member`]).
+pub fn record_membership(config: &NodeConfig) -> Result<(), NodeError> {
+    write_identity(&config.data_dir, &identity(config, true))
 }
 
 impl<S: Storage + Clone> RunningNode<S> {
@@ -177,14 +207,17 @@ impl<S: Storage + Clone> RunningNode<S> {
         let metrics = Arc::new(Metrics::new());
         let storage = Metered::new(storage, metrics.clone());
         let network = grpc_network(config.cell.clone());
-        let node = Arc::new(CellNode::start(config.id, raft_config, storage, network, clock).await?);
+        let node = CellNode::start_with(config.id, raft_config, storage, network, clock, config.past).await?;
+        let node = Arc::new(node);
         if let Some(from) = node.recovery().format_migrated_from {
             tracing::info!("storage format {from} migrated to {}", cellog_raft::STORE_FORMAT);
         }
         if node.recovery().repair_target.is_some() {
             tracing::warn!(recovery = ?node.recovery(), "storage needed repair; catching up from the cell");
         }
-        if config.bootstrap {
+        // A node that was a member never founds the cell again: over a lost disk that would start a second cell of
+        // the same name with nothing in it.
+        if config.bootstrap && config.past != Past::Member {
             let mut members: std::collections::BTreeMap<NodeId, NodeAddrs> =
                 config.peers.iter().map(|peer| (peer.id, peer.node.clone())).collect();
             members.insert(config.id, config.advertised_at(raft_addr, client_addr));

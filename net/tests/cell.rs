@@ -29,6 +29,7 @@ fn config(id: u64, bootstrap: bool) -> NodeConfig {
         bootstrap,
         timing: RaftTiming { heartbeat_ms: 50, election_timeout_ms: 300, snapshot_every: 1000, keep_logs: 1000 },
         mail: None,
+        past: cellog_raft::Past::Unknown,
     }
 }
 

@@ -52,6 +52,7 @@ async fn cell(
         bootstrap: true,
         timing: RaftTiming { heartbeat_ms: 50, election_timeout_ms: 200, snapshot_every: 1000, keep_logs: 1000 },
         mail: Some(MailConfig { key: key.clone(), keyring, keyring_dir: None, homes, retry, id_seed: 7 }),
+        past: cellog_raft::Past::Unknown,
     };
     let node = RunningNode::start(&config, SimDisk::new(7), Arc::new(SystemClock)).await.expect("the node starts");
     let client = Client::new([node.client_addr.to_string()], ClientOptions::default()).expect("a client");

@@ -30,6 +30,7 @@ async fn one_node() -> (RunningNode<SimDisk>, Client) {
         bootstrap: true,
         timing: RaftTiming { heartbeat_ms: 50, election_timeout_ms: 200, snapshot_every: 1000, keep_logs: 1000 },
         mail: None,
+        past: cellog_raft::Past::Unknown,
     };
     let node = RunningNode::start(&config, SimDisk::new(7), Arc::new(SystemClock)).await.expect("the node starts");
     let client = Client::new([node.client_addr.to_string()], ClientOptions::default()).expect("a client");

@@ -247,7 +247,7 @@ impl<S: Storage + Clone> CellNode<S> {
         let framed = match rpc {
             Rpc::AppendEntries => {
                 let request: AppendEntriesRequest<TypeConfig> = unframe_message(cell, frame)?;
-                frame_message(cell, &self.raft.append_entries(request).await)
+                frame_message(cell, &self.append_entries(request).await)
             }
             Rpc::InstallSnapshot => {
                 let request: InstallSnapshotRequest<TypeConfig> = unframe_message(cell, frame)?;

@@ -2,7 +2,7 @@
 //! keeps a node which lost log entries from voting or campaigning until it holds them again.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -13,12 +13,12 @@ use cellog_core::{Command, Millis, Outcome, Record, Rejection, StateDigest};
 use openraft::Config;
 use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 use openraft::network::RaftNetworkFactory;
-use openraft::raft::{VoteRequest, VoteResponse};
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, VoteRequest, VoteResponse};
 
 use crate::bodies::{BodyError, StoredBodies};
 use crate::recovery::{Recovery, clear_repair_target, open_stores};
 use crate::state_machine::Replica;
-use crate::storage::{Storage, StorageError};
+use crate::storage::{Batch, MetaKey, Space, Storage, StorageError};
 use crate::transition;
 use crate::types::{NodeAddrs, NodeId, Raft, Request, Response, TypeConfig};
 
@@ -137,6 +137,8 @@ pub struct CellNode<S> {
     pub(crate) bodies: Arc<StoredBodies<S>>,
     storage: S,
     repairing: Arc<AtomicBool>,
+    /// One past the highest commit index a leader told this node while it repaired (0: none yet).
+    learned_commit: Arc<AtomicU64>,
     clock: Arc<CellClock>,
     stopped: Arc<AtomicBool>,
     proposals: mpsc::Sender<Proposal>,
@@ -187,6 +189,32 @@ struct Proposal {
     reply: oneshot::Sender<ProposeResult>,
 }
 
+/// What a node knows of itself beyond its storage when it starts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Past {
+    /// Nothing: a new node, or one whose storage says it all.
+    #[default]
+    Unknown,
+    /// It was a member of the cell (its identity says so). If its storage is empty, it lost its disk: it may have
+    /// acknowledged entries it no longer has, so it neither votes nor campaigns until it holds the log up to a commit
+    /// index it learned from a leader.
+    Member,
+}
+
+/// A repair target that is not known yet: the node learns it from a leader (see [`Past::Member`]).
+const TARGET_FROM_LEADER: u64 = u64::MAX;
+/// How often a repairing node looks at its log and what it learned.
+const REPAIR_POLL: Duration = Duration::from_millis(50);
+
+fn is_empty<S: Storage>(storage: &S) -> Result<bool, StorageError> {
+    for space in Space::ALL {
+        if storage.key_bounds(space)?.is_some() {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 impl<S: Storage + Clone> CellNode<S> {
     /// Opens the node's storage (verifying and repairing it) and starts Raft on it.
     pub async fn start<N>(
@@ -199,6 +227,30 @@ impl<S: Storage + Clone> CellNode<S> {
     where
         N: RaftNetworkFactory<TypeConfig>,
     {
+        Self::start_with(id, config, storage, network, clock, Past::Unknown).await
+    }
+
+    /// [`CellNode::start`], knowing what the node was: a member whose storage is empty lost its disk, and repairs
+    /// (no vote, no campaign) until its log reaches a commit index a leader tells it.
+    pub async fn start_with<N>(
+        id: NodeId,
+        config: Arc<Config>,
+        storage: S,
+        network: N,
+        clock: Arc<dyn Clock>,
+        past: Past,
+    ) -> Result<Self, StartError>
+    where
+        N: RaftNetworkFactory<TypeConfig>,
+    {
+        if past == Past::Member && is_empty(&storage)? {
+            tracing::warn!(target: transition::TARGET, "lost disk: repairing from a leader before voting");
+            let mut batch = Batch::new();
+            let target = postcard::to_stdvec(&TARGET_FROM_LEADER).expect("encoding into memory does not fail");
+            batch.put(Space::Meta, MetaKey::RepairTarget as u64, &target);
+            storage.write(batch)?;
+            storage.sync()?;
+        }
         let (log_store, state_machine, recovery) = open_stores(storage.clone())?;
         let replica = state_machine.replica();
         let bodies = state_machine.bodies();
@@ -211,23 +263,41 @@ impl<S: Storage + Clone> CellNode<S> {
             .await
             .map_err(|error| StartError::Raft(error.to_string()))?;
         let repairing = Arc::new(AtomicBool::new(false));
+        let learned_commit = Arc::new(AtomicU64::new(0));
+        let stopped = Arc::new(AtomicBool::new(false));
         if let Some(target) = recovery.repair_target {
-            tracing::info!(target: transition::TARGET, until = target, "repairing");
+            if target == TARGET_FROM_LEADER {
+                tracing::info!(target: transition::TARGET, "repairing until a leader's commit index");
+            } else {
+                tracing::info!(target: transition::TARGET, until = target, "repairing");
+            }
             repairing.store(true, Ordering::Release);
             let (raft, storage, repairing) = (raft.clone(), storage.clone(), repairing.clone());
+            let (learned_commit, stopped) = (learned_commit.clone(), stopped.clone());
             tokio::spawn(async move {
-                let held = raft
-                    .wait(None)
-                    .metrics(|m| m.last_log_index.is_some_and(|index| index >= target), "log repaired")
-                    .await;
-                if held.is_ok() && clear_repair_target(&storage).is_ok() {
+                loop {
+                    if stopped.load(Ordering::Acquire) {
+                        return;
+                    }
+                    let goal = match target {
+                        TARGET_FROM_LEADER => learned_commit.load(Ordering::Acquire).checked_sub(1),
+                        known => Some(known),
+                    };
+                    let held = raft.metrics().borrow().last_log_index;
+                    if let (Some(goal), Some(held)) = (goal, held)
+                        && held >= goal
+                    {
+                        break;
+                    }
+                    tokio::time::sleep(REPAIR_POLL).await;
+                }
+                if clear_repair_target(&storage).is_ok() {
                     tracing::info!(target: transition::TARGET, "repaired");
                     repairing.store(false, Ordering::Release);
                     raft.runtime_config().elect(true);
                 }
             });
         }
-        let stopped = Arc::new(AtomicBool::new(false));
         let (proposals, queue) = mpsc::channel(PROPOSAL_QUEUE);
         let clock = Arc::new(CellClock { clock, last: Mutex::new(None) });
         tokio::spawn(tick(raft.clone(), replica.clone(), clock.clone(), stopped.clone(), proposals.clone()));
@@ -235,7 +305,19 @@ impl<S: Storage + Clone> CellNode<S> {
         tokio::spawn(pack_proposals(raft.clone(), queue, replica.clone()));
         #[cfg(not(madsim))]
         tokio::spawn(pack_proposals(raft.clone(), queue));
-        Ok(CellNode { id, raft, replica, recovery, bodies, storage, repairing, clock, stopped, proposals })
+        Ok(CellNode {
+            id,
+            raft,
+            replica,
+            recovery,
+            bodies,
+            storage,
+            repairing,
+            learned_commit,
+            clock,
+            stopped,
+            proposals,
+        })
     }
 
     /// Proposes a command stamped with this node's clock (never earlier than the cell's last stamp).
@@ -257,6 +339,20 @@ impl<S: Storage + Clone> CellNode<S> {
     /// Whether the node is still getting back log entries it lost, and so must not vote or campaign.
     pub fn is_repairing(&self) -> bool {
         self.repairing.load(Ordering::Acquire)
+    }
+
+    /// Takes log entries (or a heartbeat) from a leader. A repairing node learns the leader's commit index from it:
+    /// the index its log must reach before it may vote again, when it lost its disk.
+    pub async fn append_entries(
+        &self,
+        request: AppendEntriesRequest<TypeConfig>,
+    ) -> Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>> {
+        if self.is_repairing()
+            && let Some(commit) = request.leader_commit
+        {
+            self.learned_commit.fetch_max(commit.index.saturating_add(1), Ordering::AcqRel);
+        }
+        self.raft.append_entries(request).await
     }
 
     /// Answers a vote request: refused while repairing, else as Raft decides.

@@ -464,3 +464,47 @@ async fn a_command_every_replica_would_refuse_never_reaches_the_log() {
     cell.publish("after", 5).await;
     cell.converge().await;
 }
+
+/// The classic Raft disk-loss case: entries committed by the leader and one follower; that follower loses its disk
+/// and comes back empty; the leader fails. The third node, which lacks those entries, must not win the lost node's
+/// vote, or they would be gone. The lost node votes for nobody until it has the log up to a leader's commit index.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_lost_its_disk_votes_for_nobody_until_a_leader_has_brought_it_back() {
+    use cellog_raft::Past;
+    use cellog_raft::storage::SimDisk;
+
+    let mut cell = TestCell::new(NO_SNAPSHOTS);
+    cell.bootstrap(&[1, 2, 3]).await;
+    cell.create_stream().await;
+    let leader = cell.wait_leader(&[1, 2, 3]).await;
+    let mut followers = [1, 2, 3].into_iter().filter(|id| *id != leader);
+    let (keeper, behind) = (followers.next().unwrap(), followers.next().unwrap());
+    cell.isolate(behind);
+    cell.publish("only-on-two", 20).await;
+
+    // The keeper loses its disk and comes back empty, knowing only that it was a member.
+    cell.stop(keeper, true).await;
+    cell.disks.insert(keeper, SimDisk::new(99));
+    let lost = cell.start_as(keeper, Past::Member).await;
+    assert!(lost.is_repairing(), "an empty store that was a member's is a lost disk");
+
+    // The leader fails; the node that is behind comes back. It must not win the lost node's vote.
+    cell.stop(leader, true).await;
+    cell.heal();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for id in [keeper, behind] {
+        assert!(!cell.node(id).raft().metrics().borrow().state.is_leader(), "node {id} must not lead without the log");
+    }
+
+    // The leader returns: everything acknowledged is still there, and the lost node repairs and votes again.
+    cell.start(leader).await;
+    cell.publish("after", 5).await;
+    cell.converge().await;
+    tokio::time::timeout(TIMEOUT, async {
+        while lost.is_repairing() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the lost node repairs from a leader");
+}

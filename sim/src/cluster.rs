@@ -147,6 +147,7 @@ fn config(
         bootstrap,
         timing: timing.clone(),
         mail,
+        past: cellog_raft::Past::Unknown,
     }
 }
 

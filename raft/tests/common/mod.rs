@@ -12,7 +12,7 @@ use std::time::Duration;
 use cellog_core::{Command, Outcome, PublishRequest, Rejection, StreamConfig};
 use cellog_raft::storage::SimDisk;
 use cellog_raft::types::{NodeAddrs, NodeId, TypeConfig};
-use cellog_raft::{CellNode, ProposeError};
+use cellog_raft::{CellNode, Past, ProposeError};
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -74,10 +74,7 @@ impl RaftNetwork<TypeConfig> for Connection {
         _option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, NodeAddrs, RaftError<NodeId>>> {
         let node = self.router.reach(self.from, self.target).map_err(RPCError::Unreachable)?;
-        node.raft()
-            .append_entries(rpc)
-            .await
-            .map_err(|error| RPCError::RemoteError(RemoteError::new(self.target, error)))
+        node.append_entries(rpc).await.map_err(|error| RPCError::RemoteError(RemoteError::new(self.target, error)))
     }
 
     async fn install_snapshot(
@@ -152,11 +149,16 @@ impl TestCell {
 
     /// Starts (or restarts) a node on its disk, creating the disk the first time.
     pub async fn start(&mut self, id: NodeId) -> Arc<CellNode<SimDisk>> {
+        self.start_as(id, Past::Unknown).await
+    }
+
+    /// Starts a node knowing what it was (its identity, kept apart from its disk).
+    pub async fn start_as(&mut self, id: NodeId, past: Past) -> Arc<CellNode<SimDisk>> {
         let disk = self.disks.entry(id).or_insert_with(|| SimDisk::new(disk_seed(id))).clone();
         let network = NodeNetwork { router: self.router.clone(), from: id };
         let clock = Arc::new(cellog_raft::SystemClock);
-        let node =
-            Arc::new(CellNode::start(id, self.config.clone(), disk, network, clock).await.expect("the node starts"));
+        let node = CellNode::start_with(id, self.config.clone(), disk, network, clock, past).await;
+        let node = Arc::new(node.expect("the node starts"));
         self.router.nodes.lock().unwrap().insert(id, node.clone());
         node
     }
