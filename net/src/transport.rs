@@ -94,7 +94,7 @@ impl<S: Storage + Clone> RaftService<S> {
             Ok(frame) => Ok(Response::new(to_wire(frame))),
             Err(AnswerError::Refused(error)) => {
                 tracing::warn!(%error, "refused a raft message");
-                Err(Status::invalid_argument(error.to_string()))
+                Err(Status::invalid_argument(error.to_sender()))
             }
             Err(error @ AnswerError::Unencodable(_)) => Err(Status::internal(error.to_string())),
         }

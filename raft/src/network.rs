@@ -72,6 +72,17 @@ pub enum FrameError {
     Malformed(#[from] postcard::Error),
 }
 
+impl FrameError {
+    /// What the sender is told: why, without this cell's name (a stranger learns nothing to forge a message with).
+    /// The whole error is for this node's log.
+    pub fn to_sender(&self) -> String {
+        match self {
+            FrameError::WrongCell { .. } => "refused: the message is not for this node's cell".to_string(),
+            other => format!("refused: {other}"),
+        }
+    }
+}
+
 /// Frames `value` as a message of `cell`.
 pub fn frame_message<T: Serialize>(cell: &str, value: &T) -> Result<Frame, postcard::Error> {
     let payload = postcard::to_allocvec(value)?;
@@ -325,5 +336,13 @@ mod tests {
         let alone = peer.append_entries(entries(1, 20_000), option).await;
         assert!(matches!(alone, Err(RPCError::Network(_))), "{alone:?}");
         assert_eq!(sent.0.lock().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_stranger_is_not_told_the_cells_name() {
+        let frame = frame_message("theirs", &7u32).unwrap();
+        let refused = unframe_message::<u32>("secret-cell-name", &frame).unwrap_err();
+        assert!(refused.to_string().contains("secret-cell-name"), "the node's own log says which");
+        assert!(!refused.to_sender().contains("secret-cell-name"), "{}", refused.to_sender());
     }
 }
