@@ -202,11 +202,12 @@ async fn record_membership(config: NodeConfig, node: Arc<CellNode<Metered<Arc<Ro
         if view.members.iter().any(|member| member.id == config.id && member.voter) {
             match cellog_net::node::record_membership(&config) {
                 Ok(()) => {
-                    tracing::info!("a voter of cell {:?}: recorded in the data directory's identity", config.cell)
+                    tracing::info!("a voter of cell {:?}: recorded in the data directory's identity", config.cell);
+                    return;
                 }
+                // Tried again: until it is recorded, a lost disk would not be known for one.
                 Err(error) => tracing::error!(%error, "cannot record this node's membership in its identity"),
             }
-            return;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }

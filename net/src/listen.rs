@@ -115,15 +115,21 @@ impl Listeners {
         let mut servers = Vec::new();
         let client_stopped = stopped.clone();
         let client = self.client;
-        let watched = node.clone();
+        let (watched, watch_stopped) = (node.clone(), stopped.clone());
         servers.push(tokio::spawn(async move {
             let (health, health_service) = tonic_health::server::health_reporter();
             health.set_serving::<CellogServer<CellogService<Metered<S>>>>().await;
-            // A node that cannot go on says so before it stops (see `RunningNode::failed`).
+            // A node that cannot go on says so before it stops (see `RunningNode::failed`), for the service and for
+            // the server as a whole (what a default probe asks). The watch ends with the node.
             let not_serving = health.clone();
             tokio::spawn(async move {
-                watched.wait_fatal().await;
-                not_serving.set_not_serving::<CellogServer<CellogService<Metered<S>>>>().await;
+                tokio::select! {
+                    _ = watched.wait_fatal() => {
+                        not_serving.set_not_serving::<CellogServer<CellogService<Metered<S>>>>().await;
+                        not_serving.set_service_status("", tonic_health::ServingStatus::NotServing).await;
+                    }
+                    () = until_stopped(watch_stopped) => {}
+                }
             });
             let reflection = tonic_reflection::server::Builder::configure()
                 .register_encoded_file_descriptor_set(cellog_proto::FILE_DESCRIPTOR_SET)

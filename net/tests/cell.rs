@@ -204,23 +204,25 @@ async fn a_node_whose_disk_fails_stops_serving_and_says_why() {
     let client = client_of(&node);
     leader_ready(&client).await;
     client.create_stream("s", stream_config("s.>")).await.expect("created");
-    let health = async || {
+    let health = async |service: &str| {
         let channel = tonic::transport::Channel::from_shared(format!("http://{}", node.client_addr))
             .expect("a url")
             .connect()
             .await
             .expect("connects");
         let mut health = HealthClient::new(channel);
-        let request = HealthCheckRequest { service: "cellog.v1.Cellog".to_string() };
+        let request = HealthCheckRequest { service: service.to_string() };
         health.check(request).await.expect("a health answer").into_inner().status
     };
-    assert_eq!(health().await, ServingStatus::Serving as i32);
+    assert_eq!(health("cellog.v1.Cellog").await, ServingStatus::Serving as i32);
+    assert_eq!(health("").await, ServingStatus::Serving as i32);
 
     disk.fail_next_io();
     let refused = client.publish(message("s.a", "lost")).await;
     assert!(refused.is_err(), "a publish whose write failed is not acknowledged: {refused:?}");
     let reason = tokio::time::timeout(Duration::from_secs(10), node.failed()).await.expect("the failure is reported");
     assert!(reason.contains("raft stopped"), "{reason}");
-    wait_for("NOT_SERVING", async || health().await == ServingStatus::NotServing as i32).await;
+    wait_for("NOT_SERVING", async || health("cellog.v1.Cellog").await == ServingStatus::NotServing as i32).await;
+    assert_eq!(health("").await, ServingStatus::NotServing as i32, "the server as a whole too");
     let _ = node.stop().await;
 }

@@ -53,13 +53,24 @@ fn chunk_the_snapshot<S: Storage>(storage: &S, batch: &mut Batch) -> Result<(), 
     }
 }
 
+/// The format a directory whose mark does not verify is in, from what it holds: only format 2 stores anything past
+/// key 0 of the state space (snapshot chunks), and a snapshot file is never empty, so a lone record at key 0 is a
+/// format 1 snapshot. Formats 0 and 1 have the same layout.
+fn inferred_format<S: Storage>(storage: &S) -> Result<u32, StorageError> {
+    Ok(match storage.key_bounds(Space::State)? {
+        Some((_, last)) if last >= 1 => 2,
+        Some(_) => 1,
+        None => STORE_FORMAT,
+    })
+}
+
 /// What opening found about the format.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FormatCheck {
     /// The format the directory held, when it was migrated.
     pub migrated_from: Option<u32>,
-    /// The format mark did not verify. It is written again as the current format: every other record is verified
-    /// next, and one of a format this build does not know would not verify either.
+    /// The format mark did not verify. The format is inferred from what the directory holds (see `inferred_format`),
+    /// migrated if need be, and marked again.
     pub mark_damaged: bool,
 }
 
@@ -74,14 +85,12 @@ fn is_empty<S: Storage>(storage: &S) -> Result<bool, StorageError> {
 
 /// Checks the format of a node's storage and migrates it to [`STORE_FORMAT`], before anything else reads it.
 pub fn check_format<S: Storage>(storage: &S) -> Result<FormatCheck, StorageError> {
+    let mut mark_damaged = false;
     let stored: Option<u32> = match read_meta(storage, MetaKey::Format) {
         Ok(stored) => stored,
         Err(StorageError::Corrupt { .. }) => {
-            let mut batch = Batch::new();
-            batch.put(Space::Meta, MetaKey::Format as u64, &encode(STORE_FORMAT));
-            storage.write(batch)?;
-            storage.sync()?;
-            return Ok(FormatCheck { migrated_from: None, mark_damaged: true });
+            mark_damaged = true;
+            Some(inferred_format(storage)?)
         }
         Err(other) => return Err(other),
     };
@@ -105,7 +114,13 @@ pub fn check_format<S: Storage>(storage: &S) -> Result<FormatCheck, StorageError
         });
     }
     if found == STORE_FORMAT {
-        return Ok(FormatCheck::default());
+        if mark_damaged {
+            let mut batch = Batch::new();
+            batch.put(Space::Meta, MetaKey::Format as u64, &encode(STORE_FORMAT));
+            storage.write(batch)?;
+            storage.sync()?;
+        }
+        return Ok(FormatCheck { migrated_from: None, mark_damaged });
     }
     for from in found..STORE_FORMAT {
         let step = migration::<S>(from).ok_or_else(|| StorageError::Unsupported {
@@ -117,7 +132,7 @@ pub fn check_format<S: Storage>(storage: &S) -> Result<FormatCheck, StorageError
         storage.write(batch)?;
         storage.sync()?;
     }
-    Ok(FormatCheck { migrated_from: Some(found), mark_damaged: false })
+    Ok(FormatCheck { migrated_from: Some(found), mark_damaged })
 }
 
 fn encode(version: u32) -> Vec<u8> {
@@ -198,5 +213,21 @@ mod tests {
         disk.write(batch).unwrap();
         assert_eq!(check_format(&disk), Ok(FormatCheck { migrated_from: Some(1), mark_damaged: false }));
         assert!(matches!(crate::stored_snapshot::get(&disk), Err(StorageError::Corrupt { .. })));
+    }
+
+    #[test]
+    fn a_damaged_mark_over_a_format_one_snapshot_still_migrates_it() {
+        let disk = SimDisk::new(1);
+        let mut batch = Batch::new();
+        batch.writes.push(crate::storage::Write::Put {
+            space: Space::Meta,
+            key: MetaKey::Format as u64,
+            framed: b"not a framed record".to_vec(),
+        });
+        batch.put(Space::State, 0, b"a whole snapshot file");
+        disk.write(batch).unwrap();
+        assert_eq!(check_format(&disk), Ok(FormatCheck { migrated_from: Some(1), mark_damaged: true }));
+        assert_eq!(crate::stored_snapshot::get(&disk), Ok(Some(b"a whole snapshot file".to_vec())));
+        assert_eq!(read_meta::<_, u32>(&disk, MetaKey::Format), Ok(Some(STORE_FORMAT)));
     }
 }

@@ -206,9 +206,12 @@ const TARGET_FROM_LEADER: u64 = u64::MAX;
 /// How often a repairing node looks at its log and what it learned.
 const REPAIR_POLL: Duration = Duration::from_millis(50);
 
-fn is_empty<S: Storage>(storage: &S) -> Result<bool, StorageError> {
+/// Whether a store holds nothing but its format mark.
+fn is_empty_but_its_mark<S: Storage>(storage: &S) -> Result<bool, StorageError> {
     for space in Space::ALL {
-        if storage.key_bounds(space)?.is_some() {
+        let bounds = storage.key_bounds(space)?;
+        let format = MetaKey::Format as u64;
+        if bounds.is_some_and(|bounds| !(space == Space::Meta && bounds == (format, format))) {
             return Ok(false);
         }
     }
@@ -243,7 +246,9 @@ impl<S: Storage + Clone> CellNode<S> {
     where
         N: RaftNetworkFactory<TypeConfig>,
     {
-        if past == Past::Member && is_empty(&storage)? {
+        // The format first, so that the mark below does not make a new store look like an old, unmarked one.
+        let format = crate::format::check_format(&storage)?;
+        if past == Past::Member && is_empty_but_its_mark(&storage)? {
             tracing::warn!(target: transition::TARGET, "lost disk: repairing from a leader before voting");
             let mut batch = Batch::new();
             let target = postcard::to_stdvec(&TARGET_FROM_LEADER).expect("encoding into memory does not fail");
@@ -251,7 +256,8 @@ impl<S: Storage + Clone> CellNode<S> {
             storage.write(batch)?;
             storage.sync()?;
         }
-        let (log_store, state_machine, recovery) = open_stores(storage.clone())?;
+        let (log_store, state_machine, mut recovery) = open_stores(storage.clone())?;
+        recovery.format_migrated_from = recovery.format_migrated_from.or(format.migrated_from);
         let replica = state_machine.replica();
         let bodies = state_machine.bodies();
         // A repairing node must not campaign, from its very first election timeout on.
@@ -276,7 +282,7 @@ impl<S: Storage + Clone> CellNode<S> {
             let (learned_commit, stopped) = (learned_commit.clone(), stopped.clone());
             tokio::spawn(async move {
                 loop {
-                    if stopped.load(Ordering::Acquire) {
+                    if stopped.load(Ordering::Acquire) || raft.metrics().borrow().running_state.is_err() {
                         return;
                     }
                     let goal = match target {
@@ -291,7 +297,7 @@ impl<S: Storage + Clone> CellNode<S> {
                     }
                     tokio::time::sleep(REPAIR_POLL).await;
                 }
-                if clear_repair_target(&storage).is_ok() {
+                if !stopped.load(Ordering::Acquire) && clear_repair_target(&storage).is_ok() {
                     tracing::info!(target: transition::TARGET, "repaired");
                     repairing.store(false, Ordering::Release);
                     raft.runtime_config().elect(true);
@@ -347,12 +353,16 @@ impl<S: Storage + Clone> CellNode<S> {
         &self,
         request: AppendEntriesRequest<TypeConfig>,
     ) -> Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>> {
+        // Learned only from entries Raft took, and only when the leader's commit index is of its own term: a leader
+        // that has committed in its term holds everything committed before it.
+        let learnable = request.leader_commit.filter(|commit| commit.leader_id.term == request.vote.leader_id().term);
+        let response = self.raft.append_entries(request).await;
         if self.is_repairing()
-            && let Some(commit) = request.leader_commit
+            && let (Some(commit), Ok(AppendEntriesResponse::Success)) = (learnable, &response)
         {
             self.learned_commit.fetch_max(commit.index.saturating_add(1), Ordering::AcqRel);
         }
-        self.raft.append_entries(request).await
+        response
     }
 
     /// Answers a vote request: refused while repairing, else as Raft decides.

@@ -190,7 +190,8 @@ impl<S: Storage + Clone> StateMachineStore<S> {
         self.take_initial_meta();
         let mut batch = Batch::new();
         let (bytes, meta) = {
-            let replica = self.lock();
+            // Never a replica that a panic interrupted: it may hold half an entry, and a snapshot would keep it.
+            let replica = self.replica.lock().map_err(|_| state_error(crate::node::Interrupted))?;
             let file = replica.file(replica.cell.snapshot());
             // Taken with the state: every body removed so far is one this snapshot no longer refers to.
             self.bodies.take_deletes(&mut batch);

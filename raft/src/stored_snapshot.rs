@@ -41,10 +41,11 @@ pub fn get<S: Storage + ?Sized>(storage: &S) -> Result<Option<Vec<u8>>, StorageE
     let Some(header) = storage.get(Space::State, HEADER_KEY)? else { return Ok(None) };
     let header: Header =
         postcard::from_bytes(&header).map_err(|error| corrupt(format!("snapshot header does not decode: {error}")))?;
-    let length = usize::try_from(header.length)
-        .map_err(|_| corrupt(format!("a snapshot of {} bytes does not fit in memory here", header.length)))?;
+    // Not damage: a snapshot this host cannot hold now is kept, and the node does not start.
+    let no_room = |length: u64| StorageError::Io { reason: format!("no memory for a snapshot of {length} bytes") };
+    let length = usize::try_from(header.length).map_err(|_| no_room(header.length))?;
     let mut bytes = Vec::new();
-    bytes.try_reserve_exact(length).map_err(|_| corrupt(format!("cannot hold a snapshot of {length} bytes")))?;
+    bytes.try_reserve_exact(length).map_err(|_| no_room(header.length))?;
     let mut next = 1u64;
     while next <= header.chunks {
         let end = header.chunks.saturating_add(1);

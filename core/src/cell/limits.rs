@@ -86,14 +86,17 @@ impl Command {
     /// the same rejection: a host runs them before proposing, so a command they refuse never reaches the log (it would
     /// be refused on every replica after costing an fsync on each).
     pub fn check(&self) -> Result<(), Rejection> {
-        if let Command::Publish(request) = self
-            && request.payload.len() > MAX_PAYLOAD_LIMIT as usize
-        {
-            let (size, max) = (request.payload.len() as u64, u64::from(MAX_PAYLOAD_LIMIT));
-            return Err(Rejection::PayloadTooLarge { size, max });
-        }
         match self {
-            Command::Publish(request) => check_request(request),
+            Command::Publish(request) => {
+                check_request(request)?;
+                // Over what any stream accepts: refused here with that limit (a stream's own, smaller one is
+                // checked when the publish is routed).
+                if request.payload.len() > MAX_PAYLOAD_LIMIT as usize {
+                    let (size, max) = (request.payload.len() as u64, u64::from(MAX_PAYLOAD_LIMIT));
+                    return Err(Rejection::PayloadTooLarge { size, max });
+                }
+                Ok(())
+            }
             Command::CreateStream { name, .. } => check_name(NameKind::Stream, name),
             Command::CreateConsumer { name, config, .. } => {
                 check_name(NameKind::Consumer, name)?;
