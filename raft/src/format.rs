@@ -178,15 +178,17 @@ mod tests {
         assert_eq!(disk.get(Space::State, 0), Ok(Some(b"a state".to_vec())));
     }
 
+    /// A format mark that does not verify.
+    fn damage_the_mark(batch: &mut Batch) {
+        let framed = b"not a framed record".to_vec();
+        batch.writes.push(crate::storage::Write::Put { space: Space::Meta, key: MetaKey::Format as u64, framed });
+    }
+
     #[test]
     fn a_damaged_mark_is_written_again() {
         let disk = SimDisk::new(1);
         let mut batch = Batch::new();
-        batch.writes.push(crate::storage::Write::Put {
-            space: Space::Meta,
-            key: MetaKey::Format as u64,
-            framed: b"not a framed record".to_vec(),
-        });
+        damage_the_mark(&mut batch);
         disk.write(batch).unwrap();
         assert_eq!(check_format(&disk), Ok(FormatCheck { migrated_from: None, mark_damaged: true }));
         assert_eq!(read_meta::<_, u32>(&disk, MetaKey::Format), Ok(Some(STORE_FORMAT)));
@@ -219,11 +221,7 @@ mod tests {
     fn a_damaged_mark_over_a_format_one_snapshot_still_migrates_it() {
         let disk = SimDisk::new(1);
         let mut batch = Batch::new();
-        batch.writes.push(crate::storage::Write::Put {
-            space: Space::Meta,
-            key: MetaKey::Format as u64,
-            framed: b"not a framed record".to_vec(),
-        });
+        damage_the_mark(&mut batch);
         batch.put(Space::State, 0, b"a whole snapshot file");
         disk.write(batch).unwrap();
         assert_eq!(check_format(&disk), Ok(FormatCheck { migrated_from: Some(1), mark_damaged: true }));
