@@ -42,10 +42,9 @@ pub use format::{FormatCheck, STORE_FORMAT};
 pub use log_store::LogStore;
 pub use membership::{ClusterView, Member, MembershipError};
 pub use node::{
-    Answer, CellNode, Clock, ENTRIES_IN_FLIGHT, Interrupted, MAX_BATCH, MAX_BATCH_BYTES, Past, ProposeError,
-    StartError, SystemClock,
+    Answer, CellNode, Clock, ENTRIES_IN_FLIGHT, MAX_BATCH, MAX_BATCH_BYTES, Past, ProposeError, StartError, SystemClock,
 };
 pub use recovery::{Recovery, open_stores};
-pub use state_machine::{Replica, StateMachineStore};
+pub use state_machine::{Interrupted, Replica, StateMachineStore};
 pub use timing::RaftTiming;
 pub use types::{Entry, LogId, NodeAddrs, NodeId, Raft, Request, Response, TypeConfig};

@@ -17,7 +17,7 @@ use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, VoteRequest, V
 
 use crate::bodies::{BodyError, StoredBodies};
 use crate::recovery::{Recovery, clear_repair_target, open_stores};
-use crate::state_machine::Replica;
+use crate::state_machine::{Interrupted, Replica, read_replica};
 use crate::storage::{Batch, MetaKey, Space, Storage, StorageError};
 use crate::transition;
 use crate::types::{NodeAddrs, NodeId, Raft, Request, Response, TypeConfig};
@@ -80,16 +80,6 @@ impl CellClock {
 pub const IDLE_TICK_MS: u64 = 2_000;
 /// Longest a node waits before looking at the cell's next deadline again.
 const TICK_POLL: Duration = Duration::from_millis(100);
-
-/// A panic interrupted applying entries on this node: its replica may hold part of an entry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("a panic interrupted applying entries on this node; it serves nothing from its replica until it restarts")]
-pub struct Interrupted;
-
-/// Locks a replica for reading, refusing one that a panic interrupted.
-fn read_replica(replica: &Mutex<Replica>) -> Result<MutexGuard<'_, Replica>, Interrupted> {
-    replica.lock().map_err(|_| Interrupted)
-}
 
 /// How often [`CellNode::wait_fatal`] looks for a panic in apply between Raft's own state changes.
 const FATAL_POLL: Duration = Duration::from_millis(500);
@@ -636,26 +626,5 @@ async fn pack_proposals(raft: Raft, mut queue: mpsc::Receiver<Proposal>, #[cfg(m
             }
             drop(permit);
         });
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_replica_that_a_panic_interrupted_is_never_read() {
-        let replica = Arc::new(Mutex::new(Replica::default()));
-        assert!(read_replica(&replica).is_ok());
-        let holder = replica.clone();
-        let panicked = std::thread::spawn(move || {
-            let _applying = holder.lock().unwrap();
-            panic!("a bug in apply");
-        })
-        .join();
-        assert!(panicked.is_err());
-        assert!(replica.is_poisoned());
-        assert_eq!(read_replica(&replica).map(|_| ()), Err(Interrupted));
-        assert!(Interrupted.to_string().contains("serves nothing"));
     }
 }

@@ -23,6 +23,16 @@ use crate::stored_snapshot::{self, SNAPSHOT_CHUNK_BYTES};
 use crate::transition;
 use crate::types::{Entry, LogId, NodeAddrs, NodeId, RaftStorageError, Response, TypeConfig};
 
+/// A panic interrupted applying entries on this node: its replica may hold part of an entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("a panic interrupted applying entries on this node; it serves nothing from its replica until it restarts")]
+pub struct Interrupted;
+
+/// Locks a replica for reading, refusing one that a panic interrupted.
+pub(crate) fn read_replica(replica: &Mutex<Replica>) -> Result<MutexGuard<'_, Replica>, Interrupted> {
+    replica.lock().map_err(|_| Interrupted)
+}
+
 /// The replicated state as this node has applied it.
 #[derive(Debug, Default)]
 pub struct Replica {
@@ -191,7 +201,7 @@ impl<S: Storage + Clone> StateMachineStore<S> {
         let mut batch = Batch::new();
         let (bytes, meta) = {
             // Never a replica that a panic interrupted: it may hold half an entry, and a snapshot would keep it.
-            let replica = self.replica.lock().map_err(|_| state_error(crate::node::Interrupted))?;
+            let replica = read_replica(&self.replica).map_err(state_error)?;
             let file = replica.file(replica.cell.snapshot());
             // Taken with the state: every body removed so far is one this snapshot no longer refers to.
             self.bodies.take_deletes(&mut batch);
@@ -372,5 +382,26 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
             return Ok(Some(Snapshot { meta, snapshot: Box::new(Cursor::new(Vec::new())) }));
         }
         self.get_stored()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replica_that_a_panic_interrupted_is_never_read() {
+        let replica = Arc::new(Mutex::new(Replica::default()));
+        assert!(read_replica(&replica).is_ok());
+        let holder = replica.clone();
+        let panicked = std::thread::spawn(move || {
+            let _applying = holder.lock().unwrap();
+            panic!("a bug in apply");
+        })
+        .join();
+        assert!(panicked.is_err());
+        assert!(replica.is_poisoned());
+        assert_eq!(read_replica(&replica).map(|_| ()), Err(Interrupted));
+        assert!(Interrupted.to_string().contains("serves nothing"));
     }
 }
