@@ -19,7 +19,7 @@ pub struct NodeCell<S>(pub Arc<CellNode<S>>);
 impl<S: Storage + Clone> NodeCell<S> {
     /// The replica, or UNAVAILABLE once a panic interrupted applying (the node is stopping).
     fn replica(&self) -> Result<MutexGuard<'_, Replica>, Status> {
-        self.0.replica().map_err(|interrupted| Status::unavailable(interrupted.to_string()))
+        self.0.replica().map_err(crate::status::interrupted)
     }
 }
 

@@ -47,7 +47,7 @@ fn unexpected(outcome: &Outcome) -> Status {
 /// This node's replica, or UNAVAILABLE once a panic interrupted applying (nothing is served from it then; the node
 /// is stopping).
 fn lock(node: &CellNode<impl Storage + Clone>) -> Result<MutexGuard<'_, Replica>, Status> {
-    node.replica().map_err(|interrupted| Status::unavailable(interrupted.to_string()))
+    node.replica().map_err(crate::status::interrupted)
 }
 
 /// The answer to a proposal as a status.
@@ -105,7 +105,7 @@ impl<S: Storage + Clone> CellogService<S> {
 
     fn status(&self) -> Result<v1::ClusterStatusResponse, Status> {
         let view = self.node.cluster_view();
-        let (_, digest) = self.node.digest().map_err(|interrupted| Status::unavailable(interrupted.to_string()))?;
+        let (_, digest) = self.node.digest().map_err(crate::status::interrupted)?;
         let nodes = view
             .members
             .into_iter()

@@ -5,7 +5,7 @@
 use cellog_client::status::{failed, status};
 use cellog_core::{Quota, Rejection};
 use cellog_proto::v1::ErrorDetail;
-use cellog_raft::{NodeAddrs, NodeId, ProposeError};
+use cellog_raft::{Interrupted, NodeAddrs, NodeId, ProposeError};
 use tonic::{Code, Status};
 
 fn detail(reason: &str, message: impl Into<String>) -> ErrorDetail {
@@ -31,6 +31,11 @@ pub fn body_unreadable(partition: u32, seq: u64, reason: &str) -> Status {
 /// The node cannot serve now; retrying (elsewhere or later) may help.
 pub fn unavailable(reason: &str, message: impl Into<String>, retry_after_ms: u64) -> Status {
     status(Code::Unavailable, ErrorDetail { retry_after_ms, ..detail(reason, message) })
+}
+
+/// A panic interrupted applying on this node: it serves nothing from its replica and is stopping.
+pub fn interrupted(error: Interrupted) -> Status {
+    unavailable("NODE_FAILED", format!("{error}; ask another node"), 0)
 }
 
 /// An `UNAVAILABLE` naming the leader, when known, as where to go instead.

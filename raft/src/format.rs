@@ -74,9 +74,12 @@ pub struct FormatCheck {
     pub mark_damaged: bool,
 }
 
-fn is_empty<S: Storage>(storage: &S) -> Result<bool, StorageError> {
+/// Whether a store holds nothing but, at most, its format mark: a new store, or one whose disk was lost.
+pub(crate) fn holds_nothing_but_its_mark<S: Storage>(storage: &S) -> Result<bool, StorageError> {
+    let mark = MetaKey::Format as u64;
     for space in Space::ALL {
-        if storage.key_bounds(space)?.is_some() {
+        let bounds = storage.key_bounds(space)?;
+        if bounds.is_some_and(|bounds| !(space == Space::Meta && bounds == (mark, mark))) {
             return Ok(false);
         }
     }
@@ -96,7 +99,7 @@ pub fn check_format<S: Storage>(storage: &S) -> Result<FormatCheck, StorageError
     };
     let found = match stored {
         Some(version) => version,
-        None if is_empty(storage)? => {
+        None if holds_nothing_but_its_mark(storage)? => {
             let mut batch = Batch::new();
             batch.put(Space::Meta, MetaKey::Format as u64, &encode(STORE_FORMAT));
             storage.write(batch)?;

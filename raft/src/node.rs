@@ -196,18 +196,6 @@ const TARGET_FROM_LEADER: u64 = u64::MAX;
 /// How often a repairing node looks at its log and what it learned.
 const REPAIR_POLL: Duration = Duration::from_millis(50);
 
-/// Whether a store holds nothing but its format mark.
-fn is_empty_but_its_mark<S: Storage>(storage: &S) -> Result<bool, StorageError> {
-    for space in Space::ALL {
-        let bounds = storage.key_bounds(space)?;
-        let format = MetaKey::Format as u64;
-        if bounds.is_some_and(|bounds| !(space == Space::Meta && bounds == (format, format))) {
-            return Ok(false);
-        }
-    }
-    Ok(true)
-}
-
 impl<S: Storage + Clone> CellNode<S> {
     /// Opens the node's storage (verifying and repairing it) and starts Raft on it.
     pub async fn start<N>(
@@ -238,7 +226,7 @@ impl<S: Storage + Clone> CellNode<S> {
     {
         // The format first, so that the mark below does not make a new store look like an old, unmarked one.
         let format = crate::format::check_format(&storage)?;
-        if past == Past::Member && is_empty_but_its_mark(&storage)? {
+        if past == Past::Member && crate::format::holds_nothing_but_its_mark(&storage)? {
             tracing::warn!(target: transition::TARGET, "lost disk: repairing from a leader before voting");
             let mut batch = Batch::new();
             let target = postcard::to_stdvec(&TARGET_FROM_LEADER).expect("encoding into memory does not fail");
