@@ -6,7 +6,9 @@
 //! sync (the next log append's, at the latest) makes it durable. That is enough, because the log holds every body
 //! until a snapshot covers it, and a snapshot is stored only after a sync. A released body is deleted only when a
 //! snapshot that no longer refers to it is stored: until then the stored snapshot may still be sent to a follower,
-//! with its bodies, and a restart replays the release from the log anyway.
+//! with its bodies, and a restart replays the release from the log anyway. While a snapshot is being sent
+//! ([`StoredBodies::hold`]), deletes wait for a later snapshot, and the store is marked
+//! ([`MetaKey::BodiesUnswept`]) so that a restart meanwhile deletes what the stored state no longer refers to.
 //!
 //! Bodies are read by the node that answers a client, after the apply and outside the replica's lock
 //! ([`StoredBodies::read`]). Reads are verified twice: the record's frame (crc32c over space, key and bytes) and the
@@ -21,6 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use bytes::Bytes;
 use cellog_core::{BodyRef, Effect};
 
+use crate::snapshot_transfer::{BodySource, Hold, Holds};
 use crate::storage::{Batch, MetaKey, Space, Storage, StorageError};
 
 /// Why a body could not be read back.
@@ -84,6 +87,8 @@ pub struct StoredBodies<S> {
     n_unreadable: AtomicU64,
     /// The damage mark is written (once per process is enough: it stays until the next start acts on it).
     marked: AtomicBool,
+    /// Snapshots being sent from these bodies.
+    holds: Holds,
 }
 
 impl<S: Storage> StoredBodies<S> {
@@ -94,6 +99,7 @@ impl<S: Storage> StoredBodies<S> {
             released: Mutex::new(Vec::new()),
             n_unreadable: AtomicU64::new(0),
             marked: AtomicBool::new(false),
+            holds: Holds::default(),
         }
     }
 
@@ -149,22 +155,25 @@ impl<S: Storage> StoredBodies<S> {
         if batch.is_empty() { Ok(()) } else { self.storage.write(batch) }
     }
 
-    /// Moves the deletes of bodies released so far into `batch`, for a snapshot taken after those releases.
-    pub fn take_deletes(&self, batch: &mut Batch) {
-        let mut keys = std::mem::take(&mut *self.released());
-        keys.sort_unstable();
-        // Retention removes oldest first, so released keys come in long runs: one range each.
-        let mut runs: Vec<std::ops::Range<u64>> = Vec::new();
-        for key in keys {
-            match runs.last_mut() {
-                Some(run) if run.end == key => run.end += 1,
-                Some(run) if run.end > key => {}
-                _ => runs.push(key..key + 1),
-            }
-        }
-        for run in runs {
-            batch.delete_range(Space::Bodies, run);
-        }
+    /// Takes the bodies released so far, for a snapshot taken after those releases: the caller deletes them with
+    /// that snapshot ([`delete_bodies`]), or gives them back ([`StoredBodies::give_back`]) if it may not.
+    pub fn take_released(&self) -> Vec<u64> {
+        std::mem::take(&mut *self.released())
+    }
+
+    /// Releases taken by [`StoredBodies::take_released`] that were not deleted: a later snapshot deletes them.
+    pub fn give_back(&self, keys: Vec<u64>) {
+        self.released().extend(keys);
+    }
+
+    /// Keeps every body in place until the returned hold is dropped: a snapshot is being sent from them.
+    pub fn hold(&self) -> Hold {
+        self.holds.hold()
+    }
+
+    /// Whether a snapshot is being sent from these bodies, so none may be deleted.
+    pub fn held(&self) -> bool {
+        self.holds.held()
     }
 
     /// Forgets every release not yet deleted (the whole state is being replaced).
@@ -207,5 +216,48 @@ impl<S: Storage> StoredBodies<S> {
         if let Err(error) = self.storage.write(batch).and_then(|()| self.storage.sync()) {
             tracing::error!(%error, "could not record the damaged body");
         }
+    }
+}
+
+impl<S: Storage> BodySource for StoredBodies<S> {
+    /// A body a snapshot being sent refers to. The stored snapshot refers to it and it is held, so it cannot have
+    /// been deleted: missing is damage, as is anything that does not verify.
+    fn body(&self, body: &BodyRef) -> Result<Bytes, String> {
+        self.read(body).map_err(|error| {
+            let reason = error.to_string();
+            self.mark_damaged(body.key, &reason);
+            reason
+        })
+    }
+}
+
+/// Adds the deletes of the bodies under `keys` to `batch`, one range per run of consecutive keys.
+pub fn delete_bodies(mut keys: Vec<u64>, batch: &mut Batch) {
+    keys.sort_unstable();
+    // Retention removes oldest first, so released keys come in long runs: one range each.
+    let mut runs: Vec<std::ops::Range<u64>> = Vec::new();
+    for key in keys {
+        match runs.last_mut() {
+            Some(run) if run.end == key => run.end += 1,
+            Some(run) if run.end > key => {}
+            _ => runs.push(key..key + 1),
+        }
+    }
+    for run in runs {
+        batch.delete_range(Space::Bodies, run);
+    }
+}
+
+/// Adds the deletes of every body not in `kept` (sorted by key) to `batch`: one range per gap between them.
+pub fn delete_all_but(kept: &[BodyRef], batch: &mut Batch) {
+    let mut from = 0u64;
+    for body in kept {
+        if body.key > from {
+            batch.delete_range(Space::Bodies, from..body.key);
+        }
+        from = body.key.saturating_add(1);
+    }
+    if from < u64::MAX {
+        batch.delete_range(Space::Bodies, from..u64::MAX);
     }
 }

@@ -5,6 +5,8 @@
 //! - [`storage`]: the one `Storage` trait, its checksummed record format, and its implementations: RocksDB (behind the
 //!   `rocksdb` feature, which the simulation build leaves off) and the simulated disk.
 //! - [`stored_snapshot`]: the stored state snapshot, in chunks, so that no record grows with the cell.
+//! - [`snapshot_transfer`]: a snapshot streamed from the store to a follower's store, memory bounded whatever the
+//!   bodies add up to.
 //! - [`bodies`]: the cell's message bodies in the storage's bodies space.
 //! - [`log_store`] and [`state_machine`]: openraft's storage traits over `Storage`, the latter applying committed
 //!   entries to `cellog-core`.
@@ -30,6 +32,7 @@ pub mod network;
 pub mod node;
 pub mod recovery;
 pub mod runtime;
+pub mod snapshot_transfer;
 pub mod state_machine;
 pub mod storage;
 pub mod stored_snapshot;

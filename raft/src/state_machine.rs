@@ -3,22 +3,23 @@
 //!
 //! The stored snapshot is the cell's state without its bodies, plus the last applied log id and membership, written
 //! and synced to storage (with the deletes of bodies removed before it) before openraft may purge the log it covers.
-//! The snapshot sent to a follower is the whole cell, bodies included, read back from the stored one; installing it
-//! replaces the follower's bodies and state in one write.
+//! The snapshot sent to a follower is that stored file followed by every body it refers to, streamed from the store
+//! as it is sent and into the follower's store as it arrives ([`crate::snapshot_transfer`]); installing it stores
+//! the file and deletes the bodies the new state no longer refers to, in one synced write.
 
-use std::io::Cursor;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
-use cellog_core::{Body, Cell, Effect, Record, SNAPSHOT_VERSION, SnapshotError};
+use cellog_core::{Body, BodyRef, Cell, Effect, Record, SNAPSHOT_VERSION, SnapshotError};
 use openraft::storage::RaftStateMachine;
 use openraft::{
     EntryPayload, OptionalSend, RaftSnapshotBuilder, Snapshot, SnapshotMeta, StorageIOError, StoredMembership,
 };
 use serde::{Deserialize, Serialize};
 
-use crate::bodies::{BodyError, BodyReadError, BodyWork, StoredBodies};
-use crate::storage::{Batch, Space, Storage, StorageError};
+use crate::bodies::{self, BodyError, BodyReadError, BodyWork, StoredBodies};
+use crate::snapshot_transfer::{Incoming, Outgoing, SnapshotData};
+use crate::storage::{Batch, MetaKey, Space, Storage, StorageError};
 use crate::stored_snapshot::{self, SNAPSHOT_CHUNK_BYTES};
 use crate::transition;
 use crate::types::{Entry, LogId, NodeAddrs, NodeId, RaftStorageError, Response, TypeConfig};
@@ -44,20 +45,23 @@ pub struct Replica {
     pub membership: StoredMembership<NodeId, NodeAddrs>,
 }
 
-/// What a snapshot holds.
+/// What a snapshot holds: stored as it is, and sent as it is followed by its bodies.
 #[derive(Debug, Serialize, Deserialize)]
 struct SnapshotFile {
     last_applied: Option<LogId>,
     membership: StoredMembership<NodeId, NodeAddrs>,
-    /// `Cell::snapshot()` where stored, `Cell::snapshot_whole()` (bodies included) where sent: versioned and
-    /// checksummed on its own.
+    /// `Cell::snapshot()`: the state without bodies, versioned and checksummed on its own.
     cell: Vec<u8>,
 }
 
 impl Replica {
-    /// A snapshot file of this replica around `cell` (its state alone, or whole).
-    fn file(&self, cell: Vec<u8>) -> SnapshotFile {
-        SnapshotFile { last_applied: self.last_applied, membership: self.membership.clone(), cell }
+    /// A snapshot file of this replica.
+    fn file(&self) -> SnapshotFile {
+        SnapshotFile {
+            last_applied: self.last_applied,
+            membership: self.membership.clone(),
+            cell: self.cell.snapshot(),
+        }
     }
 
     /// The meta of a snapshot of this replica.
@@ -68,15 +72,6 @@ impl Replica {
             snapshot_id: snapshot_id(self.last_applied),
         }
     }
-}
-
-/// Whether a snapshot file must hold its bodies.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Whole {
-    /// Stored: the bodies are in the bodies space.
-    No,
-    /// Sent: the bodies come with it.
-    Yes,
 }
 
 fn snapshot_id(last_applied: Option<LogId>) -> String {
@@ -121,6 +116,29 @@ pub fn payload<S: Storage>(
     Err(BodyError::Unreadable { partition, seq, reason })
 }
 
+/// Decodes a snapshot file; its bodies are in this node's storage, or on their way to it.
+fn decode(bytes: &[u8]) -> Result<Replica, StorageError> {
+    let corrupt =
+        |reason: String| StorageError::Corrupt { space: Space::State, key: stored_snapshot::HEADER_KEY, reason };
+    let file: SnapshotFile =
+        postcard::from_bytes(bytes).map_err(|error| corrupt(format!("snapshot does not decode: {error}")))?;
+    let cell = Cell::restore(&file.cell).map_err(|error| match error {
+        // Not damage: a snapshot this build cannot read is kept, and the node refuses to start over it.
+        SnapshotError::UnsupportedVersion { version } => StorageError::Unsupported {
+            reason: format!(
+                "the stored state is a snapshot of version {version}; this build reads version {SNAPSHOT_VERSION}"
+            ),
+        },
+        other => corrupt(format!("cell snapshot: {other}")),
+    })?;
+    Ok(Replica { cell, last_applied: file.last_applied, membership: file.membership })
+}
+
+/// The bodies the state in a snapshot file refers to: what a receiver checks the bodies that follow against.
+fn references(file: &[u8]) -> Result<Vec<BodyRef>, String> {
+    decode(file).map(|replica| replica.cell.body_refs()).map_err(|error| error.to_string())
+}
+
 /// The state machine half of a node's storage.
 #[derive(Clone, Debug)]
 pub struct StateMachineStore<S> {
@@ -145,35 +163,21 @@ impl<S: Storage + Clone> StateMachineStore<S> {
     pub fn open(storage: S) -> Result<Self, StorageError> {
         let bodies = Arc::new(StoredBodies::new(storage.clone()));
         let replica = match stored_snapshot::get(&storage)? {
-            Some(bytes) => Self::decode(&bytes, Whole::No)?.0,
+            Some(bytes) => decode(&bytes)?,
             None => Replica::default(),
         };
+        if storage.get(Space::Meta, MetaKey::BodiesUnswept as u64)?.is_some() {
+            // Bodies of a snapshot received half way, or of releases whose deletes waited for a snapshot being sent:
+            // everything the stored state does not refer to goes. The log replayed next writes its bodies again.
+            let mut batch = Batch::new();
+            bodies::delete_all_but(&replica.cell.body_refs(), &mut batch);
+            batch.delete_range(Space::Meta, MetaKey::BodiesUnswept as u64..MetaKey::BodiesUnswept as u64 + 1);
+            storage.write(batch)?;
+            storage.sync()?;
+        }
         let stored = Arc::new(Mutex::new(replica.last_applied));
         let initial_meta = Arc::new(Mutex::new(replica.last_applied.map(|_| replica.meta())));
         Ok(StateMachineStore { storage, bodies, replica: Arc::new(Mutex::new(replica)), stored, initial_meta })
-    }
-
-    /// Decodes a snapshot file: a stored one (state only, its bodies in this node's storage), or a sent one
-    /// (`Whole::Yes`), whose bodies come back checked for the caller to store.
-    fn decode(bytes: &[u8], whole: Whole) -> Result<(Replica, Vec<(u64, Bytes)>), StorageError> {
-        let corrupt =
-            |reason: String| StorageError::Corrupt { space: Space::State, key: stored_snapshot::HEADER_KEY, reason };
-        let file: SnapshotFile =
-            postcard::from_bytes(bytes).map_err(|error| corrupt(format!("snapshot does not decode: {error}")))?;
-        let (cell, bodies) = match whole {
-            Whole::No => Cell::restore(&file.cell).map(|cell| (cell, Vec::new())),
-            Whole::Yes => Cell::restore_whole(&file.cell),
-        }
-        .map_err(|error| match error {
-            // Not damage: a snapshot this build cannot read is kept, and the node refuses to start over it.
-            SnapshotError::UnsupportedVersion { version } => StorageError::Unsupported {
-                reason: format!(
-                    "the stored state is a snapshot of version {version}; this build reads version {SNAPSHOT_VERSION}"
-                ),
-            },
-            other => corrupt(format!("cell snapshot: {other}")),
-        })?;
-        Ok((Replica { cell, last_applied: file.last_applied, membership: file.membership }, bodies))
     }
 
     fn take_initial_meta(&self) -> Option<SnapshotMeta<NodeId, NodeAddrs>> {
@@ -198,55 +202,73 @@ impl<S: Storage + Clone> StateMachineStore<S> {
     /// and syncs it.
     fn persist_snapshot(&self) -> Result<Snapshot<TypeConfig>, RaftStorageError> {
         self.take_initial_meta();
-        let mut batch = Batch::new();
-        let (bytes, meta) = {
+        let (bytes, meta, released) = {
             // Never a replica that a panic interrupted: it may hold half an entry, and a snapshot would keep it.
             let replica = read_replica(&self.replica).map_err(state_error)?;
-            let file = replica.file(replica.cell.snapshot());
-            // Taken with the state: every body removed so far is one this snapshot no longer refers to.
-            self.bodies.take_deletes(&mut batch);
-            let meta = replica.meta();
-            (postcard::to_stdvec(&file).expect("encoding into memory does not fail"), meta)
+            let file = replica.file();
+            // Taken with the state: every body released so far is one this snapshot no longer refers to.
+            let released = self.bodies.take_released();
+            (postcard::to_stdvec(&file).expect("encoding into memory does not fail"), replica.meta(), released)
         };
         let mut stored = self.stored.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if *stored > meta.last_log_id {
-            // A newer snapshot was installed while this one was built: it stays (and replaced every body, so the
-            // deletes taken above are moot).
-            drop(stored);
-            return self.get_stored()?.ok_or_else(|| state_error("the stored snapshot vanished"));
+            // A newer snapshot was installed while this one was built: it stays. The releases taken above were not
+            // among the bodies its install deleted; a later snapshot deletes them.
+            self.bodies.give_back(released);
+            return Ok(Snapshot { meta: self.stored_meta()?, snapshot: Box::new(SnapshotData::Empty) });
         }
+        let mut batch = Batch::new();
+        self.delete_unless_held(released, &mut batch);
         stored_snapshot::put(&mut batch, &bytes, SNAPSHOT_CHUNK_BYTES);
         self.storage.write(batch).map_err(state_error)?;
         self.storage.sync().map_err(state_error)?;
         self.storage.checkpoint().map_err(state_error)?;
         *stored = meta.last_log_id;
-        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(bytes)) })
+        Ok(Snapshot { meta, snapshot: Box::new(SnapshotData::Empty) })
     }
 
-    /// The stored snapshot, if any, whole: its state with every body it refers to, for a follower that has nothing.
-    /// Holds the stored snapshot in place meanwhile, so none of its bodies is deleted while they are read.
+    /// Adds the deletes of the bodies under `keys` to `batch`; while a snapshot is being sent they wait for a later
+    /// snapshot instead, and the store is marked so that a restart meanwhile deletes them. Called with `stored` held,
+    /// as a send takes its hold, so that no send starts between the check and the write.
+    fn delete_unless_held(&self, keys: Vec<u64>, batch: &mut Batch) {
+        if keys.is_empty() {
+            return;
+        }
+        if self.bodies.held() {
+            self.bodies.give_back(keys);
+            batch.put(Space::Meta, MetaKey::BodiesUnswept as u64, &[]);
+        } else {
+            bodies::delete_bodies(keys, batch);
+        }
+    }
+
+    /// A receiver of a snapshot stream into this node's storage.
+    fn incoming(&self) -> Incoming {
+        Incoming::new(Arc::new(self.storage.clone()), references)
+    }
+
+    /// The meta of the stored snapshot.
+    fn stored_meta(&self) -> Result<SnapshotMeta<NodeId, NodeAddrs>, RaftStorageError> {
+        let bytes = stored_snapshot::get(&self.storage)
+            .map_err(state_error)?
+            .ok_or_else(|| state_error("the stored snapshot vanished"))?;
+        Ok(decode(&bytes).map_err(state_error)?.meta())
+    }
+
+    /// The stored snapshot, if any, as a stream of its file and every body it refers to, read from storage as it is
+    /// sent. Its bodies are held in place until the stream is dropped.
     fn get_stored(&self) -> Result<Option<Snapshot<TypeConfig>>, RaftStorageError> {
         let _stored = self.stored.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let hold = self.bodies.hold();
         let Some(bytes) = stored_snapshot::get(&self.storage).map_err(state_error)? else {
             return Ok(None);
         };
-        let (replica, _) = Self::decode(&bytes, Whole::No).map_err(state_error)?;
-        let mut bodies = Vec::new();
-        for body in replica.cell.body_refs() {
-            match self.bodies.read(&body) {
-                Ok(bytes) => bodies.push((body.key, bytes)),
-                Err(error) => {
-                    // The stored snapshot refers to it, so it was never deleted: damage.
-                    let reason = error.to_string();
-                    self.bodies.mark_damaged(body.key, &reason);
-                    return Err(state_error(format!("the snapshot's body {}: {reason}", body.key)));
-                }
-            }
-        }
-        let file = replica.file(replica.cell.snapshot_whole(bodies).map_err(state_error)?);
+        let replica = decode(&bytes).map_err(state_error)?;
         let meta = replica.meta();
-        let bytes = postcard::to_stdvec(&file).expect("encoding into memory does not fail");
-        Ok(Some(Snapshot { meta, snapshot: Box::new(Cursor::new(bytes)) }))
+        let refs = replica.cell.body_refs();
+        drop(replica);
+        let stream = Outgoing::new(&bytes, refs, self.bodies.clone(), hold);
+        Ok(Some(Snapshot { meta, snapshot: Box::new(SnapshotData::Outgoing(stream)) }))
     }
 }
 
@@ -323,44 +345,52 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
         self.clone()
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, RaftStorageError> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotData>, RaftStorageError> {
+        Ok(Box::new(SnapshotData::Incoming(self.incoming())))
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta<NodeId, NodeAddrs>,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        snapshot: Box<SnapshotData>,
     ) -> Result<(), RaftStorageError> {
         self.take_initial_meta();
-        let bytes = snapshot.into_inner();
+        // openraft installs only a stream that ended whole: the receiver checked every body as it arrived, and wrote
+        // it. A stream handed over within the process (openraft's storage suite does that) is received here.
+        let received = match *snapshot {
+            SnapshotData::Incoming(incoming) => incoming.into_received(),
+            SnapshotData::Outgoing(mut stream) => {
+                let mut incoming = self.incoming();
+                incoming.take_all(&mut stream).map_err(state_error)?;
+                incoming.into_received()
+            }
+            SnapshotData::Empty => None,
+        }
+        .ok_or_else(|| state_error(format!("snapshot {} was not received whole", meta.snapshot_id)))?;
         let mut stored = self.stored.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let (replica, bodies) = Self::decode(&bytes, Whole::Yes)
+        let replica = decode(&received.file)
             .map_err(|error| StorageIOError::read_snapshot(Some(meta.signature()), openraft::AnyError::new(&error)))
             .map_err(RaftStorageError::from)
-            .and_then(|(replica, bodies)| {
+            .and_then(|replica| {
                 if replica.last_applied == meta.last_log_id {
-                    return Ok((replica, bodies));
+                    return Ok(replica);
                 }
                 Err(state_error(format!(
                     "snapshot {} holds state up to {:?}, its meta says {:?}",
                     meta.snapshot_id, replica.last_applied, meta.last_log_id
                 )))
             })?;
-        // The old bodies out, the new ones and the state in, in one write, durable before openraft purges the log
-        // this snapshot replaces. Readers wait meanwhile: the old state's bodies are going.
+        // The new bodies are in; the state goes in with the deletes of the old bodies the new state does not refer to,
+        // in one write, durable before openraft purges the log this snapshot replaces. Readers wait meanwhile: the old
+        // state's bodies are going.
         let mut current = self.lock();
-        // Every release still pending belongs to the state being replaced, whose bodies all go. (A refused snapshot
-        // returned above, and its state keeps them.)
-        self.bodies.reset();
+        let mut gone: Vec<u64> = self.bodies.take_released();
+        gone.extend(current.cell.body_refs().iter().map(|body| body.key));
+        let kept: std::collections::BTreeSet<u64> = received.bodies.iter().map(|body| body.key).collect();
+        gone.retain(|key| !kept.contains(key));
         let mut batch = Batch::new();
-        batch.delete_range(Space::Bodies, 0..u64::MAX);
-        for (key, body) in bodies {
-            batch.put(Space::Bodies, key, &body);
-        }
-        let file = replica.file(replica.cell.snapshot());
-        let bytes = postcard::to_stdvec(&file).expect("encoding into memory does not fail");
-        stored_snapshot::put(&mut batch, &bytes, SNAPSHOT_CHUNK_BYTES);
+        self.delete_unless_held(gone, &mut batch);
+        stored_snapshot::put(&mut batch, &received.file, SNAPSHOT_CHUNK_BYTES);
         self.storage.write(batch).map_err(state_error)?;
         self.storage.sync().map_err(state_error)?;
         self.storage.checkpoint().map_err(state_error)?;
@@ -378,8 +408,8 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, RaftStorageError> {
         if let Some(meta) = self.take_initial_meta() {
-            // The data is left empty: it does not decode, so it could never be installed by mistake.
-            return Ok(Some(Snapshot { meta, snapshot: Box::new(Cursor::new(Vec::new())) }));
+            // The data is left empty: a receiver would find it incomplete, so it could never be installed by mistake.
+            return Ok(Some(Snapshot { meta, snapshot: Box::new(SnapshotData::Empty) }));
         }
         self.get_stored()
     }

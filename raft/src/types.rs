@@ -1,7 +1,5 @@
 //! The openraft type configuration of a cell: what a log entry carries and what applying it answers.
 
-use std::io::Cursor;
-
 use cellog_core::{Command, Millis, Outcome, Rejection};
 use serde::{Deserialize, Serialize};
 
@@ -59,7 +57,7 @@ openraft::declare_raft_types!(
         NodeId = NodeId,
         Node = NodeAddrs,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = crate::snapshot_transfer::SnapshotData,
         AsyncRuntime = crate::runtime::CellRuntime,
         Responder = openraft::impls::OneshotResponder<TypeConfig>,
 );

@@ -1,12 +1,15 @@
 //! Message bodies in a node's storage, on both stores: written by apply, out of the stored snapshot, deleted once a
-//! snapshot no longer refers to them, sent with a whole snapshot, and never served when they do not verify.
+//! snapshot no longer refers to them, streamed to a follower with the snapshot, and never served when they do not
+//! verify.
 
 use bytes::Bytes;
 use cellog_core::{Command, Millis, PublishRequest, Record, StreamConfig};
+use cellog_raft::snapshot_transfer::{SnapshotData, TRANSFER_BATCH_BYTES};
 use cellog_raft::storage::{MetaKey, SimDisk, Space, Storage};
-use cellog_raft::{BodyError, Entry, Request, StateMachineStore, open_stores};
+use cellog_raft::{BodyError, Entry, Request, StateMachineStore, TypeConfig, open_stores};
 use openraft::storage::RaftStateMachine;
-use openraft::{EntryPayload, RaftSnapshotBuilder};
+use openraft::{EntryPayload, RaftSnapshotBuilder, Snapshot};
+use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 
 const BODY_BYTES: usize = 1_000;
 
@@ -69,6 +72,33 @@ fn payloads<S: Storage + Clone>(state_machine: &StateMachineStore<S>) -> Vec<Byt
     read(state_machine).into_iter().map(|payload| payload.unwrap_or_else(|error| panic!("{error}"))).collect()
 }
 
+/// Sends `snapshot` to `receiver` as openraft's chunked transport does: read in chunks of `chunk` bytes, each written
+/// into the data the receiver began, which is shut down at the end. What the receiver then installs, or the first error.
+async fn send<S: Storage + Clone>(
+    snapshot: &mut Snapshot<TypeConfig>,
+    receiver: &mut StateMachineStore<S>,
+    chunk: usize,
+) -> std::io::Result<Box<SnapshotData>> {
+    let mut data = receiver.begin_receiving_snapshot().await.expect("begins");
+    let mut buf = vec![0; chunk];
+    loop {
+        let n = snapshot.snapshot.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        data.write_all(&buf[..n]).await?;
+    }
+    data.shutdown().await?;
+    Ok(data)
+}
+
+fn stream_len(snapshot: &Snapshot<TypeConfig>) -> u64 {
+    match &*snapshot.snapshot {
+        SnapshotData::Outgoing(out) => out.len(),
+        other => panic!("not a stream being sent: {other:?}"),
+    }
+}
+
 fn n_bodies<S: Storage>(store: &S) -> usize {
     store.scan(Space::Bodies, 0..u64::MAX, usize::MAX).expect("bodies verify").len()
 }
@@ -99,12 +129,12 @@ async fn bodies_live_in_storage<S: Storage + Clone>(store: S, reopen: impl FnOnc
     let next = Command::Publish(PublishRequest::new("orders.a", body(11)));
     restarted.apply(vec![entry(12, next)]).await.unwrap();
     let meta_only = restarted.get_current_snapshot().await.unwrap().expect("there is one");
-    assert!(meta_only.snapshot.get_ref().is_empty());
+    assert!(matches!(*meta_only.snapshot, SnapshotData::Empty));
     assert_eq!(meta_only.meta.last_log_id.map(|id| id.index), Some(11), "the stored snapshot's, not the replica's");
-    // The snapshot a follower gets is whole, and installing it replaces the follower's bodies.
-    let snapshot = restarted.get_current_snapshot().await.unwrap().expect("there is one");
+    // The snapshot a follower gets brings every body, and installing it replaces the follower's bodies.
+    let mut snapshot = restarted.get_current_snapshot().await.unwrap().expect("there is one");
     assert_eq!(snapshot.meta, meta_only.meta);
-    assert!(snapshot.snapshot.get_ref().len() > 5 * BODY_BYTES);
+    assert!(stream_len(&snapshot) > 5 * BODY_BYTES as u64);
     let follower = SimDisk::new(7);
     let (_, mut other, _) = open_stores(follower.clone()).expect("opens");
     other
@@ -115,7 +145,8 @@ async fn bodies_live_in_storage<S: Storage + Clone>(store: S, reopen: impl FnOnc
         .await
         .unwrap();
     other.apply(vec![entry(2, Command::Publish(PublishRequest::new("stale.a", "old body")))]).await.unwrap();
-    other.install_snapshot(&snapshot.meta, snapshot.snapshot).await.expect("installs");
+    let received = send(&mut snapshot, &mut other, 777).await.expect("the whole stream is received");
+    other.install_snapshot(&snapshot.meta, received).await.expect("installs");
     assert_eq!(payloads(&other), retained);
     assert_eq!(n_bodies(&follower), 5, "the follower's old body went");
     follower.crash();
@@ -186,8 +217,11 @@ async fn a_damaged_body_is_not_served_and_the_next_start_drops_the_state() {
     assert_eq!(unreadable, 1, "exactly the damaged body is refused: {read:?}");
     assert_eq!(state_machine.bodies().n_unreadable(), 1);
     assert!(disk.get(Space::Meta, MetaKey::BodiesDamaged as u64).unwrap().is_some(), "the damage is recorded");
-    // Nor is it sent to a follower.
-    assert!(state_machine.get_current_snapshot().await.is_err());
+    // Nor is it sent to a follower: the stream fails when it reaches the body.
+    let mut snapshot = state_machine.get_current_snapshot().await.unwrap().expect("there is one");
+    let mut follower = open_stores(SimDisk::new(10)).expect("opens").1;
+    let error = send(&mut snapshot, &mut follower, 4096).await.expect_err("a damaged body is not sent");
+    assert!(error.to_string().contains(&format!("body {damaged}")), "{error}");
 
     disk.crash();
     let (_, state_machine, recovery) = open_stores(disk.clone()).expect("reopens");
@@ -195,4 +229,143 @@ async fn a_damaged_body_is_not_served_and_the_next_start_drops_the_state() {
     assert!(disk.keys(Space::Bodies).is_empty(), "every body goes with the state");
     assert!(disk.get(Space::Meta, MetaKey::BodiesDamaged as u64).unwrap().is_none());
     assert!(state_machine.replica().lock().unwrap().cell.stream_info("orders").is_err(), "the state went");
+}
+
+/// A stream holding more than one receiver batch of bodies, with a snapshot of it stored: 6 000 bodies of 1 000 bytes.
+async fn large(seed: u64) -> (SimDisk, StateMachineStore<SimDisk>) {
+    let disk = SimDisk::new(seed);
+    let (_, mut state_machine, _) = open_stores(disk.clone()).expect("opens");
+    let config = StreamConfig::with_subjects(["orders.>"]);
+    state_machine.apply(vec![entry(1, Command::CreateStream { name: "orders".to_string(), config })]).await.unwrap();
+    let publishes = (1..=6_000).map(|i| entry(i + 1, Command::Publish(PublishRequest::new("orders.a", body(i)))));
+    state_machine.apply(publishes.collect::<Vec<_>>()).await.unwrap();
+    state_machine.build_snapshot().await.expect("snapshot");
+    (disk, state_machine)
+}
+
+#[tokio::test]
+async fn a_snapshot_streams_into_the_follower_store_as_it_arrives() {
+    let (_, mut leader) = large(21).await;
+    let mut snapshot = leader.get_current_snapshot().await.unwrap().expect("there is one");
+    let len = stream_len(&snapshot);
+    let follower = SimDisk::new(22);
+    let (_, mut other, _) = open_stores(follower.clone()).expect("opens");
+    let mut data = other.begin_receiving_snapshot().await.unwrap();
+
+    // Nine tenths of the stream in, in chunks of 64 KiB: the bodies so far are in the follower's store already,
+    // written in batches, and the store is marked until they are installed.
+    let mut buf = vec![0; 64 * 1024];
+    let mut sent = 0u64;
+    while sent < len * 9 / 10 {
+        let n = snapshot.snapshot.read(&mut buf).await.unwrap();
+        data.write_all(&buf[..n]).await.unwrap();
+        sent += n as u64;
+    }
+    let written = n_bodies(&follower);
+    assert!((TRANSFER_BATCH_BYTES / BODY_BYTES..6_000).contains(&written), "{written} bodies written so far");
+    assert!(follower.get(Space::Meta, MetaKey::BodiesUnswept as u64).unwrap().is_some());
+
+    // A chunk sent again after a lost answer: both sides go back to its offset, and the receiver takes it once.
+    let resend = sent - 1000;
+    snapshot.snapshot.seek(std::io::SeekFrom::Start(resend)).await.unwrap();
+    data.seek(std::io::SeekFrom::Start(resend)).await.unwrap();
+    loop {
+        let n = snapshot.snapshot.read(&mut buf).await.unwrap();
+        if n == 0 {
+            break;
+        }
+        data.write_all(&buf[..n]).await.unwrap();
+    }
+    data.shutdown().await.expect("whole");
+    other.install_snapshot(&snapshot.meta, data).await.expect("installs");
+    assert_eq!(n_bodies(&follower), 6_000);
+    follower.crash();
+    let (_, other, _) = open_stores(follower.clone()).expect("reopens");
+    let last = other.replica().lock().unwrap().cell.read("orders", 0, 6_000).expect("the last message is there");
+    let payload = cellog_raft::state_machine::payload(&other.bodies(), &other.replica(), "orders", &last);
+    assert_eq!(payload, Ok(body(6_000)), "installed durably");
+}
+
+#[tokio::test]
+async fn a_snapshot_received_half_way_leaves_nothing_behind() {
+    let (_, mut leader) = large(23).await;
+    let mut snapshot = leader.get_current_snapshot().await.unwrap().expect("there is one");
+    let len = stream_len(&snapshot);
+    // The follower holds a state of its own, with one body.
+    let follower = SimDisk::new(24);
+    let (_, mut other, _) = open_stores(follower.clone()).expect("opens");
+    other.apply(entries()[..2].to_vec()).await.unwrap();
+    other.build_snapshot().await.unwrap();
+    follower.sync().unwrap();
+    assert_eq!(n_bodies(&follower), 1);
+    let mut data = other.begin_receiving_snapshot().await.unwrap();
+    let mut buf = vec![0; 64 * 1024];
+    let mut sent = 0u64;
+    while sent < len * 9 / 10 {
+        let n = snapshot.snapshot.read(&mut buf).await.unwrap();
+        data.write_all(&buf[..n]).await.unwrap();
+        sent += n as u64;
+    }
+    assert!(n_bodies(&follower) > 1);
+    follower.sync().unwrap();
+    drop((data, other));
+    follower.crash();
+    // The next start deletes every body its stored state does not refer to.
+    let (_, other, _) = open_stores(follower.clone()).expect("reopens");
+    assert_eq!(n_bodies(&follower), 1);
+    assert!(follower.get(Space::Meta, MetaKey::BodiesUnswept as u64).unwrap().is_none());
+    assert_eq!(payloads(&other), vec![body(1)]);
+}
+
+#[tokio::test]
+async fn a_damaged_or_short_stream_is_never_installed() {
+    let (_, mut leader) = large(25).await;
+    let mut whole = Vec::new();
+    let mut snapshot = leader.get_current_snapshot().await.unwrap().expect("there is one");
+    snapshot.snapshot.read_to_end(&mut whole).await.unwrap();
+    let cases: [(&str, Vec<u8>); 4] = [
+        ("cut short", whole[..whole.len() - 10].to_vec()),
+        ("a flipped bit in a body", {
+            let mut bytes = whole.clone();
+            let at = bytes.len() - 500;
+            bytes[at] ^= 1;
+            bytes
+        }),
+        ("bytes past the end", [whole.as_slice(), b"more"].concat()),
+        ("not a snapshot stream", b"hello, world".repeat(100)),
+    ];
+    for (case, bytes) in cases {
+        let follower = SimDisk::new(26);
+        let (_, mut other, _) = open_stores(follower.clone()).expect("opens");
+        let mut data = other.begin_receiving_snapshot().await.unwrap();
+        let written = async {
+            for chunk in bytes.chunks(100_000) {
+                data.write_all(chunk).await?;
+            }
+            data.shutdown().await
+        };
+        assert!(written.await.is_err(), "{case}: refused");
+        assert!(follower.get(Space::State, 0).unwrap().is_none(), "{case}: no state stored");
+    }
+}
+
+#[tokio::test]
+async fn bodies_being_sent_stay_while_newer_snapshots_are_stored() {
+    let (disk, mut leader) = snapshotted(27).await;
+    let mut sending = leader.get_current_snapshot().await.unwrap().expect("there is one");
+    // More publishes remove the sent snapshot's bodies from the state, and a newer snapshot is stored meanwhile.
+    let publishes = (11..=15).map(|i| entry(i + 1, Command::Publish(PublishRequest::new("orders.a", body(i)))));
+    leader.apply(publishes.collect::<Vec<_>>()).await.unwrap();
+    leader.build_snapshot().await.unwrap();
+    assert_eq!(n_bodies(&disk), 10, "the deletes wait for the send");
+    assert!(disk.get(Space::Meta, MetaKey::BodiesUnswept as u64).unwrap().is_some());
+    let mut follower = open_stores(SimDisk::new(28)).expect("opens").1;
+    let received = send(&mut sending, &mut follower, 1000).await.expect("every body is still there");
+    follower.install_snapshot(&sending.meta, received).await.unwrap();
+    assert_eq!(payloads(&follower), retained());
+    drop(sending);
+    // The next snapshot after the send deletes them.
+    leader.apply(vec![entry(17, Command::Publish(PublishRequest::new("orders.a", body(16))))]).await.unwrap();
+    leader.build_snapshot().await.unwrap();
+    assert_eq!(n_bodies(&disk), 5);
 }

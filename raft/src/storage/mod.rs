@@ -77,6 +77,9 @@ pub enum MetaKey {
     BodiesDamaged = 6,
     /// The storage format the directory is written in (see [`crate::format`]).
     Format = 7,
+    /// The bodies space may hold bodies the stored state does not refer to: a snapshot was being received, or
+    /// deletes waited while one was sent (see [`crate::snapshot_transfer`]). The next start deletes them.
+    BodiesUnswept = 8,
 }
 
 /// What can go wrong in storage.
