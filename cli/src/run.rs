@@ -65,6 +65,9 @@ pub struct NodeArgs {
     /// Log entries between snapshots [default: 50000].
     #[arg(long, env = "CELLOG_SNAPSHOT_EVERY")]
     snapshot_every: Option<u64>,
+    /// Most MiB of log kept behind a snapshot; a follower further behind gets the snapshot [default: 256].
+    #[arg(long, env = "CELLOG_KEEP_LOG_MIB")]
+    keep_log_mib: Option<u64>,
     /// Where another cell is reached for sealed mail: CELL=CLIENT_ADDR (repeat, or comma-separate; a cell named
     /// again gets another address).
     #[arg(long = "home", env = "CELLOG_HOMES", value_delimiter = ',')]
@@ -89,6 +92,7 @@ struct FileConfig {
     heartbeat_ms: Option<u64>,
     election_timeout_ms: Option<u64>,
     snapshot_every: Option<u64>,
+    keep_log_mib: Option<u64>,
     #[serde(default)]
     homes: Vec<String>,
 }
@@ -150,6 +154,10 @@ impl NodeArgs {
                     .unwrap_or(defaults.election_timeout_ms),
                 snapshot_every: self.snapshot_every.or(file.snapshot_every).unwrap_or(defaults.snapshot_every),
                 keep_logs: defaults.keep_logs,
+                keep_log_bytes: self
+                    .keep_log_mib
+                    .or(file.keep_log_mib)
+                    .map_or(defaults.keep_log_bytes, |mib| mib.saturating_mul(1024 * 1024)),
             },
             mail: None,
             past: Past::Unknown,

@@ -208,6 +208,7 @@ impl<S: Storage + Clone> RunningNode<S> {
         let storage = Metered::new(storage, metrics.clone());
         let network = grpc_network(config.cell.clone());
         let node = CellNode::start_with(config.id, raft_config, storage, network, clock, config.past).await?;
+        node.set_keep_log_bytes(config.timing.keep_log_bytes);
         let node = Arc::new(node);
         if let Some(from) = node.recovery().format_migrated_from {
             tracing::info!("storage format {from} migrated to {}", cellog_raft::STORE_FORMAT);

@@ -27,7 +27,13 @@ fn config(id: u64, bootstrap: bool) -> NodeConfig {
         metrics_addr: None,
         peers: Vec::new(),
         bootstrap,
-        timing: RaftTiming { heartbeat_ms: 50, election_timeout_ms: 300, snapshot_every: 1000, keep_logs: 1000 },
+        timing: RaftTiming {
+            heartbeat_ms: 50,
+            election_timeout_ms: 300,
+            snapshot_every: 1000,
+            keep_logs: 1000,
+            ..RaftTiming::default()
+        },
         mail: None,
         past: cellog_raft::Past::Unknown,
     }

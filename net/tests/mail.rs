@@ -50,7 +50,13 @@ async fn cell(
         metrics_addr: None,
         peers: Vec::new(),
         bootstrap: true,
-        timing: RaftTiming { heartbeat_ms: 50, election_timeout_ms: 200, snapshot_every: 1000, keep_logs: 1000 },
+        timing: RaftTiming {
+            heartbeat_ms: 50,
+            election_timeout_ms: 200,
+            snapshot_every: 1000,
+            keep_logs: 1000,
+            ..RaftTiming::default()
+        },
         mail: Some(MailConfig { key: key.clone(), keyring, keyring_dir: None, homes, retry, id_seed: 7 }),
         past: cellog_raft::Past::Unknown,
     };

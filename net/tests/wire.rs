@@ -28,7 +28,13 @@ async fn one_node() -> (RunningNode<SimDisk>, Client) {
         metrics_addr: Some(any),
         peers: Vec::new(),
         bootstrap: true,
-        timing: RaftTiming { heartbeat_ms: 50, election_timeout_ms: 200, snapshot_every: 1000, keep_logs: 1000 },
+        timing: RaftTiming {
+            heartbeat_ms: 50,
+            election_timeout_ms: 200,
+            snapshot_every: 1000,
+            keep_logs: 1000,
+            ..RaftTiming::default()
+        },
         mail: None,
         past: cellog_raft::Past::Unknown,
     };

@@ -3,9 +3,14 @@
 //! Every append is written and synced before openraft is told it is flushed, so an entry this node acknowledges to
 //! a leader is on its disk. openraft 0.9 waits for each append's flush before it issues the next, so group commit
 //! happens one level up: [`crate::CellNode`] packs concurrent proposals into one entry.
+//!
+//! The store keeps the stored size of every entry in the log ([`LogSizes`]), so that the node can bound the bytes of
+//! log kept behind a snapshot as well as their count.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
+use std::sync::{Arc, Mutex};
 
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{LogState, OptionalSend, RaftLogReader, StorageIOError, Vote};
@@ -19,6 +24,57 @@ use crate::types::{Entry, LogId, NodeId, RaftStorageError, TypeConfig};
 #[derive(Clone, Debug)]
 pub struct LogStore<S> {
     storage: S,
+    sizes: LogSizes,
+}
+
+/// The stored size of each entry in a node's log, by index: filled when the log is verified at start, kept as
+/// entries are appended, truncated and purged.
+#[derive(Clone, Debug, Default)]
+pub struct LogSizes(Arc<Mutex<BTreeMap<u64, u64>>>);
+
+impl LogSizes {
+    fn sizes(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, u64>> {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Records the stored size of the entry at `index`.
+    pub fn insert(&self, index: u64, bytes: u64) {
+        self.sizes().insert(index, bytes);
+    }
+
+    /// Forgets every entry at `index` and after.
+    fn remove_from(&self, index: u64) {
+        self.sizes().split_off(&index);
+    }
+
+    /// Forgets every entry up to `index`, inclusive.
+    fn remove_up_to(&self, index: u64) {
+        let mut sizes = self.sizes();
+        *sizes = sizes.split_off(&index.saturating_add(1));
+    }
+
+    /// Forgets everything.
+    pub fn clear(&self) {
+        self.sizes().clear();
+    }
+
+    /// The stored bytes of the entries up to `index`, inclusive.
+    pub fn bytes_up_to(&self, index: u64) -> u64 {
+        self.sizes().range(..=index).map(|(_, bytes)| bytes).sum()
+    }
+
+    /// The index to purge up to (inclusive) so that the entries kept at or before `snapshot` add up to at most
+    /// `budget` bytes; `None` when they already do.
+    pub fn purge_for(&self, snapshot: u64, budget: u64) -> Option<u64> {
+        let mut kept = 0u64;
+        for (&index, &bytes) in self.sizes().range(..=snapshot).rev() {
+            kept = kept.saturating_add(bytes);
+            if kept > budget {
+                return Some(index);
+            }
+        }
+        None
+    }
 }
 
 fn encode<T: Serialize>(value: &T) -> Vec<u8> {
@@ -75,9 +131,14 @@ fn write_error(error: StorageError) -> RaftStorageError {
 }
 
 impl<S: Storage + Clone> LogStore<S> {
-    /// The log store over `storage`.
-    pub fn new(storage: S) -> Self {
-        LogStore { storage }
+    /// The log store over `storage`, whose log entries have the stored `sizes`.
+    pub fn new(storage: S, sizes: LogSizes) -> Self {
+        LogStore { storage, sizes }
+    }
+
+    /// The stored size of each entry, shared with the store as it changes.
+    pub fn sizes(&self) -> LogSizes {
+        self.sizes.clone()
     }
 
     /// Writes and syncs, waiting out a simulated device's sync time on the runtime's clock.
@@ -192,7 +253,9 @@ impl<S: Storage + Clone> RaftLogStorage<TypeConfig> for LogStore<S> {
         let mut batch = Batch::new();
         let mut last = None;
         for entry in entries {
-            batch.put(Space::Log, entry.log_id.index, &encode(&entry));
+            let encoded = encode(&entry);
+            self.sizes.insert(entry.log_id.index, (encoded.len() + crate::storage::FRAME_BYTES) as u64);
+            batch.put(Space::Log, entry.log_id.index, &encoded);
             last = Some(entry.log_id.index);
         }
         if let Some(last) = last {
@@ -211,6 +274,7 @@ impl<S: Storage + Clone> RaftLogStorage<TypeConfig> for LogStore<S> {
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), RaftStorageError> {
+        self.sizes.remove_from(log_id.index);
         let mut batch = Batch::new();
         batch.delete_range(Space::Log, log_id.index..u64::MAX);
         match log_id.index.checked_sub(1) {
@@ -233,6 +297,7 @@ impl<S: Storage + Clone> RaftLogStorage<TypeConfig> for LogStore<S> {
         #[cfg(not(madsim))]
         let up_to = log_id.index;
         batch.delete_range(Space::Log, 0..up_to.saturating_add(1));
+        self.sizes.remove_up_to(up_to);
         self.write_synced(batch).await.map_err(write_error)
     }
 }

@@ -16,6 +16,7 @@ use openraft::network::RaftNetworkFactory;
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, VoteRequest, VoteResponse};
 
 use crate::bodies::{BodyError, StoredBodies};
+use crate::log_store::LogSizes;
 use crate::recovery::{Recovery, clear_repair_target, open_stores};
 use crate::state_machine::{Interrupted, Replica, read_replica};
 use crate::storage::{Batch, MetaKey, Space, Storage, StorageError};
@@ -132,7 +133,13 @@ pub struct CellNode<S> {
     clock: Arc<CellClock>,
     stopped: Arc<AtomicBool>,
     proposals: mpsc::Sender<Proposal>,
+    /// Most bytes of log kept behind the snapshot ([`KEEP_LOG_BYTES`] unless set).
+    keep_log_bytes: Arc<AtomicU64>,
 }
+
+/// Most bytes of log entries a node keeps behind its snapshot, whatever the count openraft's config allows: entries are
+/// up to about 13 MiB each, so a count alone could keep gigabytes. A follower further behind gets the snapshot.
+pub const KEEP_LOG_BYTES: u64 = 256 * 1024 * 1024;
 
 /// Most commands packed into one log entry.
 pub const MAX_BATCH: usize = 1024;
@@ -243,6 +250,7 @@ impl<S: Storage + Clone> CellNode<S> {
             Some(_) => Arc::new(Config { enable_elect: false, ..(*config).clone() }),
             None => config,
         };
+        let log_sizes = log_store.sizes();
         let raft = Raft::new(id, config, network, log_store, state_machine)
             .await
             .map_err(|error| StartError::Raft(error.to_string()))?;
@@ -282,6 +290,8 @@ impl<S: Storage + Clone> CellNode<S> {
                 }
             });
         }
+        let keep_log_bytes = Arc::new(AtomicU64::new(KEEP_LOG_BYTES));
+        tokio::spawn(keep_log_within(raft.clone(), log_sizes, keep_log_bytes.clone(), stopped.clone()));
         let (proposals, queue) = mpsc::channel(PROPOSAL_QUEUE);
         let clock = Arc::new(CellClock { clock, last: Mutex::new(None) });
         tokio::spawn(tick(raft.clone(), replica.clone(), clock.clone(), stopped.clone(), proposals.clone()));
@@ -301,7 +311,13 @@ impl<S: Storage + Clone> CellNode<S> {
             clock,
             stopped,
             proposals,
+            keep_log_bytes,
         })
+    }
+
+    /// Sets the most bytes of log this node keeps behind its snapshot (from the next snapshot on).
+    pub fn set_keep_log_bytes(&self, bytes: u64) {
+        self.keep_log_bytes.store(bytes, Ordering::Release);
     }
 
     /// Proposes a command stamped with this node's clock (never earlier than the cell's last stamp).
@@ -498,6 +514,31 @@ impl<S: Storage + Clone> CellNode<S> {
     pub async fn shutdown(&self) {
         self.stopped.store(true, Ordering::Release);
         let _ = self.raft.shutdown().await;
+    }
+}
+
+/// Keeps the log behind each snapshot within `budget` bytes: when a snapshot leaves more, asks openraft to purge up to
+/// where what stays fits (openraft waits until no follower is being sent what it purges).
+async fn keep_log_within(raft: Raft, sizes: LogSizes, budget: Arc<AtomicU64>, stopped: Arc<AtomicBool>) {
+    let mut metrics = raft.metrics();
+    let mut looked_at = None;
+    while !stopped.load(Ordering::Acquire) {
+        let snapshot = metrics.borrow_and_update().snapshot.map(|id| id.index);
+        let budget = budget.load(Ordering::Acquire);
+        if let Some(snapshot) = snapshot
+            && looked_at != Some((snapshot, budget))
+        {
+            looked_at = Some((snapshot, budget));
+            if let Some(up_to) = sizes.purge_for(snapshot, budget) {
+                tracing::debug!(target: transition::TARGET, up_to, budget, "purging the log behind the snapshot to its byte budget");
+                if raft.trigger().purge_log(up_to).await.is_err() {
+                    return;
+                }
+            }
+        }
+        if metrics.changed().await.is_err() {
+            return;
+        }
     }
 }
 

@@ -13,7 +13,7 @@
 //! from the leader's snapshot. Bodies are otherwise verified when read, not here, so that a restart does not read
 //! every retained byte.
 
-use crate::log_store::{LogStore, decode_entry, read_meta};
+use crate::log_store::{LogSizes, LogStore, decode_entry, read_meta};
 use crate::state_machine::StateMachineStore;
 use crate::storage::{Batch, MetaKey, Space, Storage, StorageError};
 use crate::types::{LogId, NodeId};
@@ -55,8 +55,8 @@ struct LogScan {
 }
 
 /// Finds the first log index that does not verify (or is missing), from the one after the last purged entry (or
-/// the first stored entry when nothing was purged).
-fn scan_log<S: Storage>(storage: &S, last_purged: Option<LogId>) -> Result<LogScan, StorageError> {
+/// the first stored entry when nothing was purged), and records the size of each entry that verifies in `sizes`.
+fn scan_log<S: Storage>(storage: &S, last_purged: Option<LogId>, sizes: &LogSizes) -> Result<LogScan, StorageError> {
     let Some((first, last)) = storage.key_bounds(Space::Log)? else {
         return Ok(LogScan { first_bad: None, torn_tail: false, n_verified: 0, last: None });
     };
@@ -79,6 +79,7 @@ fn scan_log<S: Storage>(storage: &S, last_purged: Option<LogId>) -> Result<LogSc
                 scan.torn_tail = index == last;
                 return Ok(scan);
             }
+            sizes.insert(index, framed.len() as u64);
             scan.n_verified += 1;
             expected += 1;
         }
@@ -116,8 +117,10 @@ pub fn open_stores<S: Storage + Clone>(
     // repair. What each pass found adds up.
     let format = crate::format::check_format(&storage)?;
     let mut recovery = Recovery { format_migrated_from: format.migrated_from, ..Recovery::default() };
+    let sizes = LogSizes::default();
     for _ in 0..MAX_REPAIR_PASSES {
-        let (pass, repaired, state_machine) = repair_pass(&storage)?;
+        sizes.clear();
+        let (pass, repaired, state_machine) = repair_pass(&storage, &sizes)?;
         recovery.log_cut_from = match (recovery.log_cut_from, pass.log_cut_from) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -134,7 +137,7 @@ pub fn open_stores<S: Storage + Clone>(
                 Some(state_machine) => state_machine,
                 None => StateMachineStore::open(storage.clone())?,
             };
-            return Ok((LogStore::new(storage), state_machine, recovery));
+            return Ok((LogStore::new(storage, sizes), state_machine, recovery));
         }
     }
     Err(StorageError::Io { reason: format!("storage still needs repair after {MAX_REPAIR_PASSES} passes") })
@@ -143,10 +146,12 @@ pub fn open_stores<S: Storage + Clone>(
 /// Verification passes before a node gives up on its storage.
 const MAX_REPAIR_PASSES: usize = 8;
 
-/// One verification pass: what it found, whether it wrote a repair, and the state machine it opened.
+/// One verification pass: what it found, whether it wrote a repair, and the state machine it opened. The size of
+/// each log entry that verified is in `sizes`.
 #[allow(clippy::type_complexity)]
 fn repair_pass<S: Storage + Clone>(
     storage: &S,
+    sizes: &LogSizes,
 ) -> Result<(Recovery, bool, Option<StateMachineStore<S>>), StorageError> {
     let storage = storage.clone();
     let mut recovery = Recovery::default();
@@ -221,7 +226,7 @@ fn repair_pass<S: Storage + Clone>(
         let held = highest_held.or(last_purged.map(|id| id.index)).unwrap_or(0);
         repair_target = Some(repair_target.unwrap_or(0).max(held + 1));
     } else {
-        let scan = scan_log(&storage, last_purged)?;
+        let scan = scan_log(&storage, last_purged, sizes)?;
         recovery.n_entries_verified = scan.n_verified;
         if let (Some((index, reason)), Some(last)) = (scan.first_bad, scan.last) {
             batch.delete_range(Space::Log, index..u64::MAX);

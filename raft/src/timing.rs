@@ -15,11 +15,19 @@ pub struct RaftTiming {
     pub snapshot_every: u64,
     /// Log entries kept behind a snapshot: a follower further behind than that is sent the snapshot.
     pub keep_logs: u64,
+    /// Bytes of log kept behind a snapshot, whatever their count ([`crate::CellNode::set_keep_log_bytes`]).
+    pub keep_log_bytes: u64,
 }
 
 impl Default for RaftTiming {
     fn default() -> Self {
-        RaftTiming { heartbeat_ms: 100, election_timeout_ms: 600, snapshot_every: 50_000, keep_logs: 1000 }
+        RaftTiming {
+            heartbeat_ms: 100,
+            election_timeout_ms: 600,
+            snapshot_every: 50_000,
+            keep_logs: 1000,
+            keep_log_bytes: crate::node::KEEP_LOG_BYTES,
+        }
     }
 }
 

@@ -9,11 +9,13 @@
 mod common;
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
-use cellog_raft::storage::{DiskFaults, Space};
+use cellog_raft::storage::{DiskFaults, Space, Storage};
 use cellog_raft::{NodeAddrs, NodeId};
 use common::{TIMEOUT, TestCell};
+use openraft::Config;
 use openraft::raft::VoteRequest;
 
 const NO_SNAPSHOTS: u64 = 1_000_000;
@@ -507,4 +509,39 @@ async fn a_node_that_lost_its_disk_votes_for_nobody_until_a_leader_has_brought_i
     })
     .await
     .expect("the lost node repairs from a leader");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_kept_behind_a_snapshot_stays_within_its_byte_budget() {
+    const BUDGET: u64 = 2_000;
+    let mut cell = TestCell::new(20);
+    // openraft alone would keep a thousand entries behind each snapshot: all of them, here.
+    cell.config = Arc::new(Config { max_in_snapshot_log_to_keep: 1000, ..(*cell.config).clone() });
+    cell.bootstrap(&[1, 2, 3]).await;
+    for id in [1, 2, 3] {
+        cell.node(id).set_keep_log_bytes(BUDGET);
+    }
+    cell.create_stream().await;
+    cell.publish("history", 100).await;
+    cell.converge().await;
+    for id in [1, 2, 3] {
+        let node = cell.node(id);
+        let purged = node
+            .raft()
+            .wait(Some(TIMEOUT))
+            .metrics(|m| m.purged.is_some_and(|purged| purged.index >= 60), "purged to the budget")
+            .await
+            .expect("the log behind the snapshot is purged to its byte budget")
+            .purged
+            .expect("purged");
+        let snapshot = node.raft().metrics().borrow().snapshot.expect("a snapshot").index;
+        let kept: u64 = cell.disks[&id]
+            .scan_framed(Space::Log, purged.index + 1..snapshot + 1, usize::MAX)
+            .expect("the log reads")
+            .iter()
+            .map(|(_, framed)| framed.len() as u64)
+            .sum();
+        assert!(kept <= BUDGET, "node {id} keeps {kept} bytes of log behind its snapshot at {snapshot}");
+        assert!(snapshot - purged.index >= 3, "node {id} keeps what fits: {} entries", snapshot - purged.index);
+    }
 }
