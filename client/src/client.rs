@@ -499,7 +499,11 @@ impl Client {
             }
             in_flight.push_back((index, Instant::now()));
         }
-        let mut answers = match client.publish_batch(outgoing).await {
+        // A node that stopped answering (paused, cut off, hung) must not hold the batch for ever: opening the call, and
+        // each answer while messages are in flight, takes at most one attempt's deadline.
+        let silent = || Status::deadline_exceeded("the node did not answer within the attempt deadline");
+        let opened = tokio::time::timeout(self.options.attempt_timeout, client.publish_batch(outgoing)).await;
+        let mut answers = match opened.unwrap_or_else(|_| Err(silent())) {
             Ok(response) => response.into_inner(),
             Err(status) => {
                 Self::requeue(todo, &mut in_flight);
@@ -525,7 +529,8 @@ impl Client {
                 }
                 in_flight.push_back((index, Instant::now()));
             }
-            let answer = match answers.message().await {
+            let answer = tokio::time::timeout(self.options.attempt_timeout, answers.message()).await;
+            let answer = match answer.unwrap_or_else(|_| Err(silent())) {
                 Ok(Some(answer)) => answer,
                 Ok(None) if in_flight.is_empty() && todo.is_empty() => return None,
                 Ok(None) => {
