@@ -161,6 +161,7 @@ impl NodeArgs {
             },
             mail: None,
             past: Past::Unknown,
+            cell_id: None,
         };
         if config.peers.iter().any(|peer| peer.id == config.id) {
             bail!("node {} lists itself among its peers", config.id);
@@ -175,13 +176,14 @@ async fn start(
     config: &NodeConfig,
     homes: BTreeMap<String, Vec<String>>,
 ) -> anyhow::Result<RunningNode<Arc<RocksStorage>>> {
-    let past = cellog_net::node::claim_data_dir(config)?;
+    let (past, cell_id) = cellog_net::node::claim_data_dir(config)?;
     let (key, created) = CellKey::load_or_create(&config.data_dir, &config.cell)?;
     let verb = if created { "made" } else { "found" };
     tracing::info!(fingerprint = %key.fingerprint(), "{verb} the cell key in {}", config.data_dir.join("keys").display());
     let keyring = Keyring::open(&config.data_dir)?;
     let mut config = config.clone();
     config.past = past;
+    config.cell_id = cell_id;
     config.mail = Some(MailConfig {
         key,
         keyring,
@@ -208,7 +210,7 @@ async fn record_membership(config: NodeConfig, node: Arc<CellNode<Metered<Arc<Ro
     loop {
         let view = node.cluster_view();
         if view.members.iter().any(|member| member.id == config.id && member.voter) {
-            match cellog_net::node::record_membership(&config) {
+            match cellog_net::node::record_membership(&config, node.identity().id()) {
                 Ok(()) => {
                     tracing::info!("a voter of cell {:?}: recorded in the data directory's identity", config.cell);
                     return;
@@ -294,6 +296,7 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
             timing: RaftTiming::default(),
             mail: None,
             past: Past::Unknown,
+            cell_id: None,
         });
     }
     let founders: Vec<Peer> = configs.iter().map(|config| Peer { id: config.id, node: config.advertised() }).collect();

@@ -234,7 +234,10 @@ async fn a_single_node_that_lost_its_disk_does_not_lead_an_empty_cell() {
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    assert!(std::fs::read_to_string(&identity).expect("an identity").contains("member=yes"), "membership recorded");
+    let recorded = std::fs::read_to_string(&identity).expect("an identity");
+    assert!(recorded.contains("member=yes"), "membership recorded: {recorded}");
+    let cell_id = recorded.lines().find_map(|line| line.strip_prefix("cell_id=")).expect("the cell's id recorded");
+    assert!(cell_id.len() == 32 && cell_id.chars().all(|c| c.is_ascii_hexdigit()), "{cell_id}");
 
     node.kill();
     std::fs::remove_dir_all(dir.path().join("node-1").join("store")).expect("the disk is lost");
@@ -244,4 +247,5 @@ async fn a_single_node_that_lost_its_disk_does_not_lead_an_empty_cell() {
     assert!(status.repairing, "{status:?}");
     assert_ne!(status.state, "Leader", "{status:?}");
     assert!(node.log_text().contains("lost disk"), "{}", node.log_text());
+    assert!(std::fs::read_to_string(&identity).expect("an identity").contains(cell_id), "the cell's id is kept");
 }

@@ -12,6 +12,7 @@ use cellog_proto::raft::raft_server::RaftServer;
 use cellog_proto::v1::cellog_server::CellogServer;
 use cellog_proto::v1::mail_server::MailServer;
 pub use cellog_raft::RaftTiming;
+use cellog_raft::network::{CellId, CellIdentity};
 use cellog_raft::storage::{Storage, StorageError};
 use cellog_raft::{CellNode, Clock, NodeAddrs, NodeId, Past, StartError};
 use tokio::sync::watch;
@@ -87,6 +88,8 @@ pub struct NodeConfig {
     pub mail: Option<MailConfig>,
     /// What the node was, as its data directory's identity says ([`claim_data_dir`]).
     pub past: Past,
+    /// The cell's id, as the data directory's identity says, if it says one.
+    pub cell_id: Option<CellId>,
 }
 
 impl NodeConfig {
@@ -145,10 +148,31 @@ pub struct RunningNode<S> {
     servers: Vec<JoinHandle<()>>,
 }
 
-/// The identity a data directory records: which cell and node it belongs to, and whether that node was a voter.
-fn identity(config: &NodeConfig, member: bool) -> String {
+/// The identity a data directory records: which cell and node it belongs to, whether that node was a voter, and the
+/// cell's id once the node knows it.
+fn identity(config: &NodeConfig, member: bool, cell_id: Option<CellId>) -> String {
     let member = if member { "member=yes\n" } else { "" };
-    format!("cell={}\nnode={}\n{member}", config.cell, config.id)
+    let cell_id = cell_id.map_or(String::new(), |id| format!("cell_id={id}\n"));
+    format!("cell={}\nnode={}\n{member}{cell_id}", config.cell, config.id)
+}
+
+/// Splits the cell id line off an identity: the rest, and the id.
+fn split_cell_id(text: &str) -> Result<(String, Option<CellId>), String> {
+    let mut rest = String::new();
+    let mut cell_id = None;
+    for line in text.lines() {
+        match line.strip_prefix("cell_id=") {
+            Some(hex) => {
+                let id = u128::from_str_radix(hex, 16).map_err(|error| format!("cell_id {hex:?}: {error}"))?;
+                cell_id = Some(CellId(id));
+            }
+            None => {
+                rest.push_str(line);
+                rest.push('\n');
+            }
+        }
+    }
+    Ok((rest, cell_id))
 }
 
 /// Writes the identity file so that a crash leaves the old one or the new one whole: a temporary file, fsynced,
@@ -165,32 +189,42 @@ fn write_identity(data_dir: &std::path::Path, text: &str) -> Result<(), NodeErro
 }
 
 /// Claims the data directory for this node: records its identity on the first start, and refuses a directory that
-/// belongs to another node or cell. Returns what the identity says of the node's past: [`Past::Member`] once it was a
-/// voter of its cell ([`record_membership`]), so that an empty store then is known for a lost disk.
-pub fn claim_data_dir(config: &NodeConfig) -> Result<Past, NodeError> {
+/// belongs to another node or cell. Returns what the identity says of the node's past ([`Past::Member`] once it was a
+/// voter of its cell ([`record_membership`]), so that an empty store then is known for a lost disk) and the cell's id,
+/// if it records one.
+pub fn claim_data_dir(config: &NodeConfig) -> Result<(Past, Option<CellId>), NodeError> {
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|error| NodeError::Identity(format!("cannot create {}: {error}", config.data_dir.display())))?;
     let path = config.data_dir.join("IDENTITY");
+    let unreadable = |reason: String| NodeError::Identity(format!("cannot read {}: {reason}", path.display()));
     match std::fs::read_to_string(&path) {
-        Ok(found) if found == identity(config, true) => Ok(Past::Member),
-        Ok(found) if found == identity(config, false) => Ok(Past::Unknown),
-        Ok(found) => Err(NodeError::Identity(format!(
-            "{} belongs to another node: it holds {:?}, this is {:?}",
-            config.data_dir.display(),
-            found.trim(),
-            identity(config, false).trim()
-        ))),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            write_identity(&config.data_dir, &identity(config, false)).map(|()| Past::Unknown)
+        Ok(found) => {
+            let (found, cell_id) = split_cell_id(&found).map_err(unreadable)?;
+            if found == identity(config, true, None) {
+                Ok((Past::Member, cell_id))
+            } else if found == identity(config, false, None) {
+                Ok((Past::Unknown, cell_id))
+            } else {
+                Err(NodeError::Identity(format!(
+                    "{} belongs to another node: it holds {:?}, this is {:?}",
+                    config.data_dir.display(),
+                    found.trim(),
+                    identity(config, false, None).trim()
+                )))
+            }
         }
-        Err(error) => Err(NodeError::Identity(format!("cannot read {}: {error}", path.display()))),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            write_identity(&config.data_dir, &identity(config, false, None)).map(|()| (Past::Unknown, None))
+        }
+        Err(error) => Err(unreadable(error.to_string())),
     }
 }
 
-/// Records in the data directory's identity that this node is a voter of its cell: from then on, a start over an
-/// empty store is a lost disk, and the node repairs from a leader before it votes (see [`Past::Member`]).
-pub fn record_membership(config: &NodeConfig) -> Result<(), NodeError> {
-    write_identity(&config.data_dir, &identity(config, true))
+/// Records in the data directory's identity that this node is a voter of its cell, and the cell's id: from then on, a
+/// start over an empty store is a lost disk, and the node repairs from a leader before it votes (see [`Past::Member`]),
+/// taking entries under that cell id alone.
+pub fn record_membership(config: &NodeConfig, cell_id: Option<CellId>) -> Result<(), NodeError> {
+    write_identity(&config.data_dir, &identity(config, true, cell_id))
 }
 
 impl<S: Storage + Clone> RunningNode<S> {
@@ -206,8 +240,12 @@ impl<S: Storage + Clone> RunningNode<S> {
 
         let metrics = Arc::new(Metrics::new());
         let storage = Metered::new(storage, metrics.clone());
-        let network = grpc_network(config.cell.clone());
-        let node = CellNode::start_with(config.id, raft_config, storage, network, clock, config.past).await?;
+        let identity = match config.cell_id {
+            Some(id) => CellIdentity::known(config.cell.as_str(), id),
+            None => CellIdentity::new(config.cell.as_str()),
+        };
+        let network = grpc_network(identity.clone());
+        let node = CellNode::start_with(config.id, raft_config, storage, network, clock, config.past, identity).await?;
         node.set_keep_log_bytes(config.timing.keep_log_bytes);
         let node = Arc::new(node);
         if let Some(from) = node.recovery().format_migrated_from {
@@ -217,8 +255,10 @@ impl<S: Storage + Clone> RunningNode<S> {
             tracing::warn!(recovery = ?node.recovery(), "storage needed repair; catching up from the cell");
         }
         // A node that was a member never founds the cell again: over a lost disk that would start a second cell of
-        // the same name with nothing in it.
-        if config.bootstrap && config.past != Past::Member {
+        // the same name with nothing in it. Of the founders, the one with the lowest id founds the cell and makes its
+        // id; the others learn the id from its first entries.
+        let founder = config.peers.iter().all(|peer| peer.id > config.id);
+        if config.bootstrap && founder && config.past != Past::Member {
             let mut members: std::collections::BTreeMap<NodeId, NodeAddrs> =
                 config.peers.iter().map(|peer| (peer.id, peer.node.clone())).collect();
             members.insert(config.id, config.advertised_at(raft_addr, client_addr));
@@ -239,7 +279,7 @@ impl<S: Storage + Clone> RunningNode<S> {
         let mail_service = MailServer::new(MailService::new(mail_cell, mail))
             .max_decoding_message_size(MAX_CLIENT_MESSAGE)
             .max_encoding_message_size(MAX_CLIENT_MESSAGE);
-        let raft_service = RaftServer::new(RaftService::new(config.cell.clone(), node.clone()))
+        let raft_service = RaftServer::new(RaftService::new(node.clone()))
             .max_decoding_message_size(MAX_RAFT_MESSAGE)
             .max_encoding_message_size(MAX_RAFT_MESSAGE);
         let services = Services { client: client_service, mail: mail_service, raft: raft_service };

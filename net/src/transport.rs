@@ -5,10 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use cellog_proto::raft::RaftMessage;
 use cellog_proto::raft::raft_client::RaftClient;
 use cellog_proto::raft::raft_server::Raft as RaftRpc;
-use cellog_raft::network::{AnswerError, Frame, Link, LinkError, Links, Network, Rpc};
+use cellog_raft::network::{AnswerError, CellId, CellIdentity, Frame, Link, LinkError, Links, Network, Rpc};
 use cellog_raft::storage::Storage;
 use cellog_raft::{CellNode, NodeAddrs, NodeId};
 use tonic::transport::{Channel, Endpoint};
@@ -22,15 +23,23 @@ pub const MAX_RAFT_MESSAGE: usize = cellog_raft::network::MAX_MESSAGE_BYTES + 64
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 fn to_wire(frame: Frame) -> RaftMessage {
-    RaftMessage { cell: frame.cell, crc32c: frame.crc32c, payload: frame.payload }
+    let cell_id = frame.cell_id.map_or_else(Bytes::new, |id| Bytes::copy_from_slice(&id.0.to_le_bytes()));
+    RaftMessage { cell: frame.cell, crc32c: frame.crc32c, payload: frame.payload, cell_id }
 }
 
-fn from_wire(message: RaftMessage) -> Frame {
-    Frame { cell: message.cell, crc32c: message.crc32c, payload: message.payload }
+/// The frame a message carries; a cell id that is not 16 bytes is malformed.
+fn from_wire(message: RaftMessage) -> Result<Frame, Status> {
+    let cell_id = match message.cell_id.len() {
+        0 => None,
+        _ => Some(CellId(u128::from_le_bytes(
+            message.cell_id[..].try_into().map_err(|_| Status::invalid_argument("a cell id is 16 bytes"))?,
+        ))),
+    };
+    Ok(Frame { cell: message.cell, cell_id, crc32c: message.crc32c, payload: message.payload })
 }
 
 /// The network of a node of `cell`, over gRPC.
-pub fn grpc_network(cell: impl Into<Arc<str>>) -> Network<GrpcLinks> {
+pub fn grpc_network(cell: CellIdentity) -> Network<GrpcLinks> {
     Network::new(cell, GrpcLinks)
 }
 
@@ -68,7 +77,7 @@ impl Link for GrpcLink {
             Rpc::Vote => client.vote(request).await,
         };
         match response {
-            Ok(response) => Ok(from_wire(response.into_inner())),
+            Ok(response) => from_wire(response.into_inner()).map_err(|status| LinkError::Failed(status.to_string())),
             Err(status) => match status.code() {
                 tonic::Code::Unavailable | tonic::Code::Cancelled => Err(LinkError::Unreachable(status.to_string())),
                 _ => Err(LinkError::Failed(status.to_string())),
@@ -79,24 +88,25 @@ impl Link for GrpcLink {
 
 /// The receiving side: hands each message to the local node.
 pub struct RaftService<S> {
-    cell: Arc<str>,
     node: Arc<CellNode<S>>,
 }
 
 impl<S: Storage + Clone> RaftService<S> {
-    /// The service of `node` in `cell`.
-    pub fn new(cell: impl Into<Arc<str>>, node: Arc<CellNode<S>>) -> Self {
-        RaftService { cell: cell.into(), node }
+    /// The service of `node`.
+    pub fn new(node: Arc<CellNode<S>>) -> Self {
+        RaftService { node }
     }
 
     async fn answer(&self, rpc: Rpc, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        match self.node.answer(&self.cell, rpc, &from_wire(request.into_inner())).await {
+        match self.node.answer(rpc, &from_wire(request.into_inner())?).await {
             Ok(frame) => Ok(Response::new(to_wire(frame))),
             Err(AnswerError::Refused(error)) => {
                 tracing::warn!(%error, "refused a raft message");
                 Err(Status::invalid_argument(error.to_sender()))
             }
-            Err(error @ AnswerError::Unencodable(_)) => Err(Status::internal(error.to_string())),
+            Err(error @ (AnswerError::Unencodable(_) | AnswerError::Storage(_))) => {
+                Err(Status::internal(error.to_string()))
+            }
         }
     }
 }

@@ -36,6 +36,7 @@ fn config(id: u64, bootstrap: bool) -> NodeConfig {
         },
         mail: None,
         past: cellog_raft::Past::Unknown,
+        cell_id: None,
     }
 }
 
@@ -231,4 +232,42 @@ async fn a_node_whose_disk_fails_stops_serving_and_says_why() {
     wait_for("NOT_SERVING", async || health("cellog.v1.Cellog").await == ServingStatus::NotServing as i32).await;
     assert_eq!(health("").await, ServingStatus::NotServing as i32, "the server as a whole too");
     let _ = node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cell_of_the_same_name_is_told_apart_by_its_id() {
+    // Two cells of the same name, each founded on its own: each made an id of its own.
+    let ours = start(&config(1, true)).await;
+    let theirs = start(&config(5, true)).await;
+    let client = client_of(&ours);
+    leader_ready(&client).await;
+    leader_ready(&client_of(&theirs)).await;
+    let our_id = ours.node.identity().id().expect("the founder made the cell's id");
+    let their_id = theirs.node.identity().id().expect("the founder made the cell's id");
+    assert_ne!(our_id, their_id);
+
+    // A new node learns our cell's id from our leader's first entries.
+    let new = start(&config(2, false)).await;
+    assert_eq!(new.node.identity().id(), None);
+    client.add_learner(2, &new.raft_addr.to_string(), &new.client_addr.to_string()).await.expect("learner added");
+    assert_eq!(new.node.identity().id(), Some(our_id));
+
+    // The other cell's node, added to ours by mistake, refuses our leader's entries: nothing of ours reaches it,
+    // and its own cell is untouched.
+    let _ = tokio::time::timeout(
+        Duration::from_secs(2),
+        client.add_learner(5, &theirs.raft_addr.to_string(), &theirs.client_addr.to_string()),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let view = theirs.node.cluster_view();
+    assert_eq!(view.members.iter().map(|member| member.id).collect::<Vec<_>>(), vec![5], "{view:?}");
+    assert_eq!(theirs.node.identity().id(), Some(their_id));
+    let status = client.cluster_status().await.expect("status");
+    let stranger = status.nodes.iter().find(|member| member.id == 5).expect("added as a learner");
+    assert_eq!(stranger.matched_index, None, "nothing of ours reached it");
+
+    for node in [ours, theirs, new] {
+        node.stop().await.expect("a clean stop");
+    }
 }

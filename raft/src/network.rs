@@ -1,10 +1,17 @@
 //! Raft between the nodes of a cell, whatever carries it. openraft's messages leave as [`Frame`]s (postcard, a
-//! crc32c, the cell's name) through a [`Link`] the transport provides, and a frame from a peer is answered by
+//! crc32c, the cell's name and id) through a [`Link`] the transport provides, and a frame from a peer is answered by
 //! [`CellNode::answer`]; a frame that fails its checksum or names another cell is refused, never applied. The
 //! transport (gRPC in `cellog-net`, madsim's network in simulation) moves bytes and names no openraft type.
+//!
+//! A cell's id ([`CellId`]) is random, made by the node that founds the cell and stored in its meta space; every
+//! other node learns it from the first entries or snapshot a leader sends it while it holds nothing, and stores it
+//! before it takes them. Two cells that share a name (a default name, a cell wiped and founded again while an old node
+//! still runs) refuse each other's messages: a node that knows its cell's id takes a leader's entries or snapshot only
+//! under that id, and a vote or an answer under no other. A node whose store predates cell ids has none and keeps
+//! checking the name alone; it never learns one, since it holds a log already.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -37,12 +44,61 @@ pub enum Rpc {
     Vote,
 }
 
+/// A cell's id: random, made when the cell is founded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize)]
+pub struct CellId(pub u128);
+
+impl std::fmt::Display for CellId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+/// Which cell a node's Raft messages belong to: the cell's name, and its id once the node knows it. Shared by the
+/// node's network (which stamps outgoing frames) and the node (which checks incoming ones and learns the id).
+#[derive(Clone, Debug)]
+pub struct CellIdentity {
+    name: Arc<str>,
+    id: Arc<OnceLock<CellId>>,
+}
+
+impl CellIdentity {
+    /// The identity of a node of the cell `name`, its id not known yet.
+    pub fn new(name: impl Into<Arc<str>>) -> Self {
+        CellIdentity { name: name.into(), id: Arc::new(OnceLock::new()) }
+    }
+
+    /// The identity of a node of the cell `name` whose id is `id` (as the node's data directory records it).
+    pub fn known(name: impl Into<Arc<str>>, id: CellId) -> Self {
+        let identity = CellIdentity::new(name);
+        identity.learn(id);
+        identity
+    }
+
+    /// The cell's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The cell's id, if this node knows it.
+    pub fn id(&self) -> Option<CellId> {
+        self.id.get().copied()
+    }
+
+    /// Takes `id` as the cell's id, unless the node knows another: whether the id is now `id`.
+    pub(crate) fn learn(&self, id: CellId) -> bool {
+        *self.id.get_or_init(|| id) == id
+    }
+}
+
 /// One Raft message on the wire: a request, or the receiver's result.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Frame {
     /// The cell of the sender.
     pub cell: String,
-    /// crc32c of `payload`.
+    /// The id of the sender's cell, if the sender knows it.
+    pub cell_id: Option<CellId>,
+    /// crc32c of `payload`, extended over `cell_id` when there is one.
     pub crc32c: u32,
     /// The postcard encoding of the message.
     pub payload: Bytes,
@@ -58,6 +114,14 @@ pub enum FrameError {
         expected: String,
         /// The sender's.
         got: String,
+    },
+    /// It came from another cell of the same name (or, from a leader, from a node that does not know the id).
+    #[error("message for cell id {}, this is cell id {expected}", got.map_or("unknown".to_string(), |id| id.to_string()))]
+    WrongCellId {
+        /// The receiver's cell id.
+        expected: CellId,
+        /// The sender's.
+        got: Option<CellId>,
     },
     /// Its checksum does not match: it was damaged on the way.
     #[error("checksum mismatch: carried {carried:08x}, computed {computed:08x}")]
@@ -77,24 +141,46 @@ impl FrameError {
     /// The whole error is for this node's log.
     pub fn to_sender(&self) -> String {
         match self {
-            FrameError::WrongCell { .. } => "refused: the message is not for this node's cell".to_string(),
+            FrameError::WrongCell { .. } | FrameError::WrongCellId { .. } => {
+                "refused: the message is not for this node's cell".to_string()
+            }
             other => format!("refused: {other}"),
         }
     }
 }
 
 /// Frames `value` as a message of `cell`.
-pub fn frame_message<T: Serialize>(cell: &str, value: &T) -> Result<Frame, postcard::Error> {
+pub fn frame_message<T: Serialize>(cell: &CellIdentity, value: &T) -> Result<Frame, postcard::Error> {
     let payload = postcard::to_allocvec(value)?;
-    Ok(Frame { cell: cell.to_string(), crc32c: crc32c::crc32c(&payload), payload: payload.into() })
+    Ok(Frame {
+        cell: cell.name().to_string(),
+        cell_id: cell.id(),
+        crc32c: checksum(cell.id(), &payload),
+        payload: payload.into(),
+    })
 }
 
-/// Unframes a message, checking its cell and checksum.
-pub fn unframe_message<T: DeserializeOwned>(cell: &str, frame: &Frame) -> Result<T, FrameError> {
-    if frame.cell != cell {
-        return Err(FrameError::WrongCell { expected: cell.to_string(), got: frame.cell.clone() });
+/// A frame's checksum: crc32c over its payload, extended over its cell id when it carries one (a frame without one
+/// sums as frames did before cell ids).
+fn checksum(cell_id: Option<CellId>, payload: &[u8]) -> u32 {
+    let crc = crc32c::crc32c(payload);
+    match cell_id {
+        Some(id) => crc32c::crc32c_append(crc, &id.0.to_le_bytes()),
+        None => crc,
     }
-    let computed = crc32c::crc32c(&frame.payload);
+}
+
+/// Unframes a message, checking its cell (the name, and the id when both sides know one) and its checksum.
+pub fn unframe_message<T: DeserializeOwned>(cell: &CellIdentity, frame: &Frame) -> Result<T, FrameError> {
+    if frame.cell != cell.name() {
+        return Err(FrameError::WrongCell { expected: cell.name().to_string(), got: frame.cell.clone() });
+    }
+    if let (Some(expected), Some(got)) = (cell.id(), frame.cell_id)
+        && expected != got
+    {
+        return Err(FrameError::WrongCellId { expected, got: Some(got) });
+    }
+    let computed = checksum(frame.cell_id, &frame.payload);
     if computed != frame.crc32c {
         return Err(FrameError::Checksum { carried: frame.crc32c, computed });
     }
@@ -134,15 +220,15 @@ pub trait Links: Send + Sync + 'static {
 
 /// openraft's network over the links of a transport.
 pub struct Network<L> {
-    cell: Arc<str>,
+    cell: CellIdentity,
     links: L,
     max_message: usize,
 }
 
 impl<L: Links> Network<L> {
     /// The network of a node of `cell`, its messages at most [`MAX_MESSAGE_BYTES`].
-    pub fn new(cell: impl Into<Arc<str>>, links: L) -> Self {
-        Network { cell: cell.into(), links, max_message: MAX_MESSAGE_BYTES }
+    pub fn new(cell: CellIdentity, links: L) -> Self {
+        Network { cell, links, max_message: MAX_MESSAGE_BYTES }
     }
 
     /// The same with messages of at most `bytes` (a transport that carries less; tests).
@@ -153,7 +239,7 @@ impl<L: Links> Network<L> {
 
 /// A node's connection to one peer.
 pub struct Connection<K> {
-    cell: Arc<str>,
+    cell: CellIdentity,
     target: NodeId,
     link: K,
     max_message: usize,
@@ -249,19 +335,29 @@ pub enum AnswerError {
     /// The answer could not be framed.
     #[error("the answer could not be encoded: {0}")]
     Unencodable(postcard::Error),
+    /// The cell id it brought could not be stored.
+    #[error("the cell id could not be stored: {0}")]
+    Storage(#[from] crate::storage::StorageError),
 }
 
 impl<S: Storage + Clone> CellNode<S> {
-    /// Answers a framed Raft message from a peer of cell `cell`: checks it, hands it to Raft (a vote to
-    /// [`CellNode::vote`], which a repairing node refuses), and frames Raft's result.
-    pub async fn answer(&self, cell: &str, rpc: Rpc, frame: &Frame) -> Result<Frame, AnswerError> {
+    /// Answers a framed Raft message from a peer: checks it, hands it to Raft (a vote to [`CellNode::vote`], which a
+    /// repairing node refuses), and frames Raft's result. Entries or a snapshot from a leader are taken only under
+    /// this cell's id, which a node holding nothing learns from them.
+    pub async fn answer(&self, rpc: Rpc, frame: &Frame) -> Result<Frame, AnswerError> {
+        let cell = self.identity();
+        if matches!(rpc, Rpc::AppendEntries | Rpc::InstallSnapshot) {
+            self.check_leader_frame(frame)?;
+        }
         let framed = match rpc {
             Rpc::AppendEntries => {
                 let request: AppendEntriesRequest<TypeConfig> = unframe_message(cell, frame)?;
+                self.learn_cell_id(frame)?;
                 frame_message(cell, &self.append_entries(request).await)
             }
             Rpc::InstallSnapshot => {
                 let request: InstallSnapshotRequest<TypeConfig> = unframe_message(cell, frame)?;
+                self.learn_cell_id(frame)?;
                 frame_message(cell, &self.raft.install_snapshot(request).await)
             }
             Rpc::Vote => {
@@ -318,7 +414,7 @@ mod tests {
     #[tokio::test]
     async fn entries_over_the_largest_message_go_as_fewer_and_are_never_sent_whole() {
         let sent = Recorded::default();
-        let mut network = Network::new("cell", sent.clone()).with_max_message(10_000);
+        let mut network = Network::new(CellIdentity::new("cell"), sent.clone()).with_max_message(10_000);
         let mut peer = network.new_client(2, &NodeAddrs::new("raft-2", "client-2")).await;
         let option = RPCOption::new(Duration::from_secs(1));
 
@@ -340,9 +436,27 @@ mod tests {
 
     #[test]
     fn a_stranger_is_not_told_the_cells_name() {
-        let frame = frame_message("theirs", &7u32).unwrap();
-        let refused = unframe_message::<u32>("secret-cell-name", &frame).unwrap_err();
+        let frame = frame_message(&CellIdentity::new("theirs"), &7u32).unwrap();
+        let refused = unframe_message::<u32>(&CellIdentity::new("secret-cell-name"), &frame).unwrap_err();
         assert!(refused.to_string().contains("secret-cell-name"), "the node's own log says which");
         assert!(!refused.to_sender().contains("secret-cell-name"), "{}", refused.to_sender());
+    }
+
+    #[test]
+    fn a_cell_of_the_same_name_and_another_id_is_refused() {
+        let ours = CellIdentity::known("prod", CellId(1));
+        let theirs = CellIdentity::known("prod", CellId(2));
+        let unknown = CellIdentity::new("prod");
+        let refused = unframe_message::<u32>(&ours, &frame_message(&theirs, &7u32).unwrap()).unwrap_err();
+        assert!(matches!(refused, FrameError::WrongCellId { expected: CellId(1), got: Some(CellId(2)) }), "{refused}");
+        assert!(!refused.to_sender().contains(&CellId(1).to_string()), "{}", refused.to_sender());
+        // Either side not knowing the id yet: the name decides (a leader's entries are checked more strictly, by the
+        // node).
+        assert_eq!(unframe_message::<u32>(&ours, &frame_message(&unknown, &7u32).unwrap()).unwrap(), 7);
+        assert_eq!(unframe_message::<u32>(&unknown, &frame_message(&theirs, &7u32).unwrap()).unwrap(), 7);
+        // The id is under the checksum.
+        let mut forged = frame_message(&ours, &7u32).unwrap();
+        forged.cell_id = Some(CellId(3));
+        assert!(matches!(unframe_message::<u32>(&unknown, &forged), Err(FrameError::Checksum { .. })));
     }
 }

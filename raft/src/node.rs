@@ -16,7 +16,8 @@ use openraft::network::RaftNetworkFactory;
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, VoteRequest, VoteResponse};
 
 use crate::bodies::{BodyError, StoredBodies};
-use crate::log_store::LogSizes;
+use crate::log_store::{LogSizes, read_meta};
+use crate::network::{CellId, CellIdentity, Frame, FrameError};
 use crate::recovery::{Recovery, clear_repair_target, open_stores};
 use crate::state_machine::{Interrupted, Replica, read_replica};
 use crate::storage::{Batch, MetaKey, Space, Storage, StorageError};
@@ -42,10 +43,19 @@ impl Clock for SystemClock {
         Millis(u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX))
     }
 
+    #[cfg(not(madsim))]
     #[allow(clippy::disallowed_methods, reason = "the steady clock that keeps cell time moving")]
     fn elapsed(&self) -> Duration {
         static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
         START.get_or_init(std::time::Instant::now).elapsed()
+    }
+
+    /// Simulated time since this simulation began. Not a process-wide start: simulations run one after another (and
+    /// side by side) in one process, each on a clock of its own, and a start taken in one would make another's
+    /// readings depend on which ran first.
+    #[cfg(madsim)]
+    fn elapsed(&self) -> Duration {
+        madsim::time::TimeHandle::current().elapsed()
     }
 }
 
@@ -79,6 +89,8 @@ impl CellClock {
 /// leader's clock, and it gives a node repairing a damaged log the entry past its old end that it waits for before it
 /// may vote again, even when no client writes.
 pub const IDLE_TICK_MS: u64 = 2_000;
+/// How often a node looks for a new snapshot, to keep the log behind it within its byte budget.
+const KEEP_LOG_POLL: Duration = Duration::from_millis(200);
 /// Longest a node waits before looking at the cell's next deadline again.
 const TICK_POLL: Duration = Duration::from_millis(100);
 
@@ -94,6 +106,14 @@ pub enum StartError {
     /// openraft refused to start.
     #[error("raft: {0}")]
     Raft(String),
+    /// The store belongs to another cell of the same name.
+    #[error("the store belongs to cell id {stored}; this node was started as a node of cell id {given}")]
+    WrongCellId {
+        /// The id the store holds.
+        stored: CellId,
+        /// The id the node was given.
+        given: CellId,
+    },
 }
 
 /// Why a proposal got no answer from the cell.
@@ -135,6 +155,8 @@ pub struct CellNode<S> {
     proposals: mpsc::Sender<Proposal>,
     /// Most bytes of log kept behind the snapshot ([`KEEP_LOG_BYTES`] unless set).
     keep_log_bytes: Arc<AtomicU64>,
+    /// The cell's name and id, shared with the node's network.
+    identity: CellIdentity,
 }
 
 /// Most bytes of log entries a node keeps behind its snapshot, whatever the count openraft's config allows: entries are
@@ -215,11 +237,14 @@ impl<S: Storage + Clone> CellNode<S> {
     where
         N: RaftNetworkFactory<TypeConfig>,
     {
-        Self::start_with(id, config, storage, network, clock, Past::Unknown).await
+        let identity = CellIdentity::new(config.cluster_name.as_str());
+        Self::start_with(id, config, storage, network, clock, Past::Unknown, identity).await
     }
 
-    /// [`CellNode::start`], knowing what the node was: a member whose storage is empty lost its disk, and repairs
-    /// (no vote, no campaign) until its log reaches a commit index a leader tells it.
+    /// [`CellNode::start`], knowing what the node was (a member whose storage is empty lost its disk, and repairs, no
+    /// vote and no campaign, until its log reaches a commit index a leader tells it) and sharing `identity` with the
+    /// node's network. The cell id the store holds is `identity`'s from the start.
+    #[allow(clippy::too_many_arguments, reason = "each is a separate part the host provides")]
     pub async fn start_with<N>(
         id: NodeId,
         config: Arc<Config>,
@@ -227,6 +252,7 @@ impl<S: Storage + Clone> CellNode<S> {
         network: N,
         clock: Arc<dyn Clock>,
         past: Past,
+        identity: CellIdentity,
     ) -> Result<Self, StartError>
     where
         N: RaftNetworkFactory<TypeConfig>,
@@ -242,6 +268,15 @@ impl<S: Storage + Clone> CellNode<S> {
             storage.sync()?;
         }
         let (log_store, state_machine, mut recovery) = open_stores(storage.clone())?;
+        match (read_meta::<_, CellId>(&storage, MetaKey::CellId)?, identity.id()) {
+            (Some(stored), Some(given)) if stored != given => return Err(StartError::WrongCellId { stored, given }),
+            (Some(stored), _) => {
+                identity.learn(stored);
+            }
+            // Known from elsewhere (the data directory's identity, over a lost disk): the store keeps it too.
+            (None, Some(given)) => write_cell_id(&storage, given)?,
+            (None, None) => {}
+        }
         recovery.format_migrated_from = recovery.format_migrated_from.or(format.migrated_from);
         let replica = state_machine.replica();
         let bodies = state_machine.bodies();
@@ -312,7 +347,43 @@ impl<S: Storage + Clone> CellNode<S> {
             stopped,
             proposals,
             keep_log_bytes,
+            identity,
         })
+    }
+
+    /// The cell's name and id as this node knows them.
+    pub fn identity(&self) -> &CellIdentity {
+        &self.identity
+    }
+
+    /// Stores `id` as the cell's id and takes it (unless another is known).
+    fn store_cell_id(&self, id: CellId) -> Result<(), StorageError> {
+        write_cell_id(&self.storage, id)?;
+        self.identity.learn(id);
+        Ok(())
+    }
+
+    /// Checks the cell id of entries or a snapshot from a leader, before anything in them is looked at: a node that
+    /// knows its cell's id takes them only under it.
+    pub(crate) fn check_leader_frame(&self, frame: &Frame) -> Result<(), FrameError> {
+        match self.identity.id() {
+            Some(expected) if frame.cell_id != Some(expected) => {
+                Err(FrameError::WrongCellId { expected, got: frame.cell_id })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Learns the cell's id from a leader's frame that verified, if this node knows none and holds nothing yet (a new
+    /// node, a founder that did not found, a lost disk). A node that holds a log from before cell ids learns none.
+    pub(crate) fn learn_cell_id(&self, frame: &Frame) -> Result<(), StorageError> {
+        let Some(id) = frame.cell_id.filter(|_| self.identity.id().is_none()) else { return Ok(()) };
+        if self.storage.key_bounds(Space::Log)?.is_some() || self.storage.key_bounds(Space::State)?.is_some() {
+            return Ok(());
+        }
+        self.store_cell_id(id)?;
+        transition::cell_id(id, "learned");
+        Ok(())
     }
 
     /// Sets the most bytes of log this node keeps behind its snapshot (from the next snapshot on).
@@ -405,7 +476,13 @@ impl<S: Storage + Clone> CellNode<S> {
         if self.raft.is_initialized().await.map_err(|error| StartError::Raft(error.to_string()))? {
             return Ok(());
         }
-        tracing::info!(members = ?members.keys().collect::<Vec<_>>(), "founding the cell");
+        if self.identity.id().is_none() {
+            let id = CellId(crate::runtime::random_u128());
+            self.store_cell_id(id)?;
+            transition::cell_id(id, "made");
+        }
+        let cell_id = self.identity.id().map(|id| id.to_string());
+        tracing::info!(members = ?members.keys().collect::<Vec<_>>(), ?cell_id, "founding the cell");
         if let Err(error) = self.raft.initialize(members).await {
             tracing::info!(%error, "the cell was already founded");
         }
@@ -517,28 +594,38 @@ impl<S: Storage + Clone> CellNode<S> {
     }
 }
 
+/// Writes and syncs the cell's id.
+fn write_cell_id<S: Storage>(storage: &S, id: CellId) -> Result<(), StorageError> {
+    let mut batch = Batch::new();
+    batch.put(
+        Space::Meta,
+        MetaKey::CellId as u64,
+        &postcard::to_stdvec(&id).expect("encoding into memory does not fail"),
+    );
+    storage.write(batch)?;
+    storage.sync()
+}
+
 /// Keeps the log behind each snapshot within `budget` bytes: when a snapshot leaves more, asks openraft to purge up to
 /// where what stays fits (openraft waits until no follower is being sent what it purges).
 async fn keep_log_within(raft: Raft, sizes: LogSizes, budget: Arc<AtomicU64>, stopped: Arc<AtomicBool>) {
-    let mut metrics = raft.metrics();
     let mut looked_at = None;
-    while !stopped.load(Ordering::Acquire) {
-        let snapshot = metrics.borrow_and_update().snapshot.map(|id| id.index);
+    while !stopped.load(Ordering::Acquire) && raft.metrics().borrow().running_state.is_ok() {
+        let snapshot = raft.metrics().borrow().snapshot.map(|id| id.index);
         let budget = budget.load(Ordering::Acquire);
         if let Some(snapshot) = snapshot
             && looked_at != Some((snapshot, budget))
         {
             looked_at = Some((snapshot, budget));
             if let Some(up_to) = sizes.purge_for(snapshot, budget) {
-                tracing::debug!(target: transition::TARGET, up_to, budget, "purging the log behind the snapshot to its byte budget");
+                transition::kept_log_over_budget(up_to, budget);
                 if raft.trigger().purge_log(up_to).await.is_err() {
                     return;
                 }
             }
         }
-        if metrics.changed().await.is_err() {
-            return;
-        }
+        // Polled on the runtime's clock rather than woken by every change of Raft's metrics: snapshots are rare.
+        tokio::time::sleep(KEEP_LOG_POLL).await;
     }
 }
 

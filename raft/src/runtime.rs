@@ -124,6 +124,14 @@ impl AsyncRuntime for CellRuntime {
     }
 }
 
+/// A random number from the same seeded generator (a cell's id when it is founded).
+pub(crate) fn random_u128() -> u128 {
+    use rand::RngCore;
+    let mut bytes = [0u8; 16];
+    rng::LocalRng.fill_bytes(&mut bytes);
+    u128::from_le_bytes(bytes)
+}
+
 mod rng {
     //! The randomness openraft asks for (election timeouts).
 

@@ -178,6 +178,16 @@ impl Observer {
     }
 }
 
+/// The node took its cell's id: `how` it came by it ("made" founding the cell, "learned" from a leader).
+pub fn cell_id(id: impl std::fmt::Display, how: &'static str) {
+    tracing::info!(target: TARGET, %id, how, "cell-id");
+}
+
+/// The log kept behind the snapshot is over its byte budget: the node asks for it to be purged up to `up_to`.
+pub fn kept_log_over_budget(up_to: u64, budget: u64) {
+    tracing::debug!(target: TARGET, up_to, budget, "kept-log-over-budget");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,7 +10,7 @@ use std::path::Path;
 use bytes::Bytes;
 use cellog_core::{Command, Millis, PublishRequest, StreamConfig};
 use cellog_raft::log_store::decode_entry;
-use cellog_raft::network::{Frame, frame_message, unframe_message};
+use cellog_raft::network::{CellIdentity, Frame, frame_message, unframe_message};
 use cellog_raft::storage::{Space, frame, unframe};
 use cellog_raft::{Entry, NodeId, Request, TypeConfig};
 use openraft::raft::AppendEntriesRequest;
@@ -73,11 +73,18 @@ fn the_committed_raft_message_still_decodes() {
         entries: vec![entry()],
         leader_commit: Some(log_id(3, 6)),
     };
-    let framed = frame_message("prod", &request).expect("a request encodes");
+    // A frame from a node that does not know its cell's id sums as frames did before cell ids.
+    let prod = CellIdentity::new("prod");
+    let framed = frame_message(&prod, &request).expect("a request encodes");
     let committed = committed("append-entries-v1.bin", &framed.payload);
-    let frame = Frame { cell: "prod".to_string(), crc32c: crc32c::crc32c(&committed), payload: committed.into() };
+    let frame = Frame {
+        cell: "prod".to_string(),
+        cell_id: None,
+        crc32c: crc32c::crc32c(&committed),
+        payload: committed.into(),
+    };
     let decoded: AppendEntriesRequest<TypeConfig> =
-        unframe_message("prod", &frame).expect("the committed message decodes");
+        unframe_message(&prod, &frame).expect("the committed message decodes");
     assert_eq!(
         (decoded.vote, decoded.prev_log_id, decoded.leader_commit),
         (request.vote, request.prev_log_id, request.leader_commit)

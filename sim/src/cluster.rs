@@ -148,6 +148,7 @@ fn config(
         timing: timing.clone(),
         mail,
         past: cellog_raft::Past::Unknown,
+        cell_id: None,
     }
 }
 

@@ -38,6 +38,8 @@ pub const LEGEND: &str = "\
 #   role           a node's Raft role, term or known leader changed
 #   snapshot       a node holds a new snapshot up to index
 #   purged         a node purged its log up to index
+#   kept-log-over-budget  the log behind a node's snapshot is over its byte budget: purge asked up to `up_to`
+#   cell-id        a node took its cell's id: `how` made (founding the cell) or learned (from a leader's entries)
 #   repairing      a node found a damaged log and will not vote until it holds entries up to `until` again
 #   repaired       ... and now it does
 # what the harness does, on the lane of the node it hits:

@@ -328,6 +328,32 @@ async fn consumers_get_every_message_through_a_leader_crash_and_none_again_after
     assert_eq!(cluster.history().redelivered_after_ack("audit"), None, "a message came back after its ack");
 }
 
+/// The applied entries' `(index, at)` in a trace, each index once, in index order.
+fn applied_times(cluster: &Cluster) -> Vec<(u64, u64)> {
+    let mut times = std::collections::BTreeMap::new();
+    for line in cluster.trace().lines().iter().filter(|line| line.contains(" apply ")) {
+        let field = |name: &str| -> u64 {
+            let start = line.find(&format!(" {name}=")).expect("the field") + name.len() + 2;
+            line[start..].split(' ').next().expect("a value").parse().expect("a number")
+        };
+        times.insert(field("index"), field("at"));
+    }
+    times.into_iter().collect()
+}
+
+/// A client whose first node stops answering (paused: its connection open, nothing coming back) moves on to the
+/// others: a batch publish neither hangs nor loses anything. (Once the founder of lowest id founded every cell, node 1
+/// led first, and the scenario below paused it: a batch publish then waited on it for ever.)
+#[madsim::test]
+async fn a_batch_publish_moves_past_a_node_that_stopped_answering() {
+    let mut cluster = Cluster::new(3);
+    setup(&cluster).await;
+    cluster.node(1).pause();
+    cluster.on_client(publish(Producer::new(&cluster, "p1"), "past-the-silent", 100)).await;
+    cluster.node(1).resume();
+    check(&cluster).await;
+}
+
 #[madsim::test]
 async fn a_paused_leader_and_jumping_clocks_keep_cell_time_monotonic() {
     let mut cluster = Cluster::new(3);
@@ -345,19 +371,12 @@ async fn a_paused_leader_and_jumping_clocks_keep_cell_time_monotonic() {
     cluster.on_client(publish(Producer::new(&cluster, "p1"), "after", 50)).await;
     check(&cluster).await;
     // Cell time never runs backwards: every applied entry's `at` is at least the previous one's.
-    let mut last = (0u64, 0u64);
-    for line in cluster.trace().lines().iter().filter(|line| line.contains(" apply ")) {
-        let field = |name: &str| -> u64 {
-            let start = line.find(&format!(" {name}=")).expect("the field") + name.len() + 2;
-            line[start..].split(' ').next().expect("a value").parse().expect("a number")
-        };
-        let (index, at) = (field("index"), field("at"));
-        if index > last.0 {
-            assert!(at >= last.1, "entry {index} at {at} is earlier than entry {} at {}", last.0, last.1);
-            last = (index, at);
-        }
+    let times = applied_times(&cluster);
+    assert!(!times.is_empty(), "the trace shows applied entries");
+    for pair in times.windows(2) {
+        let ((earlier, then), (index, at)) = (pair[0], pair[1]);
+        assert!(at >= then, "entry {index} at {at} is earlier than entry {earlier} at {then}");
     }
-    assert!(last.0 > 0, "the trace shows applied entries");
 }
 
 /// The leader's disk misdirects writes and flips bits under load; it stops rather than serve what it cannot read,

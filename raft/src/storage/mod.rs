@@ -80,6 +80,8 @@ pub enum MetaKey {
     /// The bodies space may hold bodies the stored state does not refer to: a snapshot was being received, or
     /// deletes waited while one was sent (see [`crate::snapshot_transfer`]). The next start deletes them.
     BodiesUnswept = 8,
+    /// The cell's id ([`crate::network::CellId`]): made by the node that founded the cell, learned by the others.
+    CellId = 9,
 }
 
 /// What can go wrong in storage.

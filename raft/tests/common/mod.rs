@@ -157,7 +157,8 @@ impl TestCell {
         let disk = self.disks.entry(id).or_insert_with(|| SimDisk::new(disk_seed(id))).clone();
         let network = NodeNetwork { router: self.router.clone(), from: id };
         let clock = Arc::new(cellog_raft::SystemClock);
-        let node = CellNode::start_with(id, self.config.clone(), disk, network, clock, past).await;
+        let identity = cellog_raft::network::CellIdentity::new("test");
+        let node = CellNode::start_with(id, self.config.clone(), disk, network, clock, past, identity).await;
         let node = Arc::new(node.expect("the node starts"));
         self.router.nodes.lock().unwrap().insert(id, node.clone());
         node
