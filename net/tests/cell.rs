@@ -250,7 +250,7 @@ async fn a_cell_of_the_same_name_is_told_apart_by_its_id() {
     let new = start(&config(2, false)).await;
     assert_eq!(new.node.identity().id(), None);
     client.add_learner(2, &new.raft_addr.to_string(), &new.client_addr.to_string()).await.expect("learner added");
-    assert_eq!(new.node.identity().id(), Some(our_id));
+    wait_for("the new node to learn the cell's id", async || new.node.identity().id() == Some(our_id)).await;
 
     // The other cell's node, added to ours by mistake, refuses our leader's entries: nothing of ours reaches it,
     // and its own cell is untouched.

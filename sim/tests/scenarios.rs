@@ -341,6 +341,54 @@ fn applied_times(cluster: &Cluster) -> Vec<(u64, u64)> {
     times.into_iter().collect()
 }
 
+/// A leader whose wall clock jumps a year ahead does not take the cell with it: its stamps run at most a tenth faster
+/// than its steady clock, plus a second. Messages kept for an hour are still there; without the bound, the first entry
+/// the leader stamped after the jump aged them all by a year at once.
+#[madsim::test]
+async fn a_leader_clock_a_year_ahead_does_not_age_the_cell_by_a_year() {
+    const YEAR_MS: i64 = 365 * 24 * 3_600_000;
+    let mut cluster = Cluster::new(3);
+    setup(&cluster).await;
+    let client = cluster.client();
+    cluster
+        .on_client(async move {
+            let config = v1::StreamConfig {
+                subjects: vec!["kept.>".to_string()],
+                max_age_ms: Some(3_600_000),
+                ..v1::StreamConfig::default()
+            };
+            client.create_stream("kept", config).await.expect("stream created");
+            for index in 0..20 {
+                let request = v1::PublishRequest {
+                    subject: "kept.a".to_string(),
+                    payload: Bytes::from(format!("kept-{index}")),
+                    ..v1::PublishRequest::default()
+                };
+                client.publish(request).await.expect("published");
+            }
+        })
+        .await;
+    let before = applied_times(&cluster).last().copied().expect("entries applied");
+    let jumped_at = cellog_sim::trace::simulated_elapsed();
+    let leader = cluster.wait_leader().await;
+    cluster.node(leader).jump_clock(YEAR_MS);
+    cluster.on_client(publish(Producer::new(&cluster, "p1"), "after", 50)).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let elapsed_ms = (cellog_sim::trace::simulated_elapsed() - jumped_at).as_millis() as u64;
+
+    let client = cluster.client();
+    let kept = cluster.on_client(async move { client.stream_info("kept").await.expect("the stream") }).await;
+    assert_eq!(kept.messages, 20, "an hour's messages went with a clock a year ahead: {kept:?}");
+    let (index, at) = applied_times(&cluster).last().copied().expect("entries applied");
+    let ran = at - before.1;
+    assert!(
+        ran <= elapsed_ms + elapsed_ms / 10 + 2_000,
+        "cell time ran {ran} ms from entry {} to {index} while {elapsed_ms} ms passed",
+        before.0
+    );
+    check(&cluster).await;
+}
+
 /// A client whose first node stops answering (paused: its connection open, nothing coming back) moves on to the
 /// others: a batch publish neither hangs nor loses anything. (Once the founder of lowest id founded every cell, node 1
 /// led first, and the scenario below paused it: a batch publish then waited on it for ever.)
