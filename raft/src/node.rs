@@ -266,6 +266,17 @@ pub enum Past {
 
 /// A repair target that is not known yet: the node learns it from a leader (see [`Past::Member`]).
 const TARGET_FROM_LEADER: u64 = u64::MAX;
+/// The index a repairing node's log must reach before it may vote again: the commit index a current leader told it,
+/// and at least its own `target` (one past what it held) when it knows one. `None` until a leader has told it one: a
+/// target of its own alone is not enough, since what it held is what damage (a misdirected write, a lost suffix) may
+/// have hidden from it.
+fn repair_goal(target: u64, learned: Option<u64>) -> Option<u64> {
+    match target {
+        TARGET_FROM_LEADER => learned,
+        known => learned.map(|learned| learned.max(known)),
+    }
+}
+
 /// How often a repairing node looks at its log and what it learned.
 const REPAIR_POLL: Duration = Duration::from_millis(50);
 
@@ -350,10 +361,7 @@ impl<S: Storage + Clone> CellNode<S> {
                     if stopped.load(Ordering::Acquire) || raft.metrics().borrow().running_state.is_err() {
                         return;
                     }
-                    let goal = match target {
-                        TARGET_FROM_LEADER => learned_commit.load(Ordering::Acquire).checked_sub(1),
-                        known => Some(known),
-                    };
+                    let goal = repair_goal(target, learned_commit.load(Ordering::Acquire).checked_sub(1));
                     let held = raft.metrics().borrow().last_log_index;
                     if let (Some(goal), Some(held)) = (goal, held)
                         && held >= goal
@@ -828,6 +836,21 @@ mod tests {
         // A new cell takes the wall clock as it is.
         assert_eq!(clock.now(Millis::ZERO), Millis(START));
         (set, clock)
+    }
+
+    #[test]
+    fn repair_ends_at_a_leaders_commit_index_and_never_before_the_nodes_own_target() {
+        let cases = [
+            // (target, learned commit index, goal)
+            (50, None, None),
+            (50, Some(80), Some(80)),
+            (50, Some(30), Some(50)),
+            (TARGET_FROM_LEADER, None, None),
+            (TARGET_FROM_LEADER, Some(80), Some(80)),
+        ];
+        for (target, learned, goal) in cases {
+            assert_eq!(repair_goal(target, learned), goal, "target {target}, learned {learned:?}");
+        }
     }
 
     #[test]

@@ -7,8 +7,8 @@
 //! that does not verify is dropped; if the log no longer reaches back to the start, the log goes too and the node
 //! gets everything from the leader. A vote that does not verify is dropped and the node repairs: it may have
 //! voted in a term it no longer knows, so it votes in none until a leader has brought its log past everything it
-//! held. (A stale leader of an older term could do that too; ending repair only at a current leader's commit index
-//! would close that gap.) A message body that failed to read back while the node ran ([`MetaKey::BodiesDamaged`])
+//! held, and past the commit index a leader of that leader's own term told it (see `node::repair_goal`): what it held is
+//! what the damage may have hidden from it. A message body that failed to read back while the node ran ([`MetaKey::BodiesDamaged`])
 //! counts as a damaged snapshot: the state and every body are dropped, and the node gets them again from the log or
 //! from the leader's snapshot. Bodies are otherwise verified when read, not here, so that a restart does not read
 //! every retained byte.
