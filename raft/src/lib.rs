@@ -11,6 +11,7 @@
 //! - [`log_store`] and [`state_machine`]: openraft's storage traits over `Storage`, the latter applying committed
 //!   entries to `cellog-core`.
 //! - [`node`]: a running node: Raft over its storage, and the gate that keeps a repairing node from voting.
+//! - [`identity`]: which cell a node belongs to: the cell's name and its random id.
 //! - [`network`]: Raft messages framed and checked, sent through links a transport provides, and answered.
 //! - [`membership`]: the cell as a node sees it, and adding, promoting and removing members, with errors of its own.
 //! - [`format`]: the storage format a data directory is written in, checked first, and the migrations from older ones.
@@ -26,6 +27,7 @@
 
 pub mod bodies;
 pub mod format;
+pub mod identity;
 pub mod log_store;
 pub mod membership;
 pub mod network;

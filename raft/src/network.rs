@@ -11,7 +11,6 @@
 //! checking the name alone; it never learns one, since it holds a log already.
 
 use std::future::Future;
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -24,8 +23,9 @@ use openraft::raft::{
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+pub use crate::identity::{CellId, CellIdentity};
 use crate::node::CellNode;
-use crate::storage::Storage;
+use crate::storage::{Space, Storage, StorageError};
 use crate::types::{NodeAddrs, NodeId, TypeConfig};
 
 /// Most bytes one framed Raft message may carry. A transport must carry at least this much (plus its own wrapping).
@@ -42,53 +42,6 @@ pub enum Rpc {
     InstallSnapshot,
     /// Leader election.
     Vote,
-}
-
-/// A cell's id: random, made when the cell is founded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize)]
-pub struct CellId(pub u128);
-
-impl std::fmt::Display for CellId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:032x}", self.0)
-    }
-}
-
-/// Which cell a node's Raft messages belong to: the cell's name, and its id once the node knows it. Shared by the
-/// node's network (which stamps outgoing frames) and the node (which checks incoming ones and learns the id).
-#[derive(Clone, Debug)]
-pub struct CellIdentity {
-    name: Arc<str>,
-    id: Arc<OnceLock<CellId>>,
-}
-
-impl CellIdentity {
-    /// The identity of a node of the cell `name`, its id not known yet.
-    pub fn new(name: impl Into<Arc<str>>) -> Self {
-        CellIdentity { name: name.into(), id: Arc::new(OnceLock::new()) }
-    }
-
-    /// The identity of a node of the cell `name` whose id is `id` (as the node's data directory records it).
-    pub fn known(name: impl Into<Arc<str>>, id: CellId) -> Self {
-        let identity = CellIdentity::new(name);
-        identity.learn(id);
-        identity
-    }
-
-    /// The cell's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The cell's id, if this node knows it.
-    pub fn id(&self) -> Option<CellId> {
-        self.id.get().copied()
-    }
-
-    /// Takes `id` as the cell's id, unless the node knows another: whether the id is now `id`.
-    pub(crate) fn learn(&self, id: CellId) -> bool {
-        *self.id.get_or_init(|| id) == id
-    }
 }
 
 /// One Raft message on the wire: a request, or the receiver's result.
@@ -341,6 +294,29 @@ pub enum AnswerError {
 }
 
 impl<S: Storage + Clone> CellNode<S> {
+    /// Checks the cell id of entries or a snapshot from a leader, before anything in them is looked at: a node that
+    /// knows its cell's id takes them only under it.
+    fn check_leader_frame(&self, frame: &Frame) -> Result<(), FrameError> {
+        match self.identity().id() {
+            Some(expected) if frame.cell_id != Some(expected) => {
+                Err(FrameError::WrongCellId { expected, got: frame.cell_id })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Learns the cell's id from a leader's frame that verified, if this node knows none and holds nothing yet (a new
+    /// node, a founder that did not found, a lost disk). A node that holds a log from before cell ids learns none.
+    fn learn_cell_id(&self, frame: &Frame) -> Result<(), StorageError> {
+        let Some(id) = frame.cell_id.filter(|_| self.identity().id().is_none()) else { return Ok(()) };
+        if self.storage().key_bounds(Space::Log)?.is_some() || self.storage().key_bounds(Space::State)?.is_some() {
+            return Ok(());
+        }
+        self.store_cell_id(id)?;
+        crate::transition::cell_id(id, "learned");
+        Ok(())
+    }
+
     /// Answers a framed Raft message from a peer: checks it, hands it to Raft (a vote to [`CellNode::vote`], which a
     /// repairing node refuses), and frames Raft's result. Entries or a snapshot from a leader are taken only under
     /// this cell's id, which a node holding nothing learns from them.
@@ -371,7 +347,7 @@ impl<S: Storage + Clone> CellNode<S> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
+    use std::sync::{Arc, Mutex};
 
     use cellog_core::{Command, Millis, PublishRequest};
     use openraft::{EntryPayload, LeaderId, Vote};

@@ -16,8 +16,8 @@ use openraft::network::RaftNetworkFactory;
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, VoteRequest, VoteResponse};
 
 use crate::bodies::{BodyError, StoredBodies};
+use crate::identity::{CellId, CellIdentity};
 use crate::log_store::{LogSizes, read_meta};
-use crate::network::{CellId, CellIdentity, Frame, FrameError};
 use crate::recovery::{Recovery, clear_repair_target, open_stores};
 use crate::state_machine::{Interrupted, Replica, read_replica};
 use crate::storage::{Batch, MetaKey, Space, Storage, StorageError};
@@ -409,32 +409,9 @@ impl<S: Storage + Clone> CellNode<S> {
     }
 
     /// Stores `id` as the cell's id and takes it (unless another is known).
-    fn store_cell_id(&self, id: CellId) -> Result<(), StorageError> {
+    pub(crate) fn store_cell_id(&self, id: CellId) -> Result<(), StorageError> {
         write_cell_id(&self.storage, id)?;
         self.identity.learn(id);
-        Ok(())
-    }
-
-    /// Checks the cell id of entries or a snapshot from a leader, before anything in them is looked at: a node that
-    /// knows its cell's id takes them only under it.
-    pub(crate) fn check_leader_frame(&self, frame: &Frame) -> Result<(), FrameError> {
-        match self.identity.id() {
-            Some(expected) if frame.cell_id != Some(expected) => {
-                Err(FrameError::WrongCellId { expected, got: frame.cell_id })
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// Learns the cell's id from a leader's frame that verified, if this node knows none and holds nothing yet (a new
-    /// node, a founder that did not found, a lost disk). A node that holds a log from before cell ids learns none.
-    pub(crate) fn learn_cell_id(&self, frame: &Frame) -> Result<(), StorageError> {
-        let Some(id) = frame.cell_id.filter(|_| self.identity.id().is_none()) else { return Ok(()) };
-        if self.storage.key_bounds(Space::Log)?.is_some() || self.storage.key_bounds(Space::State)?.is_some() {
-            return Ok(());
-        }
-        self.store_cell_id(id)?;
-        transition::cell_id(id, "learned");
         Ok(())
     }
 

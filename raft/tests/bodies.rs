@@ -72,22 +72,36 @@ fn payloads<S: Storage + Clone>(state_machine: &StateMachineStore<S>) -> Vec<Byt
     read(state_machine).into_iter().map(|payload| payload.unwrap_or_else(|error| panic!("{error}"))).collect()
 }
 
-/// Sends `snapshot` to `receiver` as openraft's chunked transport does: read in chunks of `chunk` bytes, each written
-/// into the data the receiver began, which is shut down at the end. What the receiver then installs, or the first error.
+/// Copies `snapshot`'s stream into `data` in chunks of `chunk` bytes, as openraft's chunked transport does, from
+/// where it stands until at least `up_to` bytes went (or to its end): the bytes copied.
+async fn forward(
+    snapshot: &mut Snapshot<TypeConfig>,
+    data: &mut SnapshotData,
+    chunk: usize,
+    up_to: Option<u64>,
+) -> std::io::Result<u64> {
+    let mut buf = vec![0; chunk];
+    let mut sent = 0u64;
+    while up_to.is_none_or(|up_to| sent < up_to) {
+        let n = snapshot.snapshot.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        data.write_all(&buf[..n]).await?;
+        sent += n as u64;
+    }
+    Ok(sent)
+}
+
+/// Sends `snapshot` to `receiver` whole: copied in chunks of `chunk` bytes into the data the receiver began, which
+/// is shut down at the end. What the receiver then installs, or the first error.
 async fn send<S: Storage + Clone>(
     snapshot: &mut Snapshot<TypeConfig>,
     receiver: &mut StateMachineStore<S>,
     chunk: usize,
 ) -> std::io::Result<Box<SnapshotData>> {
     let mut data = receiver.begin_receiving_snapshot().await.expect("begins");
-    let mut buf = vec![0; chunk];
-    loop {
-        let n = snapshot.snapshot.read(&mut buf).await?;
-        if n == 0 {
-            break;
-        }
-        data.write_all(&buf[..n]).await?;
-    }
+    forward(snapshot, &mut data, chunk, None).await?;
     data.shutdown().await?;
     Ok(data)
 }
@@ -254,13 +268,7 @@ async fn a_snapshot_streams_into_the_follower_store_as_it_arrives() {
 
     // Nine tenths of the stream in, in chunks of 64 KiB: the bodies so far are in the follower's store already,
     // written in batches, and the store is marked until they are installed.
-    let mut buf = vec![0; 64 * 1024];
-    let mut sent = 0u64;
-    while sent < len * 9 / 10 {
-        let n = snapshot.snapshot.read(&mut buf).await.unwrap();
-        data.write_all(&buf[..n]).await.unwrap();
-        sent += n as u64;
-    }
+    let sent = forward(&mut snapshot, &mut data, 64 * 1024, Some(len * 9 / 10)).await.unwrap();
     let written = n_bodies(&follower);
     assert!((TRANSFER_BATCH_BYTES / BODY_BYTES..6_000).contains(&written), "{written} bodies written so far");
     assert!(follower.get(Space::Meta, MetaKey::BodiesUnswept as u64).unwrap().is_some());
@@ -269,13 +277,7 @@ async fn a_snapshot_streams_into_the_follower_store_as_it_arrives() {
     let resend = sent - 1000;
     snapshot.snapshot.seek(std::io::SeekFrom::Start(resend)).await.unwrap();
     data.seek(std::io::SeekFrom::Start(resend)).await.unwrap();
-    loop {
-        let n = snapshot.snapshot.read(&mut buf).await.unwrap();
-        if n == 0 {
-            break;
-        }
-        data.write_all(&buf[..n]).await.unwrap();
-    }
+    forward(&mut snapshot, &mut data, 64 * 1024, None).await.unwrap();
     data.shutdown().await.expect("whole");
     other.install_snapshot(&snapshot.meta, data).await.expect("installs");
     assert_eq!(n_bodies(&follower), 6_000);
@@ -299,13 +301,7 @@ async fn a_snapshot_received_half_way_leaves_nothing_behind() {
     follower.sync().unwrap();
     assert_eq!(n_bodies(&follower), 1);
     let mut data = other.begin_receiving_snapshot().await.unwrap();
-    let mut buf = vec![0; 64 * 1024];
-    let mut sent = 0u64;
-    while sent < len * 9 / 10 {
-        let n = snapshot.snapshot.read(&mut buf).await.unwrap();
-        data.write_all(&buf[..n]).await.unwrap();
-        sent += n as u64;
-    }
+    forward(&mut snapshot, &mut data, 64 * 1024, Some(len * 9 / 10)).await.unwrap();
     assert!(n_bodies(&follower) > 1);
     follower.sync().unwrap();
     drop((data, other));
