@@ -124,6 +124,23 @@ impl AsyncRuntime for CellRuntime {
     }
 }
 
+/// Runs blocking storage work (a write, an fsync, a scan of the log) on the runtime's blocking threads, so that an fsync
+/// on a small machine does not hold up a worker that heartbeats and answers are waiting for. A panic in it goes on in
+/// the caller. In simulation it runs in place: the disk is memory, and time is simulated.
+pub(crate) async fn off_the_workers<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    #[cfg(not(madsim))]
+    {
+        match tokio::task::spawn_blocking(work).await {
+            Ok(value) => value,
+            Err(error) => std::panic::resume_unwind(error.into_panic()),
+        }
+    }
+    #[cfg(madsim)]
+    {
+        work()
+    }
+}
+
 /// A random number from the same seeded generator (a cell's id when it is founded).
 pub(crate) fn random_u128() -> u128 {
     use rand::RngCore;

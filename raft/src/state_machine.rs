@@ -18,6 +18,7 @@ use openraft::{
 use serde::{Deserialize, Serialize};
 
 use crate::bodies::{self, BodyError, BodyReadError, BodyWork, StoredBodies};
+use crate::runtime::off_the_workers;
 use crate::snapshot_transfer::{Incoming, Outgoing, SnapshotData};
 use crate::storage::{Batch, MetaKey, Space, Storage, StorageError};
 use crate::stored_snapshot::{self, SNAPSHOT_CHUNK_BYTES};
@@ -274,7 +275,8 @@ impl<S: Storage + Clone> StateMachineStore<S> {
 
 impl<S: Storage + Clone> RaftSnapshotBuilder<TypeConfig> for StateMachineStore<S> {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, RaftStorageError> {
-        self.persist_snapshot()
+        let store = self.clone();
+        off_the_workers(move || store.persist_snapshot()).await
     }
 }
 
@@ -354,6 +356,27 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
         meta: &SnapshotMeta<NodeId, NodeAddrs>,
         snapshot: Box<SnapshotData>,
     ) -> Result<(), RaftStorageError> {
+        let (store, meta) = (self.clone(), meta.clone());
+        off_the_workers(move || store.install(&meta, snapshot)).await
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, RaftStorageError> {
+        if let Some(meta) = self.take_initial_meta() {
+            // The data is left empty: a receiver would find it incomplete, so it could never be installed by mistake.
+            return Ok(Some(Snapshot { meta, snapshot: Box::new(SnapshotData::Empty) }));
+        }
+        let store = self.clone();
+        off_the_workers(move || store.get_stored()).await
+    }
+}
+
+impl<S: Storage + Clone> StateMachineStore<S> {
+    /// Installs a snapshot received whole (see [`RaftStateMachine::install_snapshot`]).
+    fn install(
+        &self,
+        meta: &SnapshotMeta<NodeId, NodeAddrs>,
+        snapshot: Box<SnapshotData>,
+    ) -> Result<(), RaftStorageError> {
         self.take_initial_meta();
         // openraft installs only a stream that ended whole: the receiver checked every body as it arrived, and wrote
         // it. A stream handed over within the process (openraft's storage suite does that) is received here.
@@ -404,14 +427,6 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
         current.last_applied = replica.last_applied;
         current.membership = replica.membership;
         Ok(())
-    }
-
-    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, RaftStorageError> {
-        if let Some(meta) = self.take_initial_meta() {
-            // The data is left empty: a receiver would find it incomplete, so it could never be installed by mistake.
-            return Ok(Some(Snapshot { meta, snapshot: Box::new(SnapshotData::Empty) }));
-        }
-        self.get_stored()
     }
 }
 
