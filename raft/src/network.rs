@@ -290,7 +290,7 @@ pub enum AnswerError {
     Unencodable(postcard::Error),
     /// The cell id it brought could not be stored.
     #[error("the cell id could not be stored: {0}")]
-    Storage(#[from] crate::storage::StorageError),
+    Storage(#[from] StorageError),
 }
 
 impl<S: Storage + Clone> CellNode<S> {
