@@ -26,6 +26,10 @@ pub struct Metrics {
     pub commit_latency: Histogram,
     /// One fsync of this node's storage.
     pub fsync_latency: Histogram,
+    /// On a follower, the time between two `AppendEntries` from a leader (entries or a heartbeat): a leader whose
+    /// workers are held up shows here first, and a gap near the election timeout costs an election.
+    leader_gap: Histogram,
+    last_leader_message: Mutex<Option<tokio::time::Instant>>,
     /// What sealed mail counts: delivery attempts, provenance rows not recorded.
     pub mail: MailMetrics,
     consumer_lag_max: Gauge,
@@ -47,6 +51,11 @@ fn latency_buckets() -> impl Iterator<Item = f64> {
     exponential_buckets(0.000_05, 2.0, 17)
 }
 
+fn gap_buckets() -> impl Iterator<Item = f64> {
+    // 100 µs to about 5.7 s, finer than latencies: the tail is what counts against an election timeout.
+    exponential_buckets(0.000_1, 1.5, 28)
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Metrics::new()
@@ -64,6 +73,8 @@ impl Metrics {
             acked: Counter::default(),
             commit_latency: Histogram::new(latency_buckets()),
             fsync_latency: Histogram::new(latency_buckets()),
+            leader_gap: Histogram::new(gap_buckets()),
+            last_leader_message: Mutex::new(None),
             mail: MailMetrics::default(),
             consumer_lag_max: Gauge::default(),
             consumer_lag_sum: Gauge::default(),
@@ -87,6 +98,11 @@ impl Metrics {
             metrics.commit_latency.clone(),
         );
         registry.register("fsync_latency_seconds", "One fsync of this node's storage", metrics.fsync_latency.clone());
+        registry.register(
+            "raft_leader_gap_seconds",
+            "On a follower, the time between two AppendEntries from a leader (entries or a heartbeat)",
+            metrics.leader_gap.clone(),
+        );
         registry.register(
             "mail_attempts",
             "Sealed-mail delivery attempts made by this node",
@@ -132,6 +148,14 @@ impl Metrics {
         );
         *metrics.registry.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = registry;
         metrics
+    }
+
+    /// Notes that an `AppendEntries` from a leader arrived at `now`, observing the gap since the previous one.
+    pub fn leader_message(&self, now: tokio::time::Instant) {
+        let mut last = self.last_leader_message.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(previous) = last.replace(now) {
+            self.leader_gap.observe(now.saturating_duration_since(previous).as_secs_f64());
+        }
     }
 
     /// Reads the gauges off the node and encodes everything in the Prometheus text format.
@@ -308,5 +332,24 @@ mod tests {
         assert_eq!(metered.sync_delay(), Duration::from_millis(3));
         assert_eq!(inner.syncs.load(Ordering::Relaxed), 1);
         assert_eq!(inner.checkpoints.load(Ordering::Relaxed), 1, "a checkpoint reaches the store it wraps");
+    }
+
+    #[test]
+    fn a_follower_times_the_gaps_between_a_leaders_messages() {
+        let metrics = Metrics::new();
+        let start = tokio::time::Instant::now();
+        for after_ms in [0, 100, 130, 1_330] {
+            metrics.leader_message(start + Duration::from_millis(after_ms));
+        }
+        let mut text = String::new();
+        encode(&mut text, &metrics.registry.lock().unwrap()).unwrap();
+        let line = |prefix: &str| text.lines().find(|line| line.starts_with(prefix)).map(str::to_string);
+        assert_eq!(
+            line("cellog_raft_leader_gap_seconds_count").as_deref(),
+            Some("cellog_raft_leader_gap_seconds_count 3")
+        );
+        let sum: f64 =
+            line("cellog_raft_leader_gap_seconds_sum ").unwrap().rsplit(' ').next().unwrap().parse().unwrap();
+        assert!((sum - 1.33).abs() < 1e-9, "three gaps: 100 ms, 30 ms and 1.2 s, not {sum}");
     }
 }

@@ -279,7 +279,7 @@ impl<S: Storage + Clone> RunningNode<S> {
         let mail_service = MailServer::new(MailService::new(mail_cell, mail))
             .max_decoding_message_size(MAX_CLIENT_MESSAGE)
             .max_encoding_message_size(MAX_CLIENT_MESSAGE);
-        let raft_service = RaftServer::new(RaftService::new(node.clone()))
+        let raft_service = RaftServer::new(RaftService::new(node.clone(), metrics.clone()))
             .max_decoding_message_size(MAX_RAFT_MESSAGE)
             .max_encoding_message_size(MAX_RAFT_MESSAGE);
         let services = Services { client: client_service, mail: mail_service, raft: raft_service };

@@ -15,6 +15,8 @@ use cellog_raft::{CellNode, NodeAddrs, NodeId};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
 
+use crate::metrics::Metrics;
+
 /// Largest Raft message on the wire: a frame of at most `MAX_MESSAGE_BYTES` (a batch of entries or a snapshot chunk;
 /// raft sends fewer entries rather than more) and the call's own fields.
 pub const MAX_RAFT_MESSAGE: usize = cellog_raft::network::MAX_MESSAGE_BYTES + 64 * 1024;
@@ -89,15 +91,20 @@ impl Link for GrpcLink {
 /// The receiving side: hands each message to the local node.
 pub struct RaftService<S> {
     node: Arc<CellNode<S>>,
+    metrics: Arc<Metrics>,
 }
 
 impl<S: Storage + Clone> RaftService<S> {
-    /// The service of `node`.
-    pub fn new(node: Arc<CellNode<S>>) -> Self {
-        RaftService { node }
+    /// The service of `node`, recording into `metrics`.
+    pub fn new(node: Arc<CellNode<S>>, metrics: Arc<Metrics>) -> Self {
+        RaftService { node, metrics }
     }
 
+    #[allow(clippy::disallowed_methods, reason = "times the gaps between a leader's messages on the runtime's clock")]
     async fn answer(&self, rpc: Rpc, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        if rpc == Rpc::AppendEntries {
+            self.metrics.leader_message(tokio::time::Instant::now());
+        }
         match self.node.answer(rpc, &from_wire(request.into_inner())?).await {
             Ok(frame) => Ok(Response::new(to_wire(frame))),
             Err(AnswerError::Refused(error)) => {
