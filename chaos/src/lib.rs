@@ -2,7 +2,7 @@
 //!
 //! - [`nemesis`]: swarm testing: each seed picks its own mix of the simulator's faults and their rates, and a
 //!   schedule of them, as plain data.
-//! - [`checkers`]: one file per property, each checking the run's history and the replicas' final contents.
+//! - the checkers are `cellog-check`'s: one per property, over the run's history and the replicas' final contents.
 //! - [`run`]: one seed: a three-node cell under the mixed workload and the seed's schedule (safety phase), then
 //!   heal and converge within a fixed simulated-time budget (liveness phase), then the checkers.
 //! - `src/bin/chaos.rs` (`ci/chaos`): runs seeds, prints a one-line replay for each failure, and shrinks a failing
@@ -10,8 +10,6 @@
 //!
 //! Everything here exists only under `--cfg madsim`; in other builds the crate is empty.
 
-#[cfg(madsim)]
-pub mod checkers;
 #[cfg(madsim)]
 pub mod nemesis;
 #[cfg(madsim)]

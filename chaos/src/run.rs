@@ -2,11 +2,11 @@
 
 use std::collections::BTreeSet;
 
+use cellog_check::{Violation, check_all};
 use cellog_sim::fault::Step;
 use cellog_sim::seeds::{Concern, Seeds};
 use cellog_sim::{Cluster, SimNodeId, mixed};
 
-use crate::checkers::{Evidence, check_all};
 use crate::nemesis::Swarm;
 
 /// The founding nodes of every run's cell.
@@ -22,7 +22,7 @@ pub struct Report {
     /// The steps that ran (the seed's schedule less the dropped ones), with their index in the full schedule.
     pub schedule: Vec<(usize, Step)>,
     /// The properties violated, with what was found.
-    pub violations: Vec<(&'static str, String)>,
+    pub violations: Vec<Violation>,
     /// Publishes acknowledged.
     pub acknowledged: usize,
     /// The run's trace, rendered.
@@ -66,13 +66,7 @@ pub fn run(seed: u64, dropped: &BTreeSet<usize>) -> Report {
             full.into_iter().enumerate().filter(|(index, _)| !dropped.contains(index)).collect();
         let steps: Vec<Step> = schedule.iter().map(|(_, step)| step.clone()).collect();
         let outcome = mixed::run(&mut cluster, &steps).await;
-        let evidence = Evidence {
-            operations: cluster.history().operations(),
-            stored: outcome.stored,
-            feed: outcome.feed,
-            stamps: outcome.stamps,
-            committed: outcome.committed,
-        };
+        let evidence = mixed::evidence(&cluster, &outcome);
         Report {
             seed,
             swarm,

@@ -335,6 +335,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::disallowed_methods, reason = "a starting point; the gaps are given")]
     fn a_follower_times_the_gaps_between_a_leaders_messages() {
         let metrics = Metrics::new();
         let start = tokio::time::Instant::now();

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
+use cellog_check::{Duties, Evidence, Held, Stored};
 use cellog_client::{Client, ClientOptions, proto as v1};
 use cellog_core::Millis;
 use cellog_envelope::{CellKey, Keyring};
@@ -568,15 +569,18 @@ impl Cluster {
     }
 }
 
-/// Every message a node holds, by message id: (partition, seq, body) for each copy.
-pub type Stored = BTreeMap<String, Vec<(u32, u64, Bytes)>>;
-
-/// Messages by id (a message without one under `<no id P/S>`), each with where it is and its body.
+/// Messages by id (a message without one under `<no id P/S>`), each with where it is, its body and its stamp.
 pub fn by_id(messages: impl IntoIterator<Item = v1::Message>) -> Stored {
     let mut stored = Stored::new();
     for message in messages {
         let key = message.msg_id.unwrap_or_else(|| format!("<no id {}/{}>", message.partition, message.seq));
-        stored.entry(key).or_default().push((message.partition, message.seq, message.payload));
+        let held = Held {
+            partition: message.partition,
+            seq: message.seq,
+            body: message.payload,
+            stored_at_ms: message.stored_at_ms,
+        };
+        stored.entry(key).or_default().push(held);
     }
     stored
 }
@@ -630,8 +634,12 @@ impl Cluster {
             for (msg_id, &(partition, seq)) in &acked {
                 let copies = stored.get(msg_id).unwrap_or_else(|| panic!("node {id} lost acknowledged {msg_id}"));
                 assert_eq!(copies.len(), 1, "node {id} holds {msg_id} {} times", copies.len());
-                assert_eq!((copies[0].0, copies[0].1), (partition, seq), "node {id} holds {msg_id} elsewhere");
-                assert_eq!(copies[0].2, body(msg_id), "node {id} holds {msg_id} with another body");
+                assert_eq!(
+                    (copies[0].partition, copies[0].seq),
+                    (partition, seq),
+                    "node {id} holds {msg_id} elsewhere"
+                );
+                assert_eq!(copies[0].body, body(msg_id), "node {id} holds {msg_id} with another body");
             }
             // Unacknowledged ids may exist (their acks were lost) but never twice.
             for (msg_id, copies) in &stored {
@@ -640,6 +648,19 @@ impl Cluster {
             first.get_or_insert(stored);
         }
         first.expect("a running node")
+    }
+
+    /// The run's evidence once the replicas converged: the history, what every running node holds in each of
+    /// `streams` (name, partitions), and `duties`.
+    pub async fn evidence(&self, streams: &[(&str, u32)], duties: Duties) -> Evidence {
+        self.converge().await;
+        let mut held: BTreeMap<String, BTreeMap<SimNodeId, Stored>> = BTreeMap::new();
+        for id in self.running_in(&self.main_cell) {
+            for &(stream, partitions) in streams {
+                held.entry(stream.to_string()).or_default().insert(id, self.stored_on(id, stream, partitions).await);
+            }
+        }
+        Evidence { operations: self.history.operations(), held, duties }
     }
 }
 

@@ -1,11 +1,7 @@
-//! The history of a run: every client operation as an invocation and a completion, in simulated time.
-//!
-//! A completion is `ok` with what the cell answered, `fail` when the cell refused the operation (it did not happen),
-//! or `unknown` when it may or may not have happened (a timeout, a broken connection, leadership moving mid-commit).
-//! Checkers must treat an unknown operation as possibly applied, never as failed.
+//! The history of a run, recorded in simulated time as its clients call the cell; the types of a history and its
+//! checkers are `cellog-check`'s.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -13,170 +9,15 @@ use cellog_client::ClientError;
 
 use crate::trace::simulated_elapsed;
 
-/// What a client asked for.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Op {
-    /// Publish one message with an id (inside a transaction when `txn` names the producer and epoch).
-    Publish {
-        /// Its id.
-        msg_id: String,
-        /// Its subject.
-        subject: String,
-        /// The transactional producer and epoch, if any.
-        txn: Option<(u64, u32)>,
-    },
-    /// Fetch up to `max` messages for a consumer.
-    Fetch {
-        /// The consumer.
-        consumer: String,
-        /// How many at most.
-        max: u32,
-    },
-    /// Acknowledge (`ack`, `nack` or `term`) one delivery.
-    Ack {
-        /// The consumer.
-        consumer: String,
-        /// The partition.
-        partition: u32,
-        /// The sequence.
-        seq: u64,
-        /// Which acknowledgement.
-        kind: &'static str,
-    },
-    /// Read committed messages from a partition.
-    Read {
-        /// The stream.
-        stream: String,
-        /// The partition.
-        partition: u32,
-        /// From this sequence.
-        from: u64,
-    },
-    /// Tell the cell that a peer has received a partition up to a sequence.
-    PeerProgress {
-        /// The stream.
-        stream: String,
-        /// The peer.
-        peer: String,
-        /// The partition.
-        partition: u32,
-        /// The last sequence received.
-        received_seq: u64,
-    },
-    /// Register (or re-register, fencing the older instance) a transactional producer.
-    InitProducer {
-        /// Its transactional id.
-        transactional_id: String,
-    },
-    /// A transaction step: begin, prepare, commit or abort.
-    Txn {
-        /// Which step.
-        step: &'static str,
-        /// The producer.
-        producer_id: u64,
-        /// Its epoch.
-        epoch: u32,
-    },
-}
+pub use cellog_check::history::{Completion, Event, EventKind, Op, OpId, Operation, Seen, Value};
 
-/// One message as a client saw it: where, which id, how many deliveries.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Seen {
-    /// The partition.
-    pub partition: u32,
-    /// The sequence.
-    pub seq: u64,
-    /// Its message id.
-    pub msg_id: Option<String>,
-    /// Deliveries to this consumer so far (0 for a read).
-    pub delivery_count: u32,
-}
-
-/// What the cell answered.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Value {
-    /// A message landed (or had landed, for a duplicate) here.
-    Published {
-        /// The stream.
-        stream: String,
-        /// The partition.
-        partition: u32,
-        /// The sequence.
-        seq: u64,
-        /// A repeat of an earlier message id.
-        duplicate: bool,
-    },
-    /// Staged in a transaction.
-    Staged,
-    /// Messages fetched or read.
-    Messages(Vec<Seen>),
-    /// A producer's id and epoch.
-    Producer {
-        /// Its id.
-        producer_id: u64,
-        /// Its epoch.
-        epoch: u32,
-    },
-    /// Done, nothing to report.
-    Done,
-}
-
-/// How an operation ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Completion {
-    /// It happened; the cell's answer.
-    Ok(Value),
-    /// The cell refused it: it did not happen (the error's reason).
-    Fail(String),
-    /// It may or may not have happened (the error).
-    Unknown(String),
-}
-
-impl Completion {
-    /// The completion of a call that returned `result`.
-    pub fn of(result: Result<Value, &ClientError>) -> Completion {
-        match result {
-            Ok(value) => Completion::Ok(value),
-            Err(error) if error.outcome_unknown() => Completion::Unknown(error.to_string()),
-            Err(error) => Completion::Fail(error.reason().unwrap_or("CLIENT").to_string()),
-        }
-    }
-}
-
-/// An operation's id in the history.
-pub type OpId = u64;
-
-/// One line of the history.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Event {
-    /// Simulated milliseconds since the history began.
-    pub at_ms: u64,
-    /// The client process.
-    pub process: String,
-    /// The operation.
-    pub op_id: OpId,
-    /// Invocation or completion.
-    pub kind: EventKind,
-}
-
-/// Invocation or completion.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum EventKind {
-    /// The client asked.
-    Invoke(Op),
-    /// The client got its answer (or gave up).
-    Complete(Completion),
-}
-
-impl fmt::Display for Event {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let seconds = Duration::from_millis(self.at_ms).as_secs_f64();
-        match &self.kind {
-            EventKind::Invoke(op) => write!(f, "{seconds:>9.3} {:<10} #{} invoke {op:?}", self.process, self.op_id),
-            EventKind::Complete(done) => {
-                write!(f, "{seconds:>9.3} {:<10} #{} {done:?}", self.process, self.op_id)
-            }
-        }
+/// The completion of a call that returned `result`: refused when the error says the cell refused it, unknown when it
+/// may or may not have happened.
+pub fn completion(result: Result<Value, &ClientError>) -> Completion {
+    match result {
+        Ok(value) => Completion::Ok(value),
+        Err(error) if error.outcome_unknown() => Completion::Unknown(error.to_string()),
+        Err(error) => Completion::Fail(error.reason().unwrap_or("CLIENT").to_string()),
     }
 }
 
@@ -235,24 +76,9 @@ impl History {
         self.lock().events.clone()
     }
 
-    /// Each operation with its completion (`None` while it has none).
-    pub fn operations(&self) -> Vec<(String, Op, Option<Completion>)> {
-        let log = self.lock();
-        let mut completions: BTreeMap<OpId, Completion> = BTreeMap::new();
-        for event in &log.events {
-            if let EventKind::Complete(done) = &event.kind {
-                completions.insert(event.op_id, done.clone());
-            }
-        }
-        log.events
-            .iter()
-            .filter_map(|event| match &event.kind {
-                EventKind::Invoke(op) => {
-                    Some((event.process.clone(), op.clone(), completions.get(&event.op_id).cloned()))
-                }
-                EventKind::Complete(_) => None,
-            })
-            .collect()
+    /// Each operation with its completion (`None` while it has none), in the order they were invoked.
+    pub fn operations(&self) -> Vec<Operation> {
+        cellog_check::history::operations(&self.lock().events)
     }
 
     /// Every message id whose publish (outside a transaction) was acknowledged, with where it landed.
@@ -270,53 +96,16 @@ impl History {
 
     fn acknowledged_where(&self, stream_matches: impl Fn(&str) -> bool) -> BTreeMap<String, (u32, u64)> {
         let mut acked = BTreeMap::new();
-        for (_, op, done) in self.operations() {
-            if let (
-                Op::Publish { msg_id, txn: None, .. },
-                Some(Completion::Ok(Value::Published { stream, partition, seq, .. })),
-            ) = (op, done)
-                && stream_matches(&stream)
-                && let Some(first) = acked.insert(msg_id.clone(), (partition, seq))
+        for operation in self.operations() {
+            if let (Op::Publish { msg_id, txn: None, .. }, Some(Value::Published { stream, partition, seq, .. })) =
+                (&operation.op, operation.ok())
+                && stream_matches(stream)
+                && let Some(first) = acked.insert(msg_id.clone(), (*partition, *seq))
             {
-                assert_eq!(first, (partition, seq), "{msg_id} was acknowledged at two places");
+                assert_eq!(first, (*partition, *seq), "{msg_id} was acknowledged at two places");
             }
         }
         acked
-    }
-
-    /// The message ids consumer `consumer` was handed by successful fetches.
-    pub fn delivered(&self, consumer: &str) -> BTreeSet<String> {
-        let mut delivered = BTreeSet::new();
-        for (_, op, done) in self.operations() {
-            if let (Op::Fetch { consumer: name, .. }, Some(Completion::Ok(Value::Messages(seen)))) = (op, done)
-                && name == consumer
-            {
-                delivered.extend(seen.into_iter().filter_map(|message| message.msg_id));
-            }
-        }
-        delivered
-    }
-
-    /// The first message consumer `consumer` was handed again after an ack of it had succeeded, if any, as
-    /// `(partition, seq)`: a redelivery after a committed ack.
-    pub fn redelivered_after_ack(&self, consumer: &str) -> Option<(u32, u64)> {
-        let mut acked = BTreeSet::new();
-        for (_, op, done) in self.operations() {
-            match (op, done) {
-                (Op::Fetch { consumer: name, .. }, Some(Completion::Ok(Value::Messages(seen)))) if name == consumer => {
-                    if let Some(again) = seen.iter().find(|m| acked.contains(&(m.partition, m.seq))) {
-                        return Some((again.partition, again.seq));
-                    }
-                }
-                (Op::Ack { consumer: name, partition, seq, kind: "ack" }, Some(Completion::Ok(_)))
-                    if name == consumer =>
-                {
-                    acked.insert((partition, seq));
-                }
-                _ => {}
-            }
-        }
-        None
     }
 
     /// The history as text, one event per line.

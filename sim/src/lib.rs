@@ -5,7 +5,8 @@
 //!
 //! - [`Cluster`]: the cell and the vocabulary to hurt it (`cluster.node(2).crash()`, `partition`, `power_fail`, ...).
 //! - [`trace`]: one line per state transition, in simulated time, hashed into `trace_hash`.
-//! - [`history`]: every client operation, invoked and completed (ok, fail, or unknown).
+//! - [`history`]: every client operation, invoked and completed (ok, fail, or unknown), recorded as it happens into
+//!   `cellog-check`'s types, which its checkers read.
 //! - [`seeds`]: one seed per run, one random stream per concern.
 //! - [`workload`]: producers, consumers and transactional producers that record into the history.
 //! - [`fault`]: faults and schedules of them as plain data, and `Cluster::inject` / `run_schedule` / `heal_all`.
@@ -29,7 +30,9 @@ pub mod trace;
 pub mod workload;
 
 #[cfg(madsim)]
+pub use cellog_check::Stored;
+#[cfg(madsim)]
 pub use cluster::{
-    Cluster, NetworkFaults, NodeCtl, SIM_CELL, SIM_SNAPSHOT_EVERY, SimNodeId, Stored,
-    seed_openssl_outside_the_simulation, sim_retry,
+    Cluster, NetworkFaults, NodeCtl, SIM_CELL, SIM_SNAPSHOT_EVERY, SimNodeId, seed_openssl_outside_the_simulation,
+    sim_retry,
 };

@@ -16,7 +16,7 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::cluster::Cluster;
-use crate::history::{Completion, History, Op, OpId, Seen, Value};
+use crate::history::{Completion, History, Op, OpId, Seen, Value, completion};
 
 fn published(ack: &v1::PublishAck) -> Value {
     Value::Published { stream: ack.stream.clone(), partition: ack.partition, seq: ack.seq, duplicate: ack.duplicate }
@@ -52,8 +52,12 @@ impl Producer {
 
     fn invoke(&self, request: &v1::PublishRequest) -> OpId {
         let txn = request.transaction.map(|producer| (producer.producer_id, producer.epoch));
-        let op =
-            Op::Publish { msg_id: request.msg_id.clone().unwrap_or_default(), subject: request.subject.clone(), txn };
+        let op = Op::Publish {
+            msg_id: request.msg_id.clone().unwrap_or_default(),
+            subject: request.subject.clone(),
+            txn,
+            delay_ms: request.deliver_after_ms.filter(|&delay| delay > 0),
+        };
         self.history.invoke(&self.process, op)
     }
 
@@ -77,7 +81,7 @@ impl Producer {
             if let (Ok(ack), Some(msg_id)) = (&result.result, msg_id) {
                 acked.insert(msg_id, (ack.partition, ack.seq));
             }
-            self.history.complete(&self.process, op_id, Completion::of(result.result.as_ref().map(published)));
+            self.history.complete(&self.process, op_id, completion(result.result.as_ref().map(published)));
         }
         acked
     }
@@ -87,7 +91,7 @@ impl Producer {
         let op_id = self.invoke(&request);
         let result = self.client.publish(request).await;
         let value = result.as_ref().map(|ack| if ack.staged_index.is_some() { Value::Staged } else { published(ack) });
-        self.history.complete(&self.process, op_id, Completion::of(value));
+        self.history.complete(&self.process, op_id, completion(value));
         result
     }
 }
@@ -158,7 +162,7 @@ impl Consumer {
                     .collect(),
             )
         });
-        self.history.complete(&self.process, op_id, Completion::of(value));
+        self.history.complete(&self.process, op_id, completion(value));
         let Ok(deliveries) = fetched else { return 0 };
         let mut acks = Vec::new();
         for message in deliveries.iter().filter_map(|delivery| delivery.message.as_ref()) {
@@ -193,7 +197,7 @@ impl Consumer {
             }
             Err(error) => {
                 for op_id in ops {
-                    self.history.complete(&self.process, op_id, Completion::of(Err(&error)));
+                    self.history.complete(&self.process, op_id, completion(Err(&error)));
                 }
             }
         }
@@ -229,7 +233,7 @@ impl TxnProducer {
         let op_id = self.history.invoke(&self.process, op);
         let result = self.client.init_producer(&self.transactional_id, 0).await;
         let value = result.as_ref().map(|p| Value::Producer { producer_id: p.producer_id, epoch: p.epoch });
-        self.history.complete(&self.process, op_id, Completion::of(value));
+        self.history.complete(&self.process, op_id, completion(value));
         if let Ok(producer) = &result {
             self.producer = Some(*producer);
         }
@@ -260,7 +264,7 @@ impl TxnProducer {
             ),
             _ => Value::Done,
         });
-        self.history.complete(&self.process, op_id, Completion::of(value));
+        self.history.complete(&self.process, op_id, completion(value));
         // A transaction's end bumps the epoch: the next transaction uses the new one.
         if let Ok(response) = &result
             && let Some(next) = response.next
@@ -345,7 +349,7 @@ impl Mirror {
                         .collect(),
                 )
             });
-            self.history.complete(&self.process, op_id, Completion::of(value));
+            self.history.complete(&self.process, op_id, completion(value));
             let Ok(response) = read else { continue };
             let Some(last) = response.messages.last().map(|m| m.seq) else { continue };
             got += response.messages.len();
@@ -358,7 +362,7 @@ impl Mirror {
             };
             let op_id = self.history.invoke(&self.process, op);
             let reported = self.client.peer_progress(&self.stream, &self.process, partition, last).await;
-            self.history.complete(&self.process, op_id, Completion::of(reported.as_ref().map(|()| Value::Done)));
+            self.history.complete(&self.process, op_id, completion(reported.as_ref().map(|()| Value::Done)));
         }
         got
     }

@@ -42,7 +42,7 @@ mod runner {
     fn failure(result: &Result<Report, String>) -> Option<String> {
         match result {
             Err(panic) => Some(format!("liveness or harness: {panic}")),
-            Ok(report) => report.violations.first().map(|(property, found)| format!("{property}: {found}")),
+            Ok(report) => report.violations.first().map(|v| format!("{}: {}", v.property, v.found)),
         }
     }
 
@@ -105,8 +105,8 @@ mod runner {
                 std::fs::write(&path, text).unwrap_or_else(|error| panic!("writing {path}: {error}"));
             }
         }
-        for (property, found) in &report.violations {
-            println!("VIOLATED {property}: {found}");
+        for violation in &report.violations {
+            println!("VIOLATED {}: {}", violation.property, violation.found);
         }
         if !report.violations.is_empty() {
             println!("  replay: {}", replay(seed, dropped));

@@ -1,0 +1,64 @@
+//! What a run leaves to check: its history, what every node holds at the end, and what its workload promised.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+
+use crate::history::Operation;
+
+/// A node of the cell under test.
+pub type NodeId = u64;
+
+/// One copy of a message on a node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Held {
+    /// The partition.
+    pub partition: u32,
+    /// The sequence.
+    pub seq: u64,
+    /// Its body.
+    pub body: Bytes,
+    /// The cell time it was stored at, in milliseconds.
+    pub stored_at_ms: u64,
+}
+
+/// What a node holds in one stream, by message id: every copy (more than one is a duplicate).
+pub type Stored = BTreeMap<String, Vec<Held>>;
+
+/// What the workload promised, which the history alone does not say.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Duties {
+    /// Durable consumers, by the stream they consume: each must be handed every acknowledged message of its stream
+    /// that is not delayed.
+    pub consumers: BTreeMap<String, String>,
+    /// Registered peers, by the stream they mirror: the process that reads it and reports its progress. Retention
+    /// must not remove what the peer has not received.
+    pub peers: BTreeMap<String, String>,
+    /// Streams whose retention may remove acknowledged messages (limits, work queues): what nodes hold of them is
+    /// not checked for loss or whole transactions, only for what every stream must be (one copy, the same on every
+    /// replica, nothing refused) and, for a peer's stream, nothing removed that the peer had not received.
+    pub trimmed: BTreeSet<String>,
+}
+
+/// What a run leaves to check.
+#[derive(Clone, Debug, Default)]
+pub struct Evidence {
+    /// Every client operation in the order it was invoked, with its completion if it got one.
+    pub operations: Vec<Operation>,
+    /// Per stream, what each node holds in it at the end (after the cell converged). Only the streams here are
+    /// checked against the nodes' contents.
+    pub held: BTreeMap<String, BTreeMap<NodeId, Stored>>,
+    /// What the workload promised.
+    pub duties: Duties,
+}
+
+impl Evidence {
+    /// The time of the last event of the history.
+    pub fn end_ms(&self) -> u64 {
+        self.operations
+            .iter()
+            .map(|operation| operation.completed.as_ref().map_or(operation.invoked_ms, |(at, _)| *at))
+            .max()
+            .unwrap_or(0)
+    }
+}

@@ -1,0 +1,328 @@
+//! Each checker against hand-written histories: a table of histories that must pass, and of histories that must fail
+//! with exactly the checkers named (so that a checker that stops seeing its violation, or starts seeing one where
+//! there is none, fails here).
+
+use bytes::Bytes;
+use cellog_check::check_all;
+use cellog_check::script::Script;
+
+const NODES: [u64; 3] = [1, 2, 3];
+
+/// `msg_id` published by `producer` at `at`, acknowledged at `stream`/0/`seq`, and held there by every node.
+fn acked(s: &mut Script, at: u64, msg_id: &str, stream: &str, seq: u64) {
+    s.publish(at, "producer", msg_id).published(at + 2, stream, 0, seq);
+    for node in NODES {
+        s.hold(node, stream, msg_id, 0, seq, at + 1);
+    }
+}
+
+/// Every node holds `msg_id` at `stream`/0/`seq`.
+fn everywhere(s: &mut Script, stream: &str, msg_id: &str, seq: u64, at: u64) {
+    for node in NODES {
+        s.hold(node, stream, msg_id, 0, seq, at);
+    }
+}
+
+/// A run with something of everything, and nothing wrong: acknowledged publishes delivered to a durable consumer
+/// and acked, a delayed message not yet due, a committed transaction, a producer fenced by a newer instance whose
+/// commit is refused, a mirror that read its feed in order while retention trimmed behind it.
+fn clean(s: &mut Script) {
+    s.durable("orders", "audit");
+    acked(s, 0, "m-1", "orders", 1);
+    acked(s, 10, "m-2", "orders", 2);
+    s.publish_delayed(20, "producer", "d-3", 60_000).published(22, "orders", 0, 3);
+    everywhere(s, "orders", "d-3", 3, 21);
+    s.fetch(30, "audit").messages(32, &[(0, 1, "m-1", 1), (0, 2, "m-2", 1)]);
+    s.ack(40, "audit", "ack", 0, 1).done(41);
+    s.ack(40, "audit", "ack", 0, 2).done(41);
+    s.fetch(50, "audit").messages(52, &[]);
+    // A transaction of producer 7 at epoch 1, committed.
+    s.init(60, "txn", "orders-txn").producer(61, 7, 1);
+    s.txn(62, "txn", "begin", (7, 1)).done(63);
+    s.stage(64, "txn", "t-1", (7, 1)).staged(65);
+    s.stage(66, "txn", "t-2", (7, 1)).staged(67);
+    s.txn(68, "txn", "prepare", (7, 1)).done(69);
+    s.txn(70, "txn", "commit", (7, 1)).messages(71, &[(0, 4, "t-1", 0), (0, 5, "t-2", 0)]);
+    everywhere(s, "orders", "t-1", 4, 70);
+    everywhere(s, "orders", "t-2", 5, 70);
+    // A newer instance at epoch 2 fences epoch 1, whose later attempts are refused.
+    s.init(80, "txn", "orders-txn").producer(81, 7, 2);
+    s.txn(82, "zombie", "begin", (7, 1)).fail(83);
+    s.stage(84, "zombie", "z-1", (7, 1)).fail(85);
+    s.txn(86, "zombie", "commit", (7, 1)).fail(87);
+    // A feed mirrored by a registered peer: retention removed f-1 once the mirror had it.
+    s.peer("feed", "mirror");
+    s.publish(90, "producer", "f-1").published(91, "feed", 0, 1);
+    s.publish(92, "producer", "f-2").published(93, "feed", 0, 2);
+    s.read(94, "mirror", "feed", 0, 1).messages(95, &[(0, 1, "f-1", 0)]);
+    s.progress(96, "mirror", "feed", 0, 1).done(97);
+    s.read(98, "mirror", "feed", 0, 2).messages(99, &[(0, 2, "f-2", 0)]);
+    everywhere(s, "feed", "f-2", 2, 93);
+}
+
+/// A history and the checkers it must fail (none: it must pass).
+struct Row {
+    name: &'static str,
+    history: fn(&mut Script),
+    fails: &'static [&'static str],
+}
+
+const ROWS: &[Row] = &[
+    Row { name: "a clean run", history: clean, fails: &[] },
+    Row {
+        name: "a publish that timed out may be stored",
+        history: |s| {
+            s.publish(0, "producer", "m-1").unknown(5);
+            everywhere(s, "orders", "m-1", 1, 1);
+        },
+        fails: &[],
+    },
+    Row {
+        name: "a fetch under way when an ack was answered may still carry the message",
+        history: |s| {
+            acked(s, 0, "m-1", "orders", 1);
+            s.fetch(10, "audit").messages(11, &[(0, 1, "m-1", 1)]);
+            s.fetch(20, "audit").messages(30, &[(0, 1, "m-1", 2)]);
+            s.ack(21, "audit", "ack", 0, 1).done(22);
+        },
+        fails: &[],
+    },
+    Row {
+        name: "a lost ack",
+        history: |s| {
+            s.publish(0, "producer", "m-1").published(2, "orders", 0, 1);
+            s.hold(1, "orders", "m-1", 0, 1, 1);
+            s.hold(2, "orders", "m-1", 0, 1, 1);
+            s.node(3, "orders");
+        },
+        fails: &["lost", "replicas"],
+    },
+    Row {
+        name: "a message held twice",
+        history: |s| {
+            acked(s, 0, "m-1", "orders", 1);
+            everywhere(s, "orders", "m-1", 2, 5);
+        },
+        fails: &["duplicate"],
+    },
+    Row {
+        name: "one id acknowledged at two sequences",
+        history: |s| {
+            acked(s, 0, "m-1", "orders", 1);
+            s.publish(10, "producer", "m-1").published(12, "orders", 0, 2);
+        },
+        fails: &["duplicate", "lost"],
+    },
+    Row {
+        name: "two ids acknowledged at one sequence",
+        history: |s| {
+            acked(s, 0, "m-1", "orders", 1);
+            s.publish(10, "producer", "m-2").published(12, "orders", 0, 1);
+        },
+        fails: &["position", "lost"],
+    },
+    Row {
+        name: "replicas with other bytes at one position",
+        history: |s| {
+            s.publish(0, "producer", "m-1").published(2, "orders", 0, 1);
+            s.hold(1, "orders", "m-1", 0, 1, 1);
+            s.hold(2, "orders", "m-1", 0, 1, 1);
+            s.hold_body(3, "orders", "m-1", (0, 1, 1), Bytes::from_static(b"flipped"));
+        },
+        fails: &["replicas"],
+    },
+    Row {
+        name: "a torn transaction",
+        history: |s| {
+            s.txn(0, "txn", "begin", (7, 1)).done(1);
+            s.stage(2, "txn", "t-1", (7, 1)).staged(3);
+            s.stage(4, "txn", "t-2", (7, 1)).staged(5);
+            s.txn(6, "txn", "commit", (7, 1)).unknown(9);
+            everywhere(s, "orders", "t-1", 1, 6);
+        },
+        fails: &["transactions"],
+    },
+    Row {
+        name: "an acknowledged commit that no node shows",
+        history: |s| {
+            s.txn(0, "txn", "begin", (7, 1)).done(1);
+            s.stage(2, "txn", "t-1", (7, 1)).staged(3);
+            s.txn(6, "txn", "commit", (7, 1)).done(9);
+            s.node(1, "orders");
+        },
+        fails: &["transactions"],
+    },
+    Row {
+        name: "a refused commit that nodes show",
+        history: |s| {
+            s.txn(0, "txn", "begin", (7, 1)).done(1);
+            s.stage(2, "txn", "t-1", (7, 1)).staged(3);
+            s.txn(6, "txn", "commit", (7, 1)).fail(9);
+            everywhere(s, "orders", "t-1", 1, 6);
+        },
+        fails: &["transactions"],
+    },
+    Row {
+        name: "an aborted read",
+        history: |s| {
+            s.txn(0, "txn", "begin", (7, 1)).done(1);
+            s.stage(2, "txn", "t-1", (7, 1)).staged(3);
+            s.txn(6, "txn", "abort", (7, 1)).done(9);
+            s.node(1, "orders");
+            s.fetch(10, "audit").messages(11, &[(0, 1, "t-1", 1)]);
+        },
+        fails: &["transactions"],
+    },
+    Row {
+        name: "a fenced commit",
+        history: |s| {
+            s.init(0, "txn", "orders-txn").producer(1, 7, 1);
+            s.init(10, "txn", "orders-txn").producer(11, 7, 2);
+            s.txn(20, "zombie", "begin", (7, 1)).done(21);
+            s.txn(22, "zombie", "commit", (7, 1)).done(23);
+        },
+        fails: &["fenced"],
+    },
+    Row {
+        name: "a fenced producer's message shown",
+        history: |s| {
+            s.init(0, "txn", "orders-txn").producer(1, 7, 1);
+            s.init(10, "txn", "orders-txn").producer(11, 7, 2);
+            s.txn(20, "zombie", "begin", (7, 1)).done(21);
+            s.stage(22, "zombie", "z-1", (7, 1)).staged(23);
+            s.txn(24, "zombie", "commit", (7, 1)).unknown(25);
+            everywhere(s, "orders", "z-1", 1, 24);
+        },
+        fails: &["fenced"],
+    },
+    Row {
+        name: "a redelivery after ack",
+        history: |s| {
+            acked(s, 0, "m-1", "orders", 1);
+            s.fetch(10, "audit").messages(11, &[(0, 1, "m-1", 1)]);
+            s.ack(12, "audit", "ack", 0, 1).done(13);
+            s.fetch(20, "audit").messages(21, &[(0, 1, "m-1", 2)]);
+        },
+        fails: &["redelivery"],
+    },
+    Row {
+        name: "an acknowledged message never delivered",
+        history: |s| {
+            s.durable("orders", "audit");
+            acked(s, 0, "m-1", "orders", 1);
+            acked(s, 5, "m-2", "orders", 2);
+            s.fetch(10, "audit").messages(11, &[(0, 1, "m-1", 1)]);
+        },
+        fails: &["delivery"],
+    },
+    Row {
+        name: "a delivery before its time",
+        history: |s| {
+            s.publish_delayed(0, "producer", "d-1", 60_000).published(2, "orders", 0, 1);
+            everywhere(s, "orders", "d-1", 1, 1);
+            s.fetch(10, "audit").messages(11, &[(0, 1, "d-1", 1)]);
+        },
+        fails: &["delayed"],
+    },
+    Row {
+        name: "time going backwards",
+        history: |s| {
+            acked(s, 0, "m-1", "orders", 1);
+            s.publish(10, "producer", "m-2").published(12, "orders", 0, 2);
+            for node in NODES {
+                s.hold(node, "orders", "m-2", 0, 2, 0);
+            }
+        },
+        fails: &["cell-time"],
+    },
+    Row {
+        name: "a gap under a peer's watermark",
+        history: |s| {
+            s.peer("feed", "mirror");
+            for seq in 1..=3 {
+                acked(s, seq * 10, &format!("f-{seq}"), "feed", seq);
+            }
+            s.read(40, "mirror", "feed", 0, 1).messages(41, &[(0, 1, "f-1", 0), (0, 3, "f-3", 0)]);
+        },
+        fails: &["watermark"],
+    },
+    Row {
+        name: "a removal past a peer's watermark",
+        history: |s| {
+            s.peer("feed", "mirror");
+            s.publish(0, "producer", "f-1").published(1, "feed", 0, 1);
+            acked(s, 10, "f-2", "feed", 2);
+            s.publish(20, "producer", "f-3").published(21, "feed", 0, 3);
+            s.progress(30, "mirror", "feed", 0, 1).done(31);
+        },
+        fails: &["watermark"],
+    },
+    Row {
+        name: "a refused publish stored",
+        history: |s| {
+            s.publish(0, "producer", "m-1").fail(2);
+            everywhere(s, "orders", "m-1", 1, 1);
+        },
+        fails: &["unknown"],
+    },
+    Row {
+        name: "reads that go back",
+        history: |s| {
+            s.fetch(0, "audit").messages(1, &[(0, 5, "m-5", 1)]);
+            s.fetch(2, "audit").messages(3, &[(0, 3, "m-3", 1)]);
+        },
+        fails: &["monotonic"],
+    },
+    Row {
+        name: "a commit that lands its messages out of order",
+        history: |s| {
+            s.txn(0, "txn", "begin", (7, 1)).done(1);
+            s.stage(2, "txn", "t-1", (7, 1)).staged(3);
+            s.stage(4, "txn", "t-2", (7, 1)).staged(5);
+            s.txn(6, "txn", "commit", (7, 1)).messages(7, &[(0, 2, "t-1", 0), (0, 1, "t-2", 0)]);
+            everywhere(s, "orders", "t-1", 2, 6);
+            everywhere(s, "orders", "t-2", 1, 6);
+        },
+        fails: &["order"],
+    },
+];
+
+#[test]
+fn each_history_fails_exactly_the_checkers_it_should() {
+    let mut wrong = Vec::new();
+    for row in ROWS {
+        let mut script = Script::default();
+        (row.history)(&mut script);
+        let mut failed: Vec<&str> = check_all(&script.evidence()).iter().map(|v| v.checker).collect();
+        failed.sort_unstable();
+        let mut expected = row.fails.to_vec();
+        expected.sort_unstable();
+        if failed != expected {
+            let found: Vec<String> =
+                check_all(&script.evidence()).iter().map(|v| format!("{}: {}", v.checker, v.found)).collect();
+            wrong.push(format!("{}: expected {expected:?}, failed {failed:?} ({found:?})", row.name));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn every_checker_is_shown_a_history_it_must_fail() {
+    let shown: std::collections::BTreeSet<&str> = ROWS.iter().flat_map(|row| row.fails.iter().copied()).collect();
+    let untested: Vec<&str> = cellog_check::ALL.iter().map(|c| c.name).filter(|name| !shown.contains(name)).collect();
+    assert!(untested.is_empty(), "checkers no history fails: {untested:?}");
+}
+
+#[test]
+fn a_violation_says_where_it_is() {
+    let mut script = Script::default();
+    script.publish(0, "producer", "m-1").published(2, "orders", 0, 1);
+    script.hold(1, "orders", "m-1", 0, 1, 1);
+    script.hold_body(2, "orders", "m-1", (0, 1, 1), Bytes::from_static(b"flipped"));
+    let violations = check_all(&script.evidence());
+    assert_eq!(violations.len(), 1);
+    assert_eq!(
+        violations[0].found,
+        "nodes 1 and 2 differ in orders at 0/1: m-1 (3 bytes) against m-1 (7 bytes) with other bytes"
+    );
+}
