@@ -23,6 +23,8 @@ pub struct Report {
     pub schedule: Vec<(usize, Step)>,
     /// The properties violated, with what was found.
     pub violations: Vec<Violation>,
+    /// Why the cell did not converge or could not be read at the end, if so (the checkers ran on what was read).
+    pub liveness: Option<String>,
     /// Publishes acknowledged.
     pub acknowledged: usize,
     /// The run's trace, rendered.
@@ -56,14 +58,19 @@ pub fn replay(seed: u64, dropped: &BTreeSet<usize>) -> String {
 /// Runs `seed` without the steps in `dropped`. Panics when the harness does (a liveness failure: the cell did not
 /// converge within its budget, or a workload call the harness needs never succeeded).
 pub fn run(seed: u64, dropped: &BTreeSet<usize>) -> Report {
+    let (swarm, full) = plan(seed, &NODES);
+    let schedule: Vec<(usize, Step)> =
+        full.into_iter().enumerate().filter(|(index, _)| !dropped.contains(index)).collect();
+    run_schedule(seed, swarm, schedule, replay(seed, dropped))
+}
+
+/// Runs the mixed workload from `seed` under `schedule` (each step with its index in the schedule it came from),
+/// with `swarm`'s snapshot interval and log kept behind a snapshot; `replay` is the command a failure prints.
+pub fn run_schedule(seed: u64, swarm: Swarm, schedule: Vec<(usize, Step)>, replay: String) -> Report {
     let runtime = madsim::runtime::Runtime::with_seed_and_config(seed, madsim::Config::default());
-    let dropped = dropped.clone();
     runtime.block_on(async move {
-        let (swarm, full) = plan(seed, &NODES);
         let mut cluster = Cluster::with_timing(3, swarm.timing());
-        cluster.set_replay(replay(seed, &dropped));
-        let schedule: Vec<(usize, Step)> =
-            full.into_iter().enumerate().filter(|(index, _)| !dropped.contains(index)).collect();
+        cluster.set_replay(replay);
         let steps: Vec<Step> = schedule.iter().map(|(_, step)| step.clone()).collect();
         let outcome = mixed::run(&mut cluster, &steps).await;
         let evidence = mixed::evidence(&cluster, &outcome);
@@ -72,6 +79,7 @@ pub fn run(seed: u64, dropped: &BTreeSet<usize>) -> Report {
             swarm,
             schedule,
             violations: check_all(&evidence),
+            liveness: outcome.liveness,
             acknowledged: cluster.history().acknowledged_in(mixed::STREAM).len(),
             trace: cluster.trace().render(),
             history: cluster.history().render(),

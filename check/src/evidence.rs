@@ -25,12 +25,25 @@ pub struct Held {
 /// What a node holds in one stream, by message id: every copy (more than one is a duplicate).
 pub type Stored = BTreeMap<String, Vec<Held>>;
 
+/// A node's applied state at the end: the index it applied to, and the digest of each part of the state there
+/// (`cell`, `producers`, `stream NAME`, `stream NAME partition P`, `stream NAME consumer C`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeState {
+    /// The last index applied.
+    pub applied_index: u64,
+    /// Each part's digest, by part.
+    pub parts: BTreeMap<String, String>,
+}
+
 /// What the workload promised, which the history alone does not say.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Duties {
     /// Durable consumers, by the stream they consume: each must be handed every acknowledged message of its stream
     /// that is not delayed.
     pub consumers: BTreeMap<String, String>,
+    /// Durable consumers (by name) that went on until nothing came back: each must end up acking every acknowledged
+    /// message of its stream that is not delayed (a nack or an ignored delivery comes back until it is acked).
+    pub drained: BTreeSet<String>,
     /// Registered peers, by the stream they mirror: the process that reads it and reports its progress. Retention
     /// must not remove what the peer has not received.
     pub peers: BTreeMap<String, String>,
@@ -48,6 +61,8 @@ pub struct Evidence {
     /// Per stream, what each node holds in it at the end (after the cell converged). Only the streams here are
     /// checked against the nodes' contents.
     pub held: BTreeMap<String, BTreeMap<NodeId, Stored>>,
+    /// Each node's applied state at the end, where it could be read.
+    pub states: BTreeMap<NodeId, NodeState>,
     /// What the workload promised.
     pub duties: Duties,
 }

@@ -16,4 +16,4 @@ pub mod history;
 pub mod script;
 
 pub use checkers::{ALL, Checker, Violation, check_all};
-pub use evidence::{Duties, Evidence, Held, NodeId, Stored};
+pub use evidence::{Duties, Evidence, Held, NodeId, NodeState, Stored};

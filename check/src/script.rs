@@ -169,9 +169,21 @@ impl Script {
         self.evidence.held.entry(stream.to_string()).or_default()
     }
 
+    /// Node `node` applied up to `applied_index`, where its state's parts have these digests.
+    pub fn state(&mut self, node: NodeId, applied_index: u64, parts: &[(&str, &str)]) {
+        let parts = parts.iter().map(|(part, digest)| (part.to_string(), digest.to_string())).collect();
+        self.evidence.states.insert(node, crate::evidence::NodeState { applied_index, parts });
+    }
+
     /// `consumer` must be handed every acknowledged message of `stream`.
     pub fn durable(&mut self, stream: &str, consumer: &str) {
         self.evidence.duties.consumers.insert(stream.to_string(), consumer.to_string());
+    }
+
+    /// `consumer` of `stream` went on until nothing came back: it must end up acking every acknowledged message.
+    pub fn drained(&mut self, stream: &str, consumer: &str) {
+        self.durable(stream, consumer);
+        self.evidence.duties.drained.insert(consumer.to_string());
     }
 
     /// `process` is a registered peer of `stream`, whose retention removes what the peer received.

@@ -27,7 +27,7 @@ fn everywhere(s: &mut Script, stream: &str, msg_id: &str, seq: u64, at: u64) {
 /// and acked, a delayed message not yet due, a committed transaction, a producer fenced by a newer instance whose
 /// commit is refused, a mirror that read its feed in order while retention trimmed behind it.
 fn clean(s: &mut Script) {
-    s.durable("orders", "audit");
+    s.drained("orders", "audit");
     acked(s, 0, "m-1", "orders", 1);
     acked(s, 10, "m-2", "orders", 2);
     s.publish_delayed(20, "producer", "d-3", 60_000).published(22, "orders", 0, 3);
@@ -163,6 +163,38 @@ const ROWS: &[Row] = &[
         fails: &["transactions"],
     },
     Row {
+        name: "an acknowledged abort that nodes show",
+        history: |s| {
+            s.txn(0, "txn", "begin", (7, 1)).done(1);
+            s.stage(2, "txn", "t-1", (7, 1)).staged(3);
+            s.txn(6, "txn", "abort", (7, 1)).done(9);
+            everywhere(s, "orders", "t-1", 1, 6);
+        },
+        fails: &["transactions"],
+    },
+    Row {
+        name: "a drained consumer that never acked a message",
+        history: |s| {
+            s.drained("orders", "audit");
+            acked(s, 0, "m-1", "orders", 1);
+            acked(s, 5, "m-2", "orders", 2);
+            s.fetch(10, "audit").messages(11, &[(0, 1, "m-1", 1), (0, 2, "m-2", 1)]);
+            s.ack(12, "audit", "ack", 0, 1).done(13);
+            s.ack(12, "audit", "nack", 0, 2).done(13);
+        },
+        fails: &["processed"],
+    },
+    Row {
+        name: "an ack without an answer may have landed",
+        history: |s| {
+            s.drained("orders", "audit");
+            acked(s, 0, "m-1", "orders", 1);
+            s.fetch(10, "audit").messages(11, &[(0, 1, "m-1", 1)]);
+            s.ack(12, "audit", "ack", 0, 1).unknown(20);
+        },
+        fails: &[],
+    },
+    Row {
         name: "an aborted read",
         history: |s| {
             s.txn(0, "txn", "begin", (7, 1)).done(1);
@@ -285,6 +317,24 @@ const ROWS: &[Row] = &[
         },
         fails: &["order"],
     },
+    Row {
+        name: "replicas at different indexes may differ",
+        history: |s| {
+            s.state(1, 10, &[("cell", "a"), ("stream orders", "b")]);
+            s.state(2, 12, &[("cell", "c"), ("stream orders", "d")]);
+        },
+        fails: &[],
+    },
+    Row {
+        name: "replicas at one index with a consumer of their own",
+        history: |s| {
+            let parts = [("cell", "a"), ("stream orders", "b"), ("stream orders consumer audit", "c")];
+            s.state(1, 10, &parts);
+            s.state(2, 10, &parts);
+            s.state(3, 10, &[("cell", "a"), ("stream orders", "x"), ("stream orders consumer audit", "y")]);
+        },
+        fails: &["state"],
+    },
 ];
 
 #[test]
@@ -311,6 +361,23 @@ fn every_checker_is_shown_a_history_it_must_fail() {
     let shown: std::collections::BTreeSet<&str> = ROWS.iter().flat_map(|row| row.fails.iter().copied()).collect();
     let untested: Vec<&str> = cellog_check::ALL.iter().map(|c| c.name).filter(|name| !shown.contains(name)).collect();
     assert!(untested.is_empty(), "checkers no history fails: {untested:?}");
+}
+
+#[test]
+fn a_state_difference_names_the_finest_part() {
+    let mut script = Script::default();
+    script.state(
+        1,
+        10,
+        &[("stream orders", "b"), ("stream orders consumer audit", "c"), ("stream orders partition 0", "p")],
+    );
+    script.state(
+        2,
+        10,
+        &[("stream orders", "x"), ("stream orders consumer audit", "y"), ("stream orders partition 0", "p")],
+    );
+    let violations = check_all(&script.evidence());
+    assert_eq!(violations[0].found, "nodes 1 and 2 both applied 10 and differ in stream orders consumer audit");
 }
 
 #[test]

@@ -37,6 +37,9 @@ pub struct ClientOptions {
     /// After a node failed to answer, ask the next node that does for the cell's members and remember their
     /// addresses, so that a client outlives the nodes it was given. Off for a client meant for one node only.
     pub discover: bool,
+    /// How often a client that is being answered asks for the cell's members anyway. A client learns a new node
+    /// only from a node it knows: if every node it knows leaves the cell within this interval, it is stranded.
+    pub discover_every: Duration,
 }
 
 impl Default for ClientOptions {
@@ -46,6 +49,7 @@ impl Default for ClientOptions {
             attempt_timeout: Duration::from_secs(10),
             backoff: Duration::from_millis(50),
             discover: true,
+            discover_every: DISCOVERY_INTERVAL,
         }
     }
 }
@@ -72,6 +76,13 @@ pub enum ClientError {
     /// No node was given.
     #[error("no node address given")]
     NoNodes,
+    /// The last attempt was refused before it was proposed (no leader there, a rate limit), but an earlier attempt
+    /// got no answer and may have been applied: the call's outcome is unknown.
+    #[error("{last}; an earlier attempt got no answer and may have been applied")]
+    Indefinite {
+        /// The last attempt's error.
+        last: Box<ClientError>,
+    },
 }
 
 impl ClientError {
@@ -79,6 +90,7 @@ impl ClientError {
     pub fn code(&self) -> Option<Code> {
         match self {
             ClientError::Status { code, .. } => Some(*code),
+            ClientError::Indefinite { last } => last.code(),
             _ => None,
         }
     }
@@ -87,6 +99,7 @@ impl ClientError {
     pub fn reason(&self) -> Option<&str> {
         match self {
             ClientError::Status { detail, .. } => Some(&detail.reason),
+            ClientError::Indefinite { last } => last.reason(),
             _ => None,
         }
     }
@@ -100,6 +113,19 @@ impl ClientError {
                 matches!(code, Code::Unknown | Code::Cancelled | Code::DeadlineExceeded | Code::Internal)
             }
             ClientError::Address { .. } | ClientError::NoNodes => false,
+            ClientError::Indefinite { .. } => true,
+        }
+    }
+
+    /// The error a retried call ends with, `last` being its last attempt's: a refusal that says only that the last
+    /// attempt was not proposed (no leader there, a rate limit) does not make the call a refusal when an earlier
+    /// attempt got no answer, since that one may have been applied.
+    fn settle(last: ClientError, earlier_unknown: bool) -> ClientError {
+        let not_proposed = matches!(last.code(), Some(Code::Unavailable | Code::ResourceExhausted));
+        if earlier_unknown && not_proposed && !last.outcome_unknown() {
+            ClientError::Indefinite { last: Box::new(last) }
+        } else {
+            last
         }
     }
 }
@@ -142,6 +168,21 @@ fn classify(status: &Status, idempotent: bool) -> Next {
         }
         _ => Next::Fail,
     }
+}
+
+/// The error one item of a batch answer (an ack, a publish of a batch) carries, as a [`ClientError`].
+pub fn item_error(error: v1::Error) -> ClientError {
+    from_item_error(error).into()
+}
+
+/// An item error that says its outcome is unknown (`UNKNOWN`, `OUTCOME_UNKNOWN`), with why.
+fn outcome_unknown_item(error: &ClientError) -> v1::Error {
+    let detail = v1::ErrorDetail {
+        reason: "OUTCOME_UNKNOWN".to_string(),
+        message: error.to_string(),
+        ..v1::ErrorDetail::default()
+    };
+    v1::Error { code: Code::Unknown as i32, detail: Some(detail) }
 }
 
 /// How often a client asks the cell for its members, so that it learns of nodes added since it was made.
@@ -250,7 +291,7 @@ impl Client {
         route.stale = true;
     }
 
-    /// After a node failed to answer, and every [`DISCOVERY_INTERVAL`] anyway: asks the current node for the cell's
+    /// After a node failed to answer, and every [`ClientOptions::discover_every`] anyway: asks the current node for the cell's
     /// members and remembers any new address.
     async fn rediscover(&self) {
         if !self.options.discover {
@@ -258,7 +299,7 @@ impl Client {
         }
         {
             let mut route = self.route.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            let due = route.discovered_at.is_none_or(|at| at.elapsed() >= DISCOVERY_INTERVAL);
+            let due = route.discovered_at.is_none_or(|at| at.elapsed() >= self.options.discover_every);
             if !route.stale && !due {
                 return;
             }
@@ -266,7 +307,7 @@ impl Client {
             route.discovered_at = Some(Instant::now());
         }
         let Ok(mut client) = self.current() else { return };
-        let mut request = Request::new(v1::ClusterStatusRequest {});
+        let mut request = Request::new(v1::ClusterStatusRequest::default());
         request.set_timeout(self.options.attempt_timeout);
         let Ok(status) = client.cluster_status(request).await else { return };
         let mut route = self.route.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -336,15 +377,33 @@ impl Client {
         F: Fn(C, Request<M>) -> Fut,
         Fut: std::future::Future<Output = Result<Response<T>, Status>>,
     {
+        self.call_tracked(service, idempotent, message, call).await.map(|(answer, _)| answer)
+    }
+
+    /// [`Client::call_on`], also saying whether an attempt before the answered one got no answer (and so may have
+    /// been applied).
+    async fn call_tracked<C, T, M, F, Fut>(
+        &self,
+        service: fn(Channel) -> C,
+        idempotent: bool,
+        message: M,
+        call: F,
+    ) -> Result<(T, bool), ClientError>
+    where
+        M: Clone,
+        F: Fn(C, Request<M>) -> Fut,
+        Fut: std::future::Future<Output = Result<Response<T>, Status>>,
+    {
         let deadline = Instant::now() + self.options.retry_for;
         let mut backoff = self.options.backoff;
+        let mut earlier_unknown = false;
         loop {
             let mut request = Request::new(message.clone());
             request.set_timeout(self.options.attempt_timeout);
             let status = match call(service(self.channel()?), request).await {
                 Ok(response) => {
                     self.rediscover().await;
-                    return Ok(response.into_inner());
+                    return Ok((response.into_inner(), earlier_unknown));
                 }
                 Err(status) => status,
             };
@@ -353,8 +412,9 @@ impl Client {
                     // Not retried here, but the next call should not try the same silent node first.
                     self.next_node();
                 }
-                return Err(status.into());
+                return Err(ClientError::settle(status.into(), earlier_unknown));
             }
+            earlier_unknown |= ClientError::from(status).outcome_unknown();
         }
     }
 
@@ -447,9 +507,13 @@ impl Client {
         let mut todo: VecDeque<usize> = (0..requests.len()).collect();
         let deadline = Instant::now() + self.options.retry_for;
         let mut backoff = self.options.backoff;
+        // Per message: whether an attempt of it went out and got no answer, so that it may have been applied.
+        let mut unanswered = vec![false; requests.len()];
         while !todo.is_empty() {
             let failure = match self.current() {
-                Ok(client) => self.publish_round(client, &requests, &mut todo, &mut results, window).await,
+                Ok(client) => {
+                    self.publish_round(client, &requests, &mut todo, &mut results, &mut unanswered, window).await
+                }
                 Err(error) => Some((Status::unavailable(error.to_string()), None)),
             };
             let Some((status, failed_at)) = failure else { continue };
@@ -461,7 +525,8 @@ impl Client {
                 }
                 let error = ClientError::from(status);
                 for index in todo.drain(..) {
-                    results[index] = Some(BatchResult { result: Err(error.clone()), latency: Duration::ZERO });
+                    let error = ClientError::settle(error.clone(), unanswered[index]);
+                    results[index] = Some(BatchResult { result: Err(error), latency: Duration::ZERO });
                 }
                 break;
             }
@@ -475,15 +540,23 @@ impl Client {
             .collect()
     }
 
-    /// One pass over `todo` on one connection. Returns the status that ended it early and the message it concerned.
+    /// One pass over `todo` on one connection. Returns the status that ended it early and the message it concerned;
+    /// marks in `unanswered` each message that went out and may have been applied without an answer.
     async fn publish_round(
         &self,
         mut client: CellogClient<Channel>,
         requests: &[v1::PublishRequest],
         todo: &mut VecDeque<usize>,
         results: &mut [Option<BatchResult>],
+        unanswered: &mut [bool],
         window: usize,
     ) -> Option<(Status, Option<usize>)> {
+        // The messages in flight when the call broke went out and got no answer.
+        let broke = |in_flight: &VecDeque<(usize, Instant)>, unanswered: &mut [bool], status: &Status| {
+            if ClientError::from(status.clone()).outcome_unknown() {
+                in_flight.iter().for_each(|(index, _)| unanswered[*index] = true);
+            }
+        };
         let (sender, receiver) = mpsc::channel::<v1::PublishRequest>(window);
         let outgoing = futures::stream::unfold(receiver, |mut receiver| async move {
             receiver.recv().await.map(|request| (request, receiver))
@@ -506,6 +579,7 @@ impl Client {
         let mut answers = match opened.unwrap_or_else(|_| Err(silent())) {
             Ok(response) => response.into_inner(),
             Err(status) => {
+                broke(&in_flight, unanswered, &status);
                 Self::requeue(todo, &mut in_flight);
                 return Some((status, None));
             }
@@ -535,11 +609,14 @@ impl Client {
                 Ok(None) if in_flight.is_empty() && todo.is_empty() => return None,
                 Ok(None) => {
                     let front = in_flight.front().map(|(index, _)| *index);
+                    let status = Status::unavailable("the node ended the batch early");
+                    broke(&in_flight, unanswered, &status);
                     Self::requeue(todo, &mut in_flight);
-                    return Some((Status::unavailable("the node ended the batch early"), front));
+                    return Some((status, front));
                 }
                 Err(status) => {
                     let front = in_flight.front().map(|(index, _)| *index);
+                    broke(&in_flight, unanswered, &status);
                     Self::requeue(todo, &mut in_flight);
                     return Some((status, front));
                 }
@@ -555,11 +632,15 @@ impl Client {
                     let status = from_item_error(error);
                     let retryable = !matches!(classify(&status, requests[index].msg_id.is_some()), Next::Fail);
                     if retryable {
+                        // Those sent after it are dropped with the call unanswered; it was answered itself.
+                        broke(&in_flight, unanswered, &Status::cancelled("the batch was given up"));
+                        unanswered[index] |= ClientError::from(status.clone()).outcome_unknown();
                         in_flight.push_front((index, sent));
                         Self::requeue(todo, &mut in_flight);
                         return Some((status, Some(index)));
                     }
-                    results[index] = Some(BatchResult { result: Err(status.into()), latency: sent.elapsed() });
+                    let error = ClientError::settle(status.into(), unanswered[index]);
+                    results[index] = Some(BatchResult { result: Err(error), latency: sent.elapsed() });
                 }
                 None => {
                     results[index] = Some(BatchResult {
@@ -725,7 +806,21 @@ impl Client {
         acks: Vec<v1::AckItem>,
     ) -> Result<Vec<v1::AckResult>, ClientError> {
         let request = v1::AckRequest { stream: stream.to_string(), consumer: consumer.to_string(), acks };
-        Ok(self.call(true, request, |mut c, r| async move { c.ack(r).await }).await?.results)
+        let call = |mut c: CellogClient<Channel>, r| async move { c.ack(r).await };
+        let (response, earlier_unknown) = self.call_tracked(cellog, true, request, call).await?;
+        let mut results = response.results;
+        if earlier_unknown {
+            // An ack the answered attempt did not propose may have been applied by an earlier, unanswered one.
+            for result in &mut results {
+                if let Some(v1::ack_result::Result::Error(error)) = &mut result.result {
+                    let settled = ClientError::settle(item_error(error.clone()), true);
+                    if let ClientError::Indefinite { .. } = settled {
+                        *error = outcome_unknown_item(&settled);
+                    }
+                }
+            }
+        }
+        Ok(results)
     }
 
     /// Registers a transactional producer, fencing older instances.
@@ -761,7 +856,17 @@ impl Client {
 
     /// The status of the node the client talks to (not redirected).
     pub async fn cluster_status(&self) -> Result<v1::ClusterStatusResponse, ClientError> {
-        let mut request = Request::new(v1::ClusterStatusRequest {});
+        self.status_call(false).await
+    }
+
+    /// The same, with the digest of each part of the node's applied state (`digest_parts`), to find where two
+    /// replicas differ.
+    pub async fn cluster_status_with_parts(&self) -> Result<v1::ClusterStatusResponse, ClientError> {
+        self.status_call(true).await
+    }
+
+    async fn status_call(&self, digest_parts: bool) -> Result<v1::ClusterStatusResponse, ClientError> {
+        let mut request = Request::new(v1::ClusterStatusRequest { digest_parts });
         request.set_timeout(self.options.attempt_timeout);
         Ok(self.current()?.cluster_status(request).await?.into_inner())
     }
@@ -817,6 +922,20 @@ mod tests {
         assert!(!error(Code::Aborted, "TRANSACTION_ABORTED").outcome_unknown());
         assert!(!error(Code::NotFound, "STREAM_NOT_FOUND").outcome_unknown());
         assert!(!ClientError::NoNodes.outcome_unknown());
+    }
+
+    #[test]
+    fn a_refusal_after_an_unanswered_attempt_leaves_the_outcome_unknown() {
+        let not_leader = error(Code::Unavailable, "NOT_LEADER");
+        assert!(!ClientError::settle(not_leader.clone(), false).outcome_unknown(), "nothing went out unanswered");
+        let settled = ClientError::settle(not_leader, true);
+        assert!(settled.outcome_unknown(), "an earlier attempt may have been applied: {settled}");
+        assert_eq!(settled.reason(), Some("NOT_LEADER"));
+        let limited = ClientError::settle(error(Code::ResourceExhausted, "RATE_LIMITED"), true);
+        assert!(limited.outcome_unknown());
+        // A verdict of the cell on the call itself stays one: a repeat is answered by the state it left.
+        assert!(!ClientError::settle(error(Code::FailedPrecondition, "FENCED"), true).outcome_unknown());
+        assert!(!ClientError::settle(error(Code::NotFound, "STREAM_NOT_FOUND"), true).outcome_unknown());
     }
 
     #[test]

@@ -15,4 +15,4 @@ pub mod limits;
 pub mod status;
 
 pub use cellog_proto::v1 as proto;
-pub use client::{BatchResult, Client, ClientError, ClientOptions};
+pub use client::{BatchResult, Client, ClientError, ClientOptions, DISCOVERY_INTERVAL, item_error};

@@ -269,6 +269,11 @@ impl Consumer {
                 timer = Some(deadline);
                 AckState::Received
             }
+            #[cfg(madsim)]
+            AckKind::Nack { .. } if cellog_planted::active(cellog_planted::Mutant::NackForgets) => {
+                self.forget(partition, seq);
+                AckState::Nack
+            }
             AckKind::Nack { delay_ms } => {
                 if self.exhausted(delivery_count) {
                     dead_letter = self.dead_letter(partition, seq, "max_deliver");
@@ -302,6 +307,8 @@ impl Consumer {
     pub fn delivery_timer_fired(&mut self, partition: u32, seq: u64, due: Millis) -> Option<(u32, Option<DeadLetter>)> {
         let entry = self.outstanding.get(&(partition, seq))?;
         match entry.phase {
+            #[cfg(madsim)]
+            Phase::Pending { .. } if cellog_planted::active(cellog_planted::Mutant::AckWaitNeverExpires) => None,
             Phase::Pending { deadline } if deadline == due => {
                 let delivery_count = entry.delivery_count;
                 if self.exhausted(delivery_count) {
@@ -452,6 +459,10 @@ impl Consumer {
                 let seq = *cursor;
                 *cursor += 1;
                 scanned += 1;
+                #[cfg(madsim)]
+                if cellog_planted::active(cellog_planted::Mutant::FetchSkipsMessage) && seq % 10 == 6 {
+                    *cursor += 1;
+                }
                 let Some(message) = log.get(seq) else { continue };
                 let matches =
                     self.config.filter_subject.as_deref().is_none_or(|filter| filter_matches(filter, &message.subject));

@@ -242,6 +242,10 @@ impl Stream {
 
     /// The earlier publish with this message id, if it is remembered.
     pub fn duplicate_of(&self, msg_id: &str) -> Option<PublishAck> {
+        #[cfg(madsim)]
+        if cellog_planted::active(cellog_planted::Mutant::DedupIgnored) {
+            return None;
+        }
         let entry = self.dedup.get(msg_id)?;
         Some(PublishAck {
             stream: self.name.clone(),
@@ -327,6 +331,12 @@ impl Stream {
             .get_mut(peer)
             .ok_or_else(|| Rejection::PeerNotFound { stream: self.name.to_string(), peer: peer.to_string() })?;
         let previous = received[partition as usize];
+        #[cfg(madsim)]
+        let received_seq = if cellog_planted::active(cellog_planted::Mutant::PeerProgressOverstated) {
+            (received_seq + 1).min(self.partitions[partition as usize].last_seq())
+        } else {
+            received_seq
+        };
         if received_seq > previous {
             received[partition as usize] = received_seq;
             return Ok(Some(previous));

@@ -441,6 +441,7 @@ impl Mailroom {
             attempt_timeout: self.retry.attempt_timeout,
             backoff: Duration::from_millis(50),
             discover: true,
+            discover_every: cellog_client::DISCOVERY_INTERVAL,
         };
         let client = Client::new(addrs.iter().cloned(), options);
         if let Ok(client) = &client {

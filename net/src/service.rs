@@ -104,8 +104,20 @@ impl<S: Storage + Clone> CellogService<S> {
     }
 
     fn status(&self) -> Result<v1::ClusterStatusResponse, Status> {
+        self.status_with(false)
+    }
+
+    /// The node's status, with the digest of each part of its state if `with_parts`.
+    fn status_with(&self, with_parts: bool) -> Result<v1::ClusterStatusResponse, Status> {
         let view = self.node.cluster_view();
-        let (_, digest) = self.node.digest().map_err(crate::status::interrupted)?;
+        let (digest, parts) = if with_parts {
+            let (_, digest, parts) = self.node.digest_parts().map_err(crate::status::interrupted)?;
+            (digest, parts)
+        } else {
+            (self.node.digest().map_err(crate::status::interrupted)?.1, Vec::new())
+        };
+        let digest_parts =
+            parts.into_iter().map(|(part, digest)| v1::DigestPart { part, digest: hex::encode(digest.0) }).collect();
         let nodes = view
             .members
             .into_iter()
@@ -129,6 +141,7 @@ impl<S: Storage + Clone> CellogService<S> {
             nodes,
             repairing: view.repairing,
             state_digest: hex::encode(digest.0),
+            digest_parts,
         })
     }
 
@@ -500,6 +513,12 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
                     };
                     match self.node.submit_now(command).await {
                         Ok(answer) => Pending::Submitted(answer),
+                        // Nothing was handed to Raft: the whole call goes where the leader is.
+                        Err(error @ ProposeError::NotLeader { .. })
+                            if !pending.iter().any(|p| matches!(p, Pending::Submitted(_))) =>
+                        {
+                            return Err(from_propose(error));
+                        }
                         Err(error) => Pending::Refused(from_propose(error)),
                     }
                 }
@@ -633,9 +652,9 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
 
     async fn cluster_status(
         &self,
-        _request: Request<v1::ClusterStatusRequest>,
+        request: Request<v1::ClusterStatusRequest>,
     ) -> Result<Response<v1::ClusterStatusResponse>, Status> {
-        Ok(Response::new(self.status()?))
+        Ok(Response::new(self.status_with(request.into_inner().digest_parts)?))
     }
 
     async fn add_learner(

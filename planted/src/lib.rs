@@ -39,6 +39,27 @@ pub enum Mutant {
     /// The leader stamps its raw wall clock on entries and replicas take the stamp as it is (leader time not
     /// monotonic).
     LeaderTimeNotMonotonic,
+    /// A repeated message id is not looked up in the dedup index: the repeat is appended again (dedup ignored).
+    DedupIgnored,
+    /// A consumer's cursor steps over the message after one whose sequence ends in 6: it is never handed out (fetch
+    /// skips a message).
+    FetchSkipsMessage,
+    /// An explicit abort commits the open transaction and answers that it aborted (abort shows staged messages).
+    AbortShowsStaged,
+    /// A peer's progress report is recorded one past what it received, so retention removes a message it has not
+    /// received (peer progress overstated).
+    PeerProgressOverstated,
+    /// A publish refused because the stream is full (retention may not make room) is appended anyway, and answered
+    /// as refused (refused publish stored).
+    RefusedPublishStored,
+    /// A commit appends its staged messages in reverse order, each still answered at its staging position (commit
+    /// reverses order).
+    CommitReversesOrder,
+    /// A nack forgets the delivery as an ack does: the message is never handed out again (nack forgets message).
+    NackForgets,
+    /// An expired ack deadline does not make the delivery ready again: a message a consumer ignored never comes
+    /// back (ack wait never expires).
+    AckWaitNeverExpires,
     /// A message whose publish is applied at a cell time ending in 07 (about 1 in 100) is acknowledged but not kept:
     /// the canary, which shows the sweep reports failures at about the rate it should.
     Canary,

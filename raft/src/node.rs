@@ -552,6 +552,14 @@ impl<S: Storage + Clone> CellNode<S> {
         Ok((replica.last_applied.map(|log_id| log_id.index), replica.cell.digest()))
     }
 
+    /// The same, with the digest of each part of the state ([`cellog_core::Cell::digest_parts`]), all at one index.
+    #[allow(clippy::type_complexity, reason = "three views of one state, taken under one lock")]
+    pub fn digest_parts(&self) -> Result<(Option<u64>, StateDigest, Vec<(String, StateDigest)>), Interrupted> {
+        let replica = self.replica()?;
+        let index = replica.last_applied.map(|log_id| log_id.index);
+        Ok((index, replica.cell.digest(), replica.cell.digest_parts()))
+    }
+
     /// Why this node cannot go on, if it cannot: a panic interrupted applying entries (its replica may hold part of
     /// one), or Raft stopped on a fatal error (a storage write or fsync that fails poisons the store, and openraft
     /// stops on the error). `None` while the node runs, and after a shutdown it was asked for.

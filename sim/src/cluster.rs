@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use cellog_check::{Duties, Evidence, Held, Stored};
+use cellog_check::{Duties, Evidence, Held, NodeState, Stored};
 use cellog_client::{Client, ClientOptions, proto as v1};
 use cellog_core::Millis;
 use cellog_envelope::{CellKey, Keyring};
@@ -62,7 +62,7 @@ struct SimNode {
 }
 
 /// Loss and latency on every link.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct NetworkFaults {
     /// Chance that a packet is dropped. Connections are reliable (as TCP is): a dropped packet is sent again after a
     /// backoff, so loss shows as delay, and a long run of it as a stalled link.
@@ -91,6 +91,8 @@ pub struct Cluster {
     trace: Trace,
     history: History,
     replay: String,
+    /// How often the clients it makes ask for the cell's members.
+    discover_every: Duration,
     // Last, so that it is dropped after the nodes: the trace collects until the cell is gone.
     _trace_guard: TraceGuard,
 }
@@ -250,6 +252,7 @@ impl Cluster {
             trace,
             history: History::new(),
             replay: test_replay(seeds.0),
+            discover_every: cellog_client::DISCOVERY_INTERVAL,
             _trace_guard: trace_guard,
         };
         for (cell, founders) in &members {
@@ -375,7 +378,14 @@ impl Cluster {
     pub fn client_in(&self, cell: &str) -> Client {
         let addrs =
             self.nodes.values().filter(|node| node.cell == cell).map(|node| node.config.client_addr.to_string());
-        Client::new(addrs, ClientOptions::default()).expect("valid addresses")
+        let options = ClientOptions { discover_every: self.discover_every, ..ClientOptions::default() };
+        Client::new(addrs, options).expect("valid addresses")
+    }
+
+    /// Clients made from now on ask for the cell's members every `every` (see `ClientOptions::discover_every`): a
+    /// workload whose faults replace every node of the cell within seconds needs clients that keep up.
+    pub fn set_discover_every(&mut self, every: Duration) {
+        self.discover_every = every;
     }
 
     /// A client of one node only, never redirected (for local reads and status).
@@ -541,7 +551,21 @@ impl Cluster {
     }
 
     /// Waits until every running node of `cell` has applied the same index with the same state digest.
+    ///
+    /// # Panics
+    /// When they do not within 120 simulated seconds, saying where their states differ.
     pub async fn converge_in(&self, cell: &str) -> (u64, String) {
+        self.try_converge_in(cell).await.unwrap_or_else(|why| panic!("{why}"))
+    }
+
+    /// [`Cluster::converge`], or why the replicas did not converge within 120 simulated seconds: each node's applied
+    /// index and digest, and the parts of the state (stream, partition, consumer) where they differ.
+    pub async fn try_converge(&self) -> Result<(u64, String), String> {
+        self.try_converge_in(&self.main_cell).await
+    }
+
+    /// [`Cluster::converge_in`], or why the replicas did not converge.
+    pub async fn try_converge_in(&self, cell: &str) -> Result<(u64, String), String> {
         let clients: Vec<(SimNodeId, Client)> =
             self.running_in(cell).into_iter().map(|id| (id, self.client_of(id))).collect();
         self.on_client(async move {
@@ -562,10 +586,50 @@ impl Cluster {
                 last = seen;
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            Err(last)
+            let at: Vec<String> =
+                last.iter().map(|(id, index, digest)| format!("node {id} at {index} ({:.8})", digest)).collect();
+            Err(format!(
+                "replicas did not converge within 120 simulated seconds: {}; {}",
+                at.join(", "),
+                where_states_differ(&clients).await
+            ))
         })
         .await
-        .unwrap_or_else(|last| panic!("replicas did not converge within 120 simulated seconds: {last:?}"))
+    }
+}
+
+/// Where the applied states of the nodes behind `clients` differ: the finest parts (a partition or consumer rather
+/// than its whole stream) whose digests are not the same on every node, each with the nodes that agree.
+async fn where_states_differ(clients: &[(SimNodeId, Client)]) -> String {
+    let mut parts: BTreeMap<String, BTreeMap<String, Vec<SimNodeId>>> = BTreeMap::new();
+    let mut answered = Vec::new();
+    for (id, client) in clients {
+        let Ok(status) = client.cluster_status_with_parts().await else { continue };
+        answered.push(*id);
+        for part in status.digest_parts {
+            parts.entry(part.part).or_default().entry(part.digest).or_default().push(*id);
+        }
+    }
+    let differ: Vec<&String> = parts
+        .iter()
+        .filter(|(_, digests)| digests.len() > 1 || digests.values().map(Vec::len).sum::<usize>() < answered.len())
+        .map(|(part, _)| part)
+        .collect();
+    let finest: Vec<String> = differ
+        .iter()
+        .filter(|part| !differ.iter().any(|other| other.len() > part.len() && other.starts_with(&format!("{part} "))))
+        .map(|part| {
+            let groups: Vec<String> = parts[*part]
+                .values()
+                .map(|ids| ids.iter().map(ToString::to_string).collect::<Vec<_>>().join("+"))
+                .collect();
+            format!("{part} (nodes {})", groups.join(" | "))
+        })
+        .collect();
+    if finest.is_empty() {
+        format!("the nodes that answered ({answered:?}) show no part that differs")
+    } else {
+        format!("the states differ in: {}", finest.join(", "))
     }
 }
 
@@ -660,7 +724,25 @@ impl Cluster {
                 held.entry(stream.to_string()).or_default().insert(id, self.stored_on(id, stream, partitions).await);
             }
         }
-        Evidence { operations: self.history.operations(), held, duties }
+        Evidence { operations: self.history.operations(), held, states: self.states().await, duties }
+    }
+
+    /// The applied state of each running node of the (first) cell that answers: its index and the digest of each
+    /// part of its state.
+    pub async fn states(&self) -> BTreeMap<SimNodeId, NodeState> {
+        let clients: Vec<(SimNodeId, Client)> =
+            self.running_in(&self.main_cell).into_iter().map(|id| (id, self.client_of(id))).collect();
+        self.on_client(async move {
+            let mut states = BTreeMap::new();
+            for (id, client) in clients {
+                if let Ok(status) = client.cluster_status_with_parts().await {
+                    let parts = status.digest_parts.into_iter().map(|part| (part.part, part.digest)).collect();
+                    states.insert(id, NodeState { applied_index: status.applied_index.unwrap_or_default(), parts });
+                }
+            }
+            states
+        })
+        .await
     }
 }
 

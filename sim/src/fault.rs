@@ -12,7 +12,7 @@ use crate::cluster::{Cluster, NetworkFaults, SimNodeId};
 use crate::trace::simulated_elapsed;
 
 /// One fault. Each is undone when its hold ends (a clock jump stays: clocks do not jump back by themselves).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Fault {
     /// The node's process dies, then restarts.
     Crash(SimNodeId),
@@ -41,7 +41,7 @@ pub enum Fault {
 }
 
 /// One step of a schedule: `fault`, starting `at_ms` after the workload starts, held for `hold_ms`.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Step {
     /// When it starts.
     pub at_ms: u64,

@@ -1,6 +1,7 @@
 //! The mixed workload that `ci/sim-run` and the chaos sweeps run: a producer (which may duplicate requests, and
 //! delays some messages by a day), a durable consumer and two work-queue workers that ack, nack or ignore, a
-//! transactional producer that is replaced midway, its old instance going on as a zombie, and a feed held full by a
+//! transactional producer that aborts one transaction on purpose and is replaced midway, its old instance going on as
+//! a zombie, and a feed held full by a
 //! slow registered mirror; faults from a schedule meanwhile; then heal, drain and converge.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -9,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use cellog_check::{Duties, Evidence, Stored, check_all};
+use cellog_check::{Duties, Evidence, NodeState, Stored, check_all};
 use cellog_client::proto as v1;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -35,6 +36,8 @@ pub const TXNS: usize = 5;
 pub const TXN_SIZE: usize = 4;
 /// Before this transaction, the transactional producer is replaced, and the old instance goes on as a zombie.
 pub const ZOMBIE_ROUND: usize = 2;
+/// This transaction is staged and then aborted on purpose: nothing of it may ever be shown.
+pub const ABORT_ROUND: usize = 3;
 /// A stream kept at [`FEED_LIMIT`] messages (discarding the oldest), copied by the registered peer [`MIRROR`]:
 /// retention may only remove what the mirror has received, so a publish that would need more is refused.
 pub const FEED: &str = "feed";
@@ -51,15 +54,24 @@ pub const DELAY_MS: u64 = 24 * 60 * 60 * 1000;
 pub struct Outcome {
     /// The transactions (by round) whose commit was acknowledged.
     pub committed: Vec<usize>,
-    /// What each running node holds in [`STREAM`] and in [`FEED`], read locally after convergence.
+    /// What each running node holds in [`STREAM`] and in [`FEED`], read locally after convergence (or after the
+    /// cell failed to converge: what could be read).
     pub held: BTreeMap<String, BTreeMap<SimNodeId, Stored>>,
+    /// Why the cell did not finish well, if it did not: it did not converge (and where its replicas differ), a node
+    /// could not be read, or damaged bodies outlasted the repairs.
+    pub liveness: Option<String>,
+    /// Each running node's applied index and the digests of its state's parts, once the cell converged (or failed
+    /// to).
+    pub states: BTreeMap<SimNodeId, NodeState>,
 }
 
 /// What the workload promises besides its history: [`AUDIT`] and [`WORKERS`] are handed every acknowledged message
-/// of their streams, and [`MIRROR`] is [`FEED`]'s registered peer (which retention trims behind it).
+/// of their streams and go on until they have acked each, and [`MIRROR`] is [`FEED`]'s registered peer (which
+/// retention trims behind it).
 pub fn duties() -> Duties {
     Duties {
         consumers: BTreeMap::from([(STREAM.to_string(), AUDIT.to_string()), (JOBS.to_string(), WORKERS.to_string())]),
+        drained: BTreeSet::from([AUDIT.to_string(), WORKERS.to_string()]),
         peers: BTreeMap::from([(FEED.to_string(), MIRROR.to_string())]),
         trimmed: BTreeSet::from([FEED.to_string()]),
     }
@@ -67,7 +79,12 @@ pub fn duties() -> Duties {
 
 /// The run's evidence: `cluster`'s history, what `outcome` found on the nodes, and the workload's [`duties`].
 pub fn evidence(cluster: &Cluster, outcome: &Outcome) -> Evidence {
-    Evidence { operations: cluster.history().operations(), held: outcome.held.clone(), duties: duties() }
+    Evidence {
+        operations: cluster.history().operations(),
+        held: outcome.held.clone(),
+        states: outcome.states.clone(),
+        duties: duties(),
+    }
 }
 
 /// The id (and body) of message `index` of the producer: one in ten is delayed by [`DELAY_MS`].
@@ -135,10 +152,12 @@ fn fork(rng: &mut ChaCha8Rng) -> ChaCha8Rng {
 const MAX_REPAIR_ROUNDS: usize = 4;
 
 /// Runs the workload on `cluster` with the faults of `schedule`, then heals everything, lets the consumers drain, and
-/// waits for the replicas to converge (a liveness check: it panics if they do not within its budget).
+/// waits for the replicas to converge (a liveness check: [`Outcome::liveness`] says why they did not).
 pub async fn run(cluster: &mut Cluster, schedule: &[Step]) -> Outcome {
     let mut workload = cluster.seeds().rng(Concern::Workload);
     let mut network = cluster.seeds().rng(Concern::Network);
+    // Membership changes may replace every node of the cell within seconds; clients must keep up with them.
+    cluster.set_discover_every(Duration::from_secs(1));
     setup(cluster).await;
 
     let duplicate_percent = network.gen_range(0..10);
@@ -220,7 +239,10 @@ pub async fn run(cluster: &mut Cluster, schedule: &[Step]) -> Outcome {
                 let message = request(format!("orders.{}", index % 2), txn_message_id(round, index));
                 staged = staged && txn.publish(message).await.is_ok();
             }
-            if staged && txn.prepare().await.is_ok() && txn.commit().await.is_ok() {
+            if round == ABORT_ROUND {
+                let _ = txn.abort().await;
+                txn.producer = None;
+            } else if staged && txn.prepare().await.is_ok() && txn.commit().await.is_ok() {
                 committed.push(round);
             } else {
                 // Whatever is open is dropped; a fresh instance fences it if the abort does not land.
@@ -260,12 +282,14 @@ pub async fn run(cluster: &mut Cluster, schedule: &[Step]) -> Outcome {
         })
         .await;
     // A node that found a damaged body, before or while it is read here, is restarted (see `restart_damaged`) and
-    // read again once it has repaired.
-    for _ in 0..MAX_REPAIR_ROUNDS {
+    // read again once it has repaired. A cell that does not converge, or a node that cannot be read, is a liveness
+    // failure; the checkers still get what could be read, so that a safety violation is named for what it is.
+    for round in 1..=MAX_REPAIR_ROUNDS {
         cluster.restart_damaged();
-        cluster.converge().await;
+        let converged = cluster.try_converge().await;
+        let states = cluster.states().await;
         let (mut stored, mut feed) = (BTreeMap::new(), BTreeMap::new());
-        let mut damaged = false;
+        let (mut damaged, mut unread) = (Vec::new(), Vec::new());
         for node in cluster.running() {
             // One read of each stream per node: what it holds by id, with the cell time each message was stored at.
             let read = match cluster.try_messages_on(node, STREAM, PARTITIONS).await {
@@ -277,24 +301,31 @@ pub async fn run(cluster: &mut Cluster, schedule: &[Step]) -> Outcome {
                     stored.insert(node, by_id(messages));
                     feed.insert(node, by_id(feed_messages));
                 }
-                Err(error) if error.reason() == Some("BODY_UNREADABLE") => damaged = true,
-                Err(error) => panic!("a local read on node {node}: {error}"),
+                Err(error) if error.reason() == Some("BODY_UNREADABLE") => damaged.push(node),
+                Err(error) => unread.push(format!("node {node} could not be read: {error}")),
             }
         }
-        if !damaged {
+        if damaged.is_empty() || round == MAX_REPAIR_ROUNDS {
+            let mut liveness: Vec<String> = converged.err().into_iter().chain(unread).collect();
+            if !damaged.is_empty() {
+                liveness
+                    .push(format!("nodes {damaged:?} still hold damaged bodies after {MAX_REPAIR_ROUNDS} restarts"));
+            }
             let held = BTreeMap::from([(STREAM.to_string(), stored), (FEED.to_string(), feed)]);
-            return Outcome { committed, held };
+            let liveness = (!liveness.is_empty()).then(|| liveness.join("; "));
+            return Outcome { committed, held, liveness, states };
         }
     }
-    panic!("nodes still hold damaged bodies after {MAX_REPAIR_ROUNDS} restarts")
+    unreachable!("the last round returns")
 }
 
-/// The checks `ci/sim-run` makes: every checker of `cellog-check` over the run's [`evidence`].
+/// The checks `ci/sim-run` makes: every checker of `cellog-check` over the run's [`evidence`], and liveness.
 ///
 /// # Panics
 /// On any violation, naming each.
 pub fn check(cluster: &Cluster, outcome: &Outcome) {
     let violations = check_all(&evidence(cluster, outcome));
-    let found: Vec<String> = violations.iter().map(|v| format!("{}: {}", v.property, v.found)).collect();
+    let mut found: Vec<String> = violations.iter().map(|v| format!("{}: {}", v.property, v.found)).collect();
+    found.extend(outcome.liveness.iter().map(|why| format!("liveness: {why}")));
     assert!(found.is_empty(), "violated:\n{}", found.join("\n"));
 }

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use cellog_client::proto as v1;
-use cellog_client::{Client, ClientError};
+use cellog_client::{Client, ClientError, item_error};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
@@ -187,9 +187,7 @@ impl Consumer {
             Ok(results) => {
                 for (op_id, result) in ops.into_iter().zip(results) {
                     let completion = match result.result {
-                        Some(v1::ack_result::Result::Error(error)) => {
-                            Completion::Fail(error.detail.map(|detail| detail.reason).unwrap_or_default())
-                        }
+                        Some(v1::ack_result::Result::Error(error)) => completion(Err(&item_error(error))),
                         _ => Completion::Ok(Value::Done),
                     };
                     self.history.complete(&self.process, op_id, completion);

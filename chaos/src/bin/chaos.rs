@@ -7,6 +7,8 @@
 //! ci/chaos --seed 17 --shrink          # the fewest steps of seed 17's schedule that still fail
 //! ci/chaos --mutant epoch-off-by-one --seeds 0..50   # a sweep with one planted bug switched on
 //! ci/chaos --planted [--max-seeds 200]  # every planted bug: seeds until caught; writes chaos/PLANTED.md
+//! ci/chaos --regressions               # every kept failing schedule in chaos/regressions/; non-zero if any fails
+//! ci/chaos --regression FILE           # one of them, with its verdicts
 //! ```
 
 #[cfg(madsim)]
@@ -16,12 +18,15 @@ mod runner {
 
     use std::str::FromStr;
 
+    use std::path::Path;
+
+    use cellog_chaos::regressions::{DIRECTORY, Regression, files};
     use cellog_chaos::run::{Report, replay, run};
     use cellog_planted::Mutant;
     use strum::IntoEnumIterator;
 
     const USAGE: &str = "usage: chaos [--mutant NAME] (--seeds A..B | --seed N [--drop I,J] [--shrink] [--trace FILE] \
-                         [--history FILE]) | --planted [--max-seeds N]";
+                         [--history FILE]) | --planted [--max-seeds N] | --regressions | --regression FILE";
 
     fn usage() -> ! {
         eprintln!("{USAGE}");
@@ -39,10 +44,29 @@ mod runner {
         })
     }
 
+    /// What failed first, if anything: a checker's violation, else liveness, else a harness panic.
     fn failure(result: &Result<Report, String>) -> Option<String> {
         match result {
-            Err(panic) => Some(format!("liveness or harness: {panic}")),
-            Ok(report) => report.violations.first().map(|v| format!("{}: {}", v.property, v.found)),
+            Err(panic) => Some(format!("harness: {panic}")),
+            Ok(report) => report
+                .violations
+                .first()
+                .map(|v| format!("{}: {}", v.property, v.found))
+                .or_else(|| report.liveness.as_ref().map(|why| format!("liveness: {why}"))),
+        }
+    }
+
+    /// The checkers a run's failure names, by short name ("liveness" and "harness" for those).
+    fn caught_by(result: &Result<Report, String>) -> Vec<&'static str> {
+        match result {
+            Err(_) => vec!["harness"],
+            Ok(report) => {
+                let mut names: Vec<&'static str> = report.violations.iter().map(|v| v.checker).collect();
+                if report.liveness.is_some() {
+                    names.push("liveness");
+                }
+                names
+            }
         }
     }
 
@@ -82,6 +106,61 @@ mod runner {
             }
         }
         println!("shrunk to {} of {n_steps} steps\n  replay: {}", n_steps - dropped.len(), replay(seed, &dropped));
+        // The shrunk schedule as a regression file, to keep under chaos/regressions/ once the fix is known.
+        let (swarm, full) = cellog_chaos::run::plan(seed, &cellog_chaos::run::NODES);
+        let steps =
+            full.into_iter().enumerate().filter(|(index, _)| !dropped.contains(index)).map(|(_, s)| s).collect();
+        let regression = Regression {
+            seed,
+            failed: why,
+            fix: String::new(),
+            snapshot_every: swarm.snapshot_every,
+            keep_logs: swarm.keep_logs,
+            steps,
+        };
+        println!("\n# as a regression file (say what fixed it in `fix`):\n{}", regression.to_toml());
+    }
+
+    /// Replays every kept regression; exits non-zero if any fails again.
+    fn regressions() {
+        std::panic::set_hook(Box::new(|_| {}));
+        let files = files(Path::new(DIRECTORY)).unwrap_or_else(|error| panic!("{error}"));
+        let mut failures = 0;
+        for path in &files {
+            let regression = Regression::read(path).unwrap_or_else(|error| panic!("{error}"));
+            let result = catch_unwind(AssertUnwindSafe(|| regression.run(path))).map_err(|_| "panicked".to_string());
+            match failure(&result) {
+                Some(why) => {
+                    failures += 1;
+                    println!("FAIL {} {why}\n  replay: ci/chaos --regression {}", path.display(), path.display());
+                }
+                None => println!("ok   {}", path.display()),
+            }
+        }
+        println!("regressions={} failures={failures}", files.len());
+        if failures > 0 {
+            std::process::exit(1);
+        }
+    }
+
+    /// Replays one regression with its verdicts.
+    fn regression(path: &Path) {
+        let regression = Regression::read(path).unwrap_or_else(|error| {
+            eprintln!("{error}");
+            std::process::exit(2)
+        });
+        println!("{}\nfailed before: {}\nfix: {}", path.display(), regression.failed, regression.fix);
+        let report = regression.run(path);
+        for violation in &report.violations {
+            println!("VIOLATED {}: {}", violation.property, violation.found);
+        }
+        if let Some(why) = &report.liveness {
+            println!("LIVENESS {why}");
+        }
+        println!("trace_hash={}", cellog_sim::trace::hash(&report.trace));
+        if !report.violations.is_empty() || report.liveness.is_some() {
+            std::process::exit(1);
+        }
     }
 
     fn one(seed: u64, dropped: &BTreeSet<usize>, trace: Option<String>, history: Option<String>) {
@@ -95,7 +174,7 @@ mod runner {
         let report = match result {
             Ok(report) => report,
             Err(panic) => {
-                println!("FAIL seed={seed} liveness or harness: {panic}\n  replay: {}", replay(seed, dropped));
+                println!("FAIL seed={seed} harness: {panic}\n  replay: {}", replay(seed, dropped));
                 std::process::exit(1);
             }
         };
@@ -108,48 +187,71 @@ mod runner {
         for violation in &report.violations {
             println!("VIOLATED {}: {}", violation.property, violation.found);
         }
-        if !report.violations.is_empty() {
+        if let Some(why) = &report.liveness {
+            println!("LIVENESS {why}");
+        }
+        let failed = !report.violations.is_empty() || report.liveness.is_some();
+        if failed {
             println!("  replay: {}", replay(seed, dropped));
         }
         println!("trace_hash={}", cellog_sim::trace::hash(&report.trace));
-        if !report.violations.is_empty() {
+        if failed {
             std::process::exit(1);
         }
     }
 
-    /// Seeds until the first failure of `mutant`, at most `max`: the number of seeds it took, if caught.
-    fn seeds_to_catch(mutant: Mutant, max: u64) -> Option<(u64, String)> {
+    /// How a planted bug was caught: how many seeds until the checker of its invariant caught it, and what
+    /// caught it first (and at which seed).
+    struct Caught {
+        by_its_checker: Option<u64>,
+        first: Option<(u64, Vec<&'static str>)>,
+    }
+
+    /// Sweeps seeds from 0 with `mutant` on until the checker of its invariant catches it, at most `max`.
+    fn sweep_planted(mutant: Mutant, max: u64) -> Caught {
         cellog_planted::set(Some(mutant));
-        let caught = (0..max).find_map(|seed| failure(&attempt(seed, &BTreeSet::new())).map(|why| (seed + 1, why)));
+        let mut caught = Caught { by_its_checker: None, first: None };
+        for seed in 0..max {
+            let result = attempt(seed, &BTreeSet::new());
+            let names = caught_by(&result);
+            if names.is_empty() {
+                continue;
+            }
+            caught.first.get_or_insert((seed + 1, names.clone()));
+            if names.contains(&cellog_chaos::planted::invariant(mutant)) {
+                caught.by_its_checker = Some(seed + 1);
+                break;
+            }
+        }
         cellog_planted::set(None);
         caught
     }
 
-    /// The property a failure names (for a liveness or harness failure, also what went wrong), without its details.
-    fn caught_by(why: &str) -> String {
-        let parts = if why.starts_with("liveness or harness") { 2 } else { 1 };
-        why.splitn(parts + 1, ": ").take(parts).collect::<Vec<_>>().join(": ")
-    }
-
-    /// Every planted bug, swept until caught; writes the table to `chaos/PLANTED.md` and prints it.
+    /// Every planted bug, swept until the checker of its invariant caught it; writes the table to
+    /// `chaos/PLANTED.md` and prints it. Exits non-zero when a bug's own checker missed it.
     fn planted(max: u64) {
         std::panic::set_hook(Box::new(|_| {}));
         let mut table = format!(
             "# Planted bugs\n\nEach row is a bug planted in the production code (compiled only into simulation builds, \
-             `cellog_planted`), switched on alone, and the chaos sweep run from seed 0 until a checker caught it \
-             (at most {max} seeds). Regenerate with `ci/chaos --planted --max-seeds {max}`.\n\n\
-             | mutant | seeds to catch | caught by |\n| --- | --- | --- |\n"
+             `cellog_planted`), switched on alone, and the chaos sweep run from seed 0 until the checker of the \
+             invariant it breaks caught it (at most {max} seeds). Other checkers may catch it first: that column \
+             says what failed first, at which seed. Regenerate with `ci/chaos --planted --max-seeds {max}`.\n\n\
+             | mutant | its invariant's checker | seeds until that checker caught it | first caught by (seed) |\n\
+             | --- | --- | --- | --- |\n"
         );
         let mut missed = 0;
         for mutant in Mutant::iter().filter(|mutant| *mutant != Mutant::Canary) {
             let name: &'static str = mutant.into();
-            let row = match seeds_to_catch(mutant, max) {
-                Some((n, why)) => format!("| `{name}` | {n} | {} |\n", caught_by(&why)),
-                None => {
+            let caught = sweep_planted(mutant, max);
+            let by = caught.by_its_checker.map_or_else(
+                || {
                     missed += 1;
-                    format!("| `{name}` | not within {max} | |\n")
-                }
-            };
+                    format!("not within {max}")
+                },
+                |n| n.to_string(),
+            );
+            let first = caught.first.map_or(String::new(), |(n, names)| format!("{} ({n})", names.join(", ")));
+            let row = format!("| `{name}` | {} | {by} | {first} |\n", cellog_chaos::planted::invariant(mutant));
             print!("{row}");
             table.push_str(&row);
         }
@@ -171,8 +273,11 @@ mod runner {
         let (mut seeds, mut seed, mut dropped, mut shrinking) = (None, None, BTreeSet::new(), false);
         let (mut trace, mut history) = (None, None);
         let (mut planted_max, mut plant) = (None, None);
+        let (mut all_regressions, mut one_regression) = (false, None);
         while let Some(arg) = args.next() {
             match arg.as_str() {
+                "--regressions" => all_regressions = true,
+                "--regression" => one_regression = Some(args.next().unwrap_or_else(|| usage())),
                 "--planted" => planted_max = Some(200),
                 "--max-seeds" => {
                     planted_max = Some(args.next().and_then(|value| value.parse().ok()).unwrap_or_else(|| usage()));
@@ -203,6 +308,12 @@ mod runner {
         }
         if let Some(max) = planted_max {
             return planted(max);
+        }
+        if all_regressions {
+            return regressions();
+        }
+        if let Some(path) = one_regression {
+            return regression(Path::new(&path));
         }
         cellog_planted::set(plant);
         match (seeds, seed) {

@@ -14,8 +14,10 @@ mod lost;
 mod monotonic;
 mod order;
 mod position;
+mod processed;
 mod redelivery;
 mod replicas;
+mod state;
 mod transactions;
 mod unknown;
 mod watermark;
@@ -48,9 +50,11 @@ pub const ALL: &[Checker] = &[
     duplicate::CHECKER,
     position::CHECKER,
     replicas::CHECKER,
+    state::CHECKER,
     order::CHECKER,
     monotonic::CHECKER,
     delivery::CHECKER,
+    processed::CHECKER,
     redelivery::CHECKER,
     transactions::CHECKER,
     fenced::CHECKER,
@@ -121,6 +125,8 @@ pub(crate) struct Transaction<'a> {
     pub staged: Vec<&'a str>,
     /// Its commit, if one was asked for.
     pub commit: Option<&'a Operation>,
+    /// Its abort, if one was asked for.
+    pub abort: Option<&'a Operation>,
 }
 
 /// Every transaction of the history: each `begin` of a process, with the publishes it staged up to its commit,
@@ -132,7 +138,7 @@ pub(crate) fn transactions(evidence: &Evidence) -> Vec<Transaction<'_>> {
         let process = operation.process.as_str();
         match &operation.op {
             Op::Txn { step: "begin", .. } => {
-                let fresh = Transaction { process, staged: Vec::new(), commit: None };
+                let fresh = Transaction { process, staged: Vec::new(), commit: None, abort: None };
                 done.extend(open.insert(process, fresh));
             }
             Op::Publish { msg_id, txn: Some(_), .. } => {
@@ -146,7 +152,12 @@ pub(crate) fn transactions(evidence: &Evidence) -> Vec<Transaction<'_>> {
                     done.push(transaction);
                 }
             }
-            Op::Txn { step: "abort", .. } => done.extend(open.remove(process)),
+            Op::Txn { step: "abort", .. } => {
+                if let Some(mut transaction) = open.remove(process) {
+                    transaction.abort = Some(operation);
+                    done.push(transaction);
+                }
+            }
             _ => {}
         }
     }

@@ -1,5 +1,5 @@
 //! Transactions are atomic: each node shows a transaction whole or not at all, a transaction whose commit was
-//! acknowledged is shown, one whose commit was refused is not, and no consumer is ever handed a message of a
+//! acknowledged is shown, one whose commit was refused or whose abort was acknowledged is not, and no consumer is ever handed a message of a
 //! transaction that no node shows. Transactions are found in the history (a process's `begin`, its staged publishes,
 //! its commit or abort); the streams they write to must be among the evidence's held streams, kept whole (no
 //! work-queue retention, no limits).
@@ -28,6 +28,8 @@ fn check(evidence: &Evidence) -> Result<(), String> {
             })
             .collect();
         let commit = transaction.commit.and_then(|c| c.done());
+        let aborted =
+            transaction.abort.is_some_and(|abort| abort.ok().is_some()) && !matches!(commit, Some(Completion::Ok(_)));
         let name = format!("{}'s transaction of {:?}", transaction.process, transaction.staged);
         for (stream, nodes) in evidence.held.iter().filter(|(stream, _)| !evidence.duties.trimmed.contains(*stream)) {
             for (node, stored) in nodes {
@@ -41,6 +43,9 @@ fn check(evidence: &Evidence) -> Result<(), String> {
                 }
                 if matches!(commit, Some(Completion::Fail(_))) {
                     return Err(format!("node {node} shows {name} in {stream}, though its commit was refused"));
+                }
+                if aborted {
+                    return Err(format!("node {node} shows {name} in {stream}, though its abort was acknowledged"));
                 }
                 shown.extend(here);
             }

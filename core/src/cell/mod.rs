@@ -226,6 +226,13 @@ impl Cell {
             Command::BeginTransaction(r) => self.begin_transaction(at, r),
             Command::PrepareTransaction(r) => self.prepare_transaction(r),
             Command::CommitTransaction(r) => self.commit_transaction(at, r),
+            #[cfg(madsim)]
+            Command::AbortTransaction(r) if cellog_planted::active(cellog_planted::Mutant::AbortShowsStaged) => {
+                match self.commit_transaction(at, r)? {
+                    Outcome::TransactionCommitted { next, .. } => Ok(Outcome::TransactionAborted { next }),
+                    other => Ok(other),
+                }
+            }
             Command::AbortTransaction(r) => self.abort_transaction(r),
             Command::RegisterPeer { stream, peer } => self.register_peer(&stream, peer),
             Command::PeerProgress { stream, peer, partition, received_seq } => {

@@ -117,6 +117,14 @@ impl Cell {
         let incoming = Incoming { subject: &request.subject, size };
         stream.check_fits_at_all(&incoming)?;
         stream.check_discard_new(&incoming, &Tally::default())?;
+        #[cfg(madsim)]
+        if cellog_planted::active(cellog_planted::Mutant::RefusedPublishStored)
+            && let Err(refusal) = stream.plan_room(&incoming, RoomMode::Strict)
+        {
+            let body = store_body(&mut self.effects, &mut self.next_body, std::mem::take(&mut request.payload));
+            append_message(stream, &mut self.timers, &mut self.effects, partition, request, body, at);
+            return Err(refusal);
+        }
         let plan = stream.plan_room(&incoming, RoomMode::Strict)?;
         // Last, so that a refused publish costs no token.
         stream.take_token(at)?;

@@ -380,6 +380,10 @@ impl Cell {
             return Err(Rejection::TransactionAborted { reason: detail });
         }
         let mut acks = Vec::with_capacity(staged.len());
+        #[cfg(madsim)]
+        let reversed = cellog_planted::active(cellog_planted::Mutant::CommitReversesOrder);
+        #[cfg(madsim)]
+        let staged = if reversed { staged.into_iter().rev().collect() } else { staged };
         for message in staged {
             let stream = self.streams.get_mut(&message.stream).expect("checked by check_staged");
             let request = message.request;
@@ -404,6 +408,10 @@ impl Cell {
                 duplicate: false,
                 original: None,
             });
+        }
+        #[cfg(madsim)]
+        if reversed {
+            acks.reverse();
         }
         let producer = self.producers.get_mut(&r.producer_id).expect("checked above");
         producer.transaction = None;

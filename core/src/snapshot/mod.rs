@@ -278,3 +278,9 @@ impl Cell {
         StateDigest(Sha256::digest(encode_state(self)).into())
     }
 }
+
+/// SHA-256 of one part of a state's encoding ([`Cell::digest_parts`]).
+pub(crate) fn digest_of(part: &impl Serialize) -> StateDigest {
+    let bytes = postcard::to_stdvec(part).expect("encoding a part of a cell into memory does not fail");
+    StateDigest(Sha256::digest(bytes).into())
+}

@@ -14,7 +14,7 @@ use rand_chacha::ChaCha8Rng;
 use super::{Batch, Space, Storage, StorageError, Write};
 
 /// Fault rates, in parts per million per operation.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DiskFaults {
     /// A read fails with an I/O error.
     pub read_error_ppm: u32,

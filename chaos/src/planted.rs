@@ -1,0 +1,39 @@
+//! Which checker names the invariant each planted bug breaks: the one that must catch it (`ci/chaos --planted`).
+
+use cellog_planted::Mutant;
+
+/// The short name of the `cellog-check` checker whose property `mutant` breaks.
+pub fn invariant(mutant: Mutant) -> &'static str {
+    match mutant {
+        Mutant::AckBeforeFsync | Mutant::PurgePastDurable | Mutant::StaleLeaderWrite | Mutant::Canary => "lost",
+        Mutant::EpochOffByOne => "fenced",
+        Mutant::CommitAppliedTwice | Mutant::DedupIgnored => "duplicate",
+        Mutant::FetchSkipsMessage => "delivery",
+        Mutant::AbortShowsStaged => "transactions",
+        Mutant::PeerProgressOverstated => "watermark",
+        Mutant::RefusedPublishStored => "unknown",
+        Mutant::CommitReversesOrder => "order",
+        Mutant::NackForgets | Mutant::AckWaitNeverExpires => "processed",
+        Mutant::RedeliveryAfterAck => "redelivery",
+        Mutant::CrcNotChecked => "replicas",
+        Mutant::DedupNotInSnapshot | Mutant::SnapshotSkipsConsumers => "state",
+        Mutant::RetentionIgnoresPeerWatermark => "watermark",
+        Mutant::DelayedVisibleEarly => "delayed",
+        Mutant::LeaderTimeNotMonotonic => "cell-time",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use strum::IntoEnumIterator;
+
+    use super::*;
+
+    #[test]
+    fn every_planted_bug_names_a_checker_that_exists() {
+        for mutant in Mutant::iter() {
+            let name = invariant(mutant);
+            assert!(cellog_check::ALL.iter().any(|checker| checker.name == name), "{mutant:?} names {name}");
+        }
+    }
+}
