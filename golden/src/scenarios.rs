@@ -105,7 +105,7 @@ impl Scenario {
     async fn play(self, cluster: &mut Cluster) {
         match self {
             Scenario::LeaderFailoverDuringBatchPublish => {
-                let mut producer = Producer::new(cluster, "producer");
+                let mut producer = Producer::new(&*cluster, "producer");
                 let batch = cluster.spawn_on_client(async move {
                     producer.publish((0..40).map(|index| message("orders.created", "m", index)).collect(), 8).await
                 });
@@ -118,8 +118,8 @@ impl Scenario {
                 check(cluster).await;
             }
             Scenario::ZombieProducerFenced => {
-                let mut zombie = TxnProducer::new(cluster, "zombie", "worker");
-                let mut successor = TxnProducer::new(cluster, "successor", "worker");
+                let mut zombie = TxnProducer::new(&*cluster, "zombie", "worker");
+                let mut successor = TxnProducer::new(&*cluster, "successor", "worker");
                 cluster
                     .on_client(async move {
                         zombie.init().await.expect("the first instance");
@@ -137,7 +137,7 @@ impl Scenario {
             Scenario::TransactionAcrossSubjectsWhileAFollowerRestarts => {
                 let leader = cluster.wait_leader().await;
                 let follower = cluster.ids().into_iter().find(|&id| id != leader).expect("a follower");
-                let mut txn = TxnProducer::new(cluster, "txn", "orders-txn");
+                let mut txn = TxnProducer::new(&*cluster, "txn", "orders-txn");
                 let mut txn = cluster
                     .on_client(async move {
                         txn.init().await.expect("a producer");
@@ -159,14 +159,14 @@ impl Scenario {
                 cluster.node(follower).restart();
             }
             Scenario::DeadLetterAfterMaxDeliver => {
-                let producer = Producer::new(cluster, "producer");
+                let producer = Producer::new(&*cluster, "producer");
                 cluster
                     .on_client(async move { producer.publish_one(message("orders.created", "m", 0)).await })
                     .await
                     .expect("published");
                 let refuse = Behaviour { ack_percent: 0, nack_percent: 100 };
                 let rng = cluster.seeds().rng(cellog_sim::seeds::Concern::Workload);
-                let mut consumer = Consumer::new(cluster, "consumer", (STREAM, "billing"), refuse, rng);
+                let mut consumer = Consumer::new(&*cluster, "consumer", (STREAM, "billing"), refuse, rng);
                 cluster
                     .on_client(async move {
                         for _ in 0..10 {
@@ -184,7 +184,7 @@ impl Scenario {
                 let leader = cluster.wait_leader().await;
                 let follower = cluster.ids().into_iter().find(|&id| id != leader).expect("a follower");
                 cluster.node(follower).crash();
-                let producer = Producer::new(cluster, "producer");
+                let producer = Producer::new(&*cluster, "producer");
                 cluster
                     .on_client(async move {
                         for index in 0..50 {
@@ -196,7 +196,7 @@ impl Scenario {
                 check(cluster).await;
             }
             Scenario::PowerFailure => {
-                let mut producer = Producer::new(cluster, "producer");
+                let mut producer = Producer::new(&*cluster, "producer");
                 cluster
                     .on_client(async move {
                         producer.publish((0..10).map(|index| message("orders.created", "m", index)).collect(), 4).await
@@ -215,7 +215,7 @@ impl Scenario {
                 let leader = cluster.wait_leader().await;
                 let leaving = cluster.ids().into_iter().find(|&id| id != leader && id != joined).expect("a node");
                 cluster.remove_node(leaving).await;
-                let producer = Producer::new(cluster, "producer");
+                let producer = Producer::new(&*cluster, "producer");
                 cluster
                     .on_client(async move { producer.publish_one(message("orders.created", "m", 0)).await })
                     .await
@@ -224,7 +224,7 @@ impl Scenario {
             Scenario::SealedMailAcrossAHealingPartition => unreachable!("played by `sealed_mail`"),
             Scenario::RetentionBlockedByALaggingPeer => {
                 let client = cluster.client();
-                let producer = Producer::new(cluster, "producer");
+                let producer = Producer::new(&*cluster, "producer");
                 let kept = cluster
                     .on_client(async move {
                         let feed = v1::StreamConfig {

@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use cellog_check::{Duties, Evidence, Held, NodeState, Stored};
+use cellog_check::record::by_id;
+use cellog_check::{Duties, Evidence, NodeState, Stored};
 use cellog_client::{Client, ClientOptions, proto as v1};
 use cellog_core::Millis;
 use cellog_envelope::{CellKey, Keyring};
@@ -250,7 +251,7 @@ impl Cluster {
             client_machine,
             timing,
             trace,
-            history: History::new(),
+            history: crate::history::simulated(),
             replay: test_replay(seeds.0),
             discover_every: cellog_client::DISCOVERY_INTERVAL,
             _trace_guard: trace_guard,
@@ -631,22 +632,6 @@ async fn where_states_differ(clients: &[(SimNodeId, Client)]) -> String {
     } else {
         format!("the states differ in: {}", finest.join(", "))
     }
-}
-
-/// Messages by id (a message without one under `<no id P/S>`), each with where it is, its body and its stamp.
-pub fn by_id(messages: impl IntoIterator<Item = v1::Message>) -> Stored {
-    let mut stored = Stored::new();
-    for message in messages {
-        let key = message.msg_id.unwrap_or_else(|| format!("<no id {}/{}>", message.partition, message.seq));
-        let held = Held {
-            partition: message.partition,
-            seq: message.seq,
-            body: message.payload,
-            stored_at_ms: message.stored_at_ms,
-        };
-        stored.entry(key).or_default().push(held);
-    }
-    stored
 }
 
 impl Cluster {

@@ -12,13 +12,13 @@
 //! - [`fault`]: faults and schedules of them as plain data, and `Cluster::inject` / `run_schedule` / `heal_all`.
 //! - [`mixed`]: the mixed workload `ci/sim-run` and the chaos sweeps run under a schedule.
 //!
-//! Everything here exists only under `--cfg madsim`; in other builds the crate is empty.
+//! Everything here but [`history`] and [`workload`] exists only under `--cfg madsim`; those two also drive real node
+//! processes (`faults/`), with a clock of their own.
 
 #[cfg(madsim)]
 mod cluster;
 #[cfg(madsim)]
 pub mod fault;
-#[cfg(madsim)]
 pub mod history;
 #[cfg(madsim)]
 pub mod mixed;
@@ -26,7 +26,6 @@ pub mod mixed;
 pub mod seeds;
 #[cfg(madsim)]
 pub mod trace;
-#[cfg(madsim)]
 pub mod workload;
 
 #[cfg(madsim)]

@@ -15,7 +15,9 @@ use cellog_client::proto as v1;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::cluster::{Cluster, SimNodeId, by_id};
+use cellog_check::record::by_id;
+
+use crate::cluster::{Cluster, SimNodeId};
 use crate::fault::Step;
 use crate::seeds::Concern;
 use crate::workload::{Behaviour, Consumer, Mirror, Producer, TxnProducer};
@@ -161,7 +163,7 @@ pub async fn run(cluster: &mut Cluster, schedule: &[Step]) -> Outcome {
     setup(cluster).await;
 
     let duplicate_percent = network.gen_range(0..10);
-    let mut producer = Producer::new(cluster, "producer").with_duplicates(duplicate_percent, fork(&mut network));
+    let mut producer = Producer::new(&*cluster, "producer").with_duplicates(duplicate_percent, fork(&mut network));
     let batches: Vec<usize> = (0..40).map(|_| workload.gen_range(1..20)).collect();
     let publishing = cluster.spawn_on_client(async move {
         let mut next = 0;
@@ -177,9 +179,9 @@ pub async fn run(cluster: &mut Cluster, schedule: &[Step]) -> Outcome {
         }
     });
     let mut consumers = vec![
-        Consumer::new(cluster, AUDIT, (STREAM, AUDIT), Behaviour::default(), fork(&mut workload)),
-        Consumer::new(cluster, "worker-1", (JOBS, WORKERS), Behaviour::default(), fork(&mut workload)),
-        Consumer::new(cluster, "worker-2", (JOBS, WORKERS), Behaviour::default(), fork(&mut workload)),
+        Consumer::new(&*cluster, AUDIT, (STREAM, AUDIT), Behaviour::default(), fork(&mut workload)),
+        Consumer::new(&*cluster, "worker-1", (JOBS, WORKERS), Behaviour::default(), fork(&mut workload)),
+        Consumer::new(&*cluster, "worker-2", (JOBS, WORKERS), Behaviour::default(), fork(&mut workload)),
     ];
     let consuming = cluster.spawn_on_client(async move {
         for _ in 0..150 {
@@ -193,7 +195,7 @@ pub async fn run(cluster: &mut Cluster, schedule: &[Step]) -> Outcome {
         }
         consumers
     });
-    let feeder = Producer::new(cluster, "feeder");
+    let feeder = Producer::new(&*cluster, "feeder");
     let fed = Arc::new(AtomicBool::new(false));
     let feeding = cluster.spawn_on_client({
         let fed = fed.clone();
@@ -205,7 +207,7 @@ pub async fn run(cluster: &mut Cluster, schedule: &[Step]) -> Outcome {
             fed.store(true, Ordering::Release);
         }
     });
-    let mut mirror = Mirror::new(cluster, MIRROR, FEED, 1);
+    let mut mirror = Mirror::new(&*cluster, MIRROR, FEED, 1);
     let mirroring = cluster.spawn_on_client(async move {
         // Slower than the feeder: the feed fills, and retention must wait for the mirror.
         while !fed.load(Ordering::Acquire) {
@@ -214,8 +216,8 @@ pub async fn run(cluster: &mut Cluster, schedule: &[Step]) -> Outcome {
         }
         mirror
     });
-    let mut txn = TxnProducer::new(cluster, "txn", "orders-txn");
-    let mut zombie = TxnProducer::new(cluster, "zombie", "orders-txn");
+    let mut txn = TxnProducer::new(&*cluster, "txn", "orders-txn");
+    let mut zombie = TxnProducer::new(&*cluster, "zombie", "orders-txn");
     let transacting = cluster.spawn_on_client(async move {
         let mut committed = Vec::new();
         for round in 0..TXNS {

@@ -15,8 +15,26 @@ use cellog_client::{Client, ClientError, item_error};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
+#[cfg(madsim)]
 use crate::cluster::Cluster;
 use crate::history::{Completion, History, Op, OpId, Seen, Value, completion};
+
+/// Where a workload client runs: the client library it calls the cell with, and the history it records into. A
+/// simulated cluster gives one (`&Cluster` converts); so does a test of real processes.
+#[derive(Clone)]
+pub struct Caller {
+    /// The client library.
+    pub client: Client,
+    /// The run's history.
+    pub history: History,
+}
+
+#[cfg(madsim)]
+impl From<&Cluster> for Caller {
+    fn from(cluster: &Cluster) -> Caller {
+        Caller { client: cluster.client(), history: cluster.history().clone() }
+    }
+}
 
 fn published(ack: &v1::PublishAck) -> Value {
     Value::Published { stream: ack.stream.clone(), partition: ack.partition, seq: ack.seq, duplicate: ack.duplicate }
@@ -33,14 +51,10 @@ pub struct Producer {
 }
 
 impl Producer {
-    /// A producer of `cluster` named `process` in the history.
-    pub fn new(cluster: &Cluster, process: &str) -> Producer {
-        Producer {
-            process: process.to_string(),
-            client: cluster.client(),
-            history: cluster.history().clone(),
-            duplicates: None,
-        }
+    /// A producer named `process` in the history.
+    pub fn new(on: impl Into<Caller>, process: &str) -> Producer {
+        let Caller { client, history } = on.into();
+        Producer { process: process.to_string(), client, history, duplicates: None }
     }
 
     /// Sends `percent` of its messages a second time right after the first, as a request duplicated on its way
@@ -125,16 +139,17 @@ pub struct Consumer {
 impl Consumer {
     /// Member `process` of consumer `consumer` on `stream`, answering as `behaviour` says with draws from `rng`.
     pub fn new(
-        cluster: &Cluster,
+        on: impl Into<Caller>,
         process: &str,
         (stream, consumer): (&str, &str),
         behaviour: Behaviour,
         rng: ChaCha8Rng,
     ) -> Consumer {
+        let Caller { client, history } = on.into();
         Consumer {
             process: process.to_string(),
-            client: cluster.client(),
-            history: cluster.history().clone(),
+            client,
+            history,
             stream: stream.to_string(),
             consumer: consumer.to_string(),
             behaviour,
@@ -215,11 +230,12 @@ pub struct TxnProducer {
 
 impl TxnProducer {
     /// An instance of `transactional_id`, named `process` in the history.
-    pub fn new(cluster: &Cluster, process: &str, transactional_id: &str) -> TxnProducer {
+    pub fn new(on: impl Into<Caller>, process: &str, transactional_id: &str) -> TxnProducer {
+        let Caller { client, history } = on.into();
         TxnProducer {
             process: process.to_string(),
-            client: cluster.client(),
-            history: cluster.history().clone(),
+            client,
+            history,
             transactional_id: transactional_id.to_string(),
             producer: None,
         }
@@ -319,11 +335,12 @@ pub struct Mirror {
 
 impl Mirror {
     /// Peer `process` of `stream`, with `partitions` partitions, nothing received yet. Register it first.
-    pub fn new(cluster: &Cluster, process: &str, stream: &str, partitions: u32) -> Mirror {
+    pub fn new(on: impl Into<Caller>, process: &str, stream: &str, partitions: u32) -> Mirror {
+        let Caller { client, history } = on.into();
         Mirror {
             process: process.to_string(),
-            client: cluster.client(),
-            history: cluster.history().clone(),
+            client,
+            history,
             stream: stream.to_string(),
             received: vec![0; partitions as usize],
         }
