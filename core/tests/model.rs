@@ -1,6 +1,9 @@
 //! Model-based test: a small, obviously-correct reference model of one cell and the real `Cell` are driven by the
 //! same random sequence of commands with time moving forward, and must agree on every outcome and on the visible
-//! state after every step. Invariants of the real cell are asserted after every step as well.
+//! state after every step. Invariants of the real cell are asserted after every step as well. The model covers
+//! publishing (ids, keys, a time to live, a delay before the first delivery), limits retention (count and age),
+//! consumers (fetch, ack, nack with and without delay, in-progress, term, max deliver, max in flight) and
+//! transactions.
 //!
 //! The model keeps everything in plain vectors and evaluates every timer lazily ("is it due at the time of this
 //! command?"), while the cell keeps indexes and a timer queue; agreement between the two is the point.
@@ -39,6 +42,10 @@ enum Op {
         subject: usize,
         key: Option<u8>,
         id: Option<u8>,
+        /// Time to live, in steps.
+        ttl: Option<u64>,
+        /// Delay before the first delivery, in steps.
+        delay: Option<u64>,
     },
     Fetch {
         consumer: usize,
@@ -85,8 +92,14 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         // Time moves in steps that line up with every timer, so deadlines are hit exactly as often as passed.
         3 => (0u64..6).prop_map(|n| Op::Advance(n * STEP_MS)),
-        6 => (0..SUBJECTS.len(), proptest::option::of(0u8..4), proptest::option::weighted(0.5, 0u8..6))
-            .prop_map(|(subject, key, id)| Op::Publish { subject, key, id }),
+        6 => (
+            0..SUBJECTS.len(),
+            proptest::option::of(0u8..4),
+            proptest::option::weighted(0.5, 0u8..6),
+            proptest::option::weighted(0.2, 1u64..12),
+            proptest::option::weighted(0.2, 1u64..8),
+        )
+            .prop_map(|(subject, key, id, ttl, delay)| Op::Publish { subject, key, id, ttl, delay }),
         3 => (0..CONSUMERS.len(), 1u32..4).prop_map(|(consumer, max)| Op::Fetch { consumer, max }),
         4 => (0..CONSUMERS.len(), 0usize..8, kind).prop_map(|(consumer, pick, kind)| Op::Ack { consumer, pick, kind }),
         1 => (0..PRODUCERS.len()).prop_map(|producer| Op::Init { producer }),
@@ -158,6 +171,10 @@ struct Msg {
     subject: &'static str,
     payload: Vec<u8>,
     stored_at: u64,
+    /// When its time to live ends, if it has one.
+    expires_at: Option<u64>,
+    /// When it may first be delivered, if it is delayed.
+    deliver_at: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -248,7 +265,7 @@ impl Model {
     /// Everything due by `now`, in any order: none of these interact.
     fn expire(&mut self) {
         let now = self.now;
-        self.messages.retain(|m| m.stored_at + MAX_AGE_MS > now);
+        self.messages.retain(|m| m.stored_at + MAX_AGE_MS > now && m.expires_at.is_none_or(|at| at > now));
         for consumer in &mut self.consumers {
             for status in consumer.outstanding.values_mut() {
                 match *status {
@@ -278,6 +295,19 @@ impl Model {
     }
 
     fn append(&mut self, subject: &'static str, key: Option<u8>, id: Option<String>, payload: Vec<u8>) -> Answer {
+        self.append_timed(subject, key, id, payload, None, None)
+    }
+
+    /// Appends with a time to live and a delay (both in ms), when given.
+    fn append_timed(
+        &mut self,
+        subject: &'static str,
+        key: Option<u8>,
+        id: Option<String>,
+        payload: Vec<u8>,
+        ttl: Option<u64>,
+        delay: Option<u64>,
+    ) -> Answer {
         if let Some((partition, seq)) = id.as_deref().and_then(|id| self.duplicate(id)) {
             return Answer::Published { partition, seq, duplicate: true };
         }
@@ -289,7 +319,18 @@ impl Model {
         let seq = self.next_seq[partition as usize];
         self.next_seq[partition as usize] += 1;
         self.arrivals += 1;
-        self.messages.push(Msg { partition, seq, arrival: self.arrivals, subject, payload, stored_at: self.now });
+        let (expires_at, deliver_at) = (ttl.map(|ttl| self.now + ttl), delay.map(|delay| self.now + delay));
+        let stored_at = self.now;
+        self.messages.push(Msg {
+            partition,
+            seq,
+            arrival: self.arrivals,
+            subject,
+            payload,
+            stored_at,
+            expires_at,
+            deliver_at,
+        });
         if let Some(id) = id {
             self.ids.push((id, partition, seq, self.now));
         }
@@ -346,6 +387,11 @@ impl Model {
                 if !matches(filter, message.subject) {
                     continue;
                 }
+                // A delayed message waits, delivered as soon as its delay ends; it takes no room meanwhile.
+                if let Some(until) = message.deliver_at.filter(|until| *until > now) {
+                    self.consumers[index].outstanding.insert((partition, seq), Status::Waiting { until, count: 0 });
+                    continue;
+                }
                 let deadline = now + ACK_WAIT_MS;
                 self.consumers[index].outstanding.insert((partition, seq), Status::Pending { deadline, count: 1 });
                 delivered.push((partition, seq, 1, deadline));
@@ -378,6 +424,9 @@ impl Model {
         let count = match status {
             Status::Pending { count, .. } | Status::Ready { count } | Status::Waiting { count, .. } => count,
         };
+        if count == 0 {
+            return Answer::NotDelivered;
+        }
         let state = match kind {
             AckKind::Applied => {
                 consumer.outstanding.remove(&(partition, seq));
@@ -574,10 +623,16 @@ fn step(cell: &mut Cell, model: &mut Model, op: &Op, counter: &mut u64) -> (Answ
     match *op {
         Op::Advance(_) => unreachable!(),
         Op::Tick => (answer_of(cell.apply(at, Command::Tick)), Answer::Ticked),
-        Op::Publish { subject, key, id } => {
+        Op::Publish { subject, key, id, ttl, delay } => {
             let id = id.map(|i| format!("id-{i}"));
-            let request = publish_request(SUBJECTS[subject], key, id.clone(), &payload);
-            (answer_of(cell.apply(at, Command::Publish(request))), model.append(SUBJECTS[subject], key, id, payload))
+            let (ttl, delay) = (ttl.map(|n| n * STEP_MS), delay.map(|n| n * STEP_MS));
+            let request = PublishRequest {
+                ttl_ms: ttl,
+                deliver_after_ms: delay,
+                ..publish_request(SUBJECTS[subject], key, id.clone(), &payload)
+            };
+            let expected = model.append_timed(SUBJECTS[subject], key, id, payload, ttl, delay);
+            (answer_of(cell.apply(at, Command::Publish(request))), expected)
         }
         Op::Fetch { consumer, max } => {
             let command = Command::Fetch {
