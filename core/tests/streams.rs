@@ -692,3 +692,13 @@ fn among_many_streams_each_subject_goes_to_the_one_claiming_it() {
     delete(&mut h, "s7").unwrap();
     assert!(matches!(h.publish("s7.a.x", "m"), Err(Rejection::NoStreamForSubject { .. })));
 }
+
+#[test]
+fn a_stream_may_take_payloads_of_up_to_eight_mib_and_no_more() {
+    let mut h = Harness::new();
+    let eight_mib = 8 * 1024 * 1024;
+    let config = |max_payload_bytes| StreamConfig { max_payload_bytes, ..config(&["s.>"]) };
+    assert!(create(&mut h, "big", config(eight_mib)).is_ok(), "the documented limit is accepted");
+    assert_invalid_config(create(&mut h, "bigger", config(eight_mib + 1)));
+    assert_eq!(MAX_PAYLOAD_LIMIT, eight_mib);
+}
