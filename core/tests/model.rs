@@ -212,18 +212,21 @@ enum End {
     Aborted { epoch: u32, fenced: bool },
 }
 
+/// A message to publish (or staged in a transaction): its time to live and delay in ms, when given.
 #[derive(Clone, Debug)]
-struct StagedMsg {
+struct NewMsg {
     subject: &'static str,
     key: Option<u8>,
     id: Option<String>,
     payload: Vec<u8>,
+    ttl: Option<u64>,
+    delay: Option<u64>,
 }
 
 #[derive(Clone, Debug)]
 struct ModelTxn {
     deadline: u64,
-    staged: Vec<StagedMsg>,
+    staged: Vec<NewMsg>,
 }
 
 #[derive(Clone, Debug)]
@@ -329,14 +332,8 @@ impl Model {
 
     /// A transaction's message at its commit: room is made only from what the peer has received, so the stream may
     /// go over its limit for a while.
-    fn append_lenient(
-        &mut self,
-        subject: &'static str,
-        key: Option<u8>,
-        id: Option<String>,
-        payload: Vec<u8>,
-    ) -> Answer {
-        if let Some((partition, seq)) = id.as_deref().and_then(|id| self.duplicate(id)) {
+    fn append_lenient(&mut self, message: NewMsg) -> Answer {
+        if let Some((partition, seq)) = message.id.as_deref().and_then(|id| self.duplicate(id)) {
             return Answer::Published { partition, seq, duplicate: true };
         }
         for (partition, seq) in self.room_plan() {
@@ -344,7 +341,7 @@ impl Model {
                 self.messages.retain(|m| (m.partition, m.seq) != (partition, seq));
             }
         }
-        self.push(subject, key, id, payload, None, None)
+        self.push(message)
     }
 
     /// The peer received `partition` up to `received`: what retention held back for it goes now.
@@ -362,17 +359,9 @@ impl Model {
         Answer::PeerProgressed
     }
 
-    /// Appends with a time to live and a delay (both in ms), when given.
-    fn append_timed(
-        &mut self,
-        subject: &'static str,
-        key: Option<u8>,
-        id: Option<String>,
-        payload: Vec<u8>,
-        ttl: Option<u64>,
-        delay: Option<u64>,
-    ) -> Answer {
-        if let Some((partition, seq)) = id.as_deref().and_then(|id| self.duplicate(id)) {
+    /// A publish outside a transaction: room is made from what the peer has received, or the publish is refused.
+    fn append(&mut self, message: NewMsg) -> Answer {
+        if let Some((partition, seq)) = message.id.as_deref().and_then(|id| self.duplicate(id)) {
             return Answer::Published { partition, seq, duplicate: true };
         }
         let plan = self.room_plan();
@@ -380,18 +369,11 @@ impl Model {
             return Answer::StorageFull { partition, received: self.peer[partition as usize] };
         }
         self.messages.retain(|m| !plan.contains(&(m.partition, m.seq)));
-        self.push(subject, key, id, payload, ttl, delay)
+        self.push(message)
     }
 
-    fn push(
-        &mut self,
-        subject: &'static str,
-        key: Option<u8>,
-        id: Option<String>,
-        payload: Vec<u8>,
-        ttl: Option<u64>,
-        delay: Option<u64>,
-    ) -> Answer {
+    fn push(&mut self, message: NewMsg) -> Answer {
+        let NewMsg { subject, key, id, payload, ttl, delay } = message;
         let partition = partition_of(subject, key);
         let seq = self.next_seq[partition as usize];
         self.next_seq[partition as usize] += 1;
@@ -584,7 +566,7 @@ impl Model {
         }
     }
 
-    fn stage(&mut self, index: usize, r: ProducerRef, message: StagedMsg) -> Answer {
+    fn stage(&mut self, index: usize, r: ProducerRef, message: NewMsg) -> Answer {
         let duplicate = message.id.as_deref().and_then(|id| self.duplicate(id));
         let p = match self.current(index, r) {
             Err(answer) => return answer,
@@ -626,7 +608,7 @@ impl Model {
         let Some(txn) = self.producers.get_mut(&index).unwrap().txn.take() else { return Answer::TransactionState };
         let mut messages = Vec::new();
         for s in txn.staged {
-            match self.append_lenient(s.subject, s.key, s.id, s.payload) {
+            match self.append_lenient(s) {
                 Answer::Published { partition, seq, duplicate } => messages.push((partition, seq, duplicate)),
                 other => unreachable!("{other:?}"),
             }
@@ -710,7 +692,7 @@ fn step(cell: &mut Cell, model: &mut Model, op: &Op, counter: &mut u64) -> (Answ
                 deliver_after_ms: delay,
                 ..publish_request(SUBJECTS[subject], key, id.clone(), &payload)
             };
-            let expected = model.append_timed(SUBJECTS[subject], key, id, payload, ttl, delay);
+            let expected = model.append(NewMsg { subject: SUBJECTS[subject], key, id, payload, ttl, delay });
             (answer_of(cell.apply(at, Command::Publish(request))), expected)
         }
         Op::Fetch { consumer, max } => {
@@ -751,7 +733,7 @@ fn step(cell: &mut Cell, model: &mut Model, op: &Op, counter: &mut u64) -> (Answ
                 transaction: Some(r),
                 ..publish_request(SUBJECTS[subject], None, id.clone(), &payload)
             };
-            let staged = StagedMsg { subject: SUBJECTS[subject], key: None, id, payload };
+            let staged = NewMsg { subject: SUBJECTS[subject], key: None, id, payload, ttl: None, delay: None };
             (answer_of(cell.apply(at, Command::Publish(request))), model.stage(producer, r, staged))
         }
         Op::Commit { producer, stale } => {
