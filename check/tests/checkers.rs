@@ -298,6 +298,15 @@ const ROWS: &[Row] = &[
         fails: &["unknown"],
     },
     Row {
+        name: "a refused publish read by a mirror, then removed",
+        history: |s| {
+            s.publish(0, "producer", "f-1").fail(2);
+            s.read(5, "mirror", "feed", 0, 1).messages(6, &[(0, 1, "f-1", 0)]);
+            s.node(1, "feed");
+        },
+        fails: &["unknown"],
+    },
+    Row {
         name: "reads that go back",
         history: |s| {
             s.fetch(0, "audit").messages(1, &[(0, 5, "m-5", 1)]);

@@ -1,9 +1,9 @@
-//! A refusal is final, and only a refusal is: a message whose every publish the cell refused is not stored. (A publish
-//! that timed out is unknown, not refused, and may be stored.)
+//! A refusal is final, and only a refusal is: a message whose every publish the cell refused is not stored, and no
+//! consumer or reader is ever handed it. (A publish that timed out is unknown, not refused, and may be stored.)
 
 use std::collections::BTreeMap;
 
-use crate::history::Op;
+use crate::history::{Op, Value};
 
 use super::{Checker, Evidence};
 
@@ -21,11 +21,20 @@ fn check(evidence: &Evidence) -> Result<(), String> {
             *may_exist.entry(msg_id).or_default() |= !operation.refused();
         }
     }
+    let refused = |msg_id: &str| may_exist.get(msg_id) == Some(&false);
     for (stream, nodes) in &evidence.held {
         for (node, stored) in nodes {
-            if let Some(msg_id) = stored.keys().find(|id| may_exist.get(id.as_str()) == Some(&false)) {
+            if let Some(msg_id) = stored.keys().find(|id| refused(id)) {
                 return Err(format!("node {node} holds {msg_id} in {stream}, though every publish of it was refused"));
             }
+        }
+    }
+    // Retention may have removed it by the end: what was handed out or read during the run counts too.
+    for operation in &evidence.operations {
+        if let (Op::Fetch { .. } | Op::Read { .. }, Some(Value::Messages(seen))) = (&operation.op, operation.ok())
+            && let Some(msg_id) = seen.iter().filter_map(|m| m.msg_id.as_deref()).find(|id| refused(id))
+        {
+            return Err(format!("{} was handed {msg_id}, though every publish of it was refused", operation.process));
         }
     }
     Ok(())
