@@ -40,6 +40,10 @@ pub struct ClientOptions {
     /// How often a client that is being answered asks for the cell's members anyway. A client learns a new node
     /// only from a node it knows: if every node it knows leaves the cell within this interval, it is stranded.
     pub discover_every: Duration,
+    /// Retry a call the cell refused to slow its caller down (`RATE_LIMITED`, `STORAGE_FULL`) after the pause it
+    /// advises, until `retry_for` runs out. Off, such a refusal is returned at once, for a caller that sheds load
+    /// itself.
+    pub retry_backpressure: bool,
 }
 
 impl Default for ClientOptions {
@@ -50,6 +54,7 @@ impl Default for ClientOptions {
             backoff: Duration::from_millis(50),
             discover: true,
             discover_every: DISCOVERY_INTERVAL,
+            retry_backpressure: true,
         }
     }
 }
@@ -149,7 +154,7 @@ enum Next {
 }
 
 /// Whether a failed call may have been applied.
-fn classify(status: &Status, idempotent: bool) -> Next {
+fn classify(status: &Status, idempotent: bool, retry_backpressure: bool) -> Next {
     let detail = detail_of(status);
     let advised = Duration::from_millis(detail.retry_after_ms);
     match (status.code(), detail.reason.as_str()) {
@@ -159,7 +164,7 @@ fn classify(status: &Status, idempotent: bool) -> Next {
         (Code::Unavailable, "LEADER_CHANGED") if idempotent && !detail.leader_addr.is_empty() => {
             Next::Leader(detail.leader_addr)
         }
-        (Code::ResourceExhausted, "RATE_LIMITED" | "STORAGE_FULL") => Next::Later(advised),
+        (Code::ResourceExhausted, "RATE_LIMITED" | "STORAGE_FULL") if retry_backpressure => Next::Later(advised),
         // Refused before it reached the cell, or broken in flight: safe only when a repeat changes nothing.
         (Code::Unavailable | Code::Unknown | Code::Cancelled | Code::DeadlineExceeded | Code::Internal, _)
             if idempotent =>
@@ -323,7 +328,7 @@ impl Client {
         if Instant::now() >= deadline {
             return false;
         }
-        match classify(status, idempotent) {
+        match classify(status, idempotent, self.options.retry_backpressure) {
             Next::Leader(addr) => {
                 // A leader that keeps naming itself while refusing has just lost its lease: pause a little.
                 if addr == self.current_addr() {
@@ -630,7 +635,10 @@ impl Client {
                 }
                 Some(v1::publish_result::Result::Error(error)) => {
                     let status = from_item_error(error);
-                    let retryable = !matches!(classify(&status, requests[index].msg_id.is_some()), Next::Fail);
+                    let retryable = !matches!(
+                        classify(&status, requests[index].msg_id.is_some(), self.options.retry_backpressure),
+                        Next::Fail
+                    );
                     if retryable {
                         // Those sent after it are dropped with the call unanswered; it was answered itself.
                         broke(&in_flight, unanswered, &Status::cancelled("the batch was given up"));

@@ -442,6 +442,7 @@ impl Mailroom {
             backoff: Duration::from_millis(50),
             discover: true,
             discover_every: cellog_client::DISCOVERY_INTERVAL,
+            retry_backpressure: true,
         };
         let client = Client::new(addrs.iter().cloned(), options);
         if let Ok(client) = &client {

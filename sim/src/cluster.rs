@@ -375,11 +375,22 @@ impl Cluster {
         self.client_in(&self.main_cell)
     }
 
+    /// A client of the (first) cell whose options (the cluster's defaults) are changed by `change` first.
+    pub fn client_with(&self, change: impl FnOnce(&mut ClientOptions)) -> Client {
+        self.client_in_with(&self.main_cell, change)
+    }
+
     /// A client of `cell`.
     pub fn client_in(&self, cell: &str) -> Client {
+        self.client_in_with(cell, |_| {})
+    }
+
+    /// A client of `cell` whose options (the cluster's defaults) are changed by `change` first.
+    pub fn client_in_with(&self, cell: &str, change: impl FnOnce(&mut ClientOptions)) -> Client {
         let addrs =
             self.nodes.values().filter(|node| node.cell == cell).map(|node| node.config.client_addr.to_string());
-        let options = ClientOptions { discover_every: self.discover_every, ..ClientOptions::default() };
+        let mut options = ClientOptions { discover_every: self.discover_every, ..ClientOptions::default() };
+        change(&mut options);
         Client::new(addrs, options).expect("valid addresses")
     }
 

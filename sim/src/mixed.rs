@@ -20,7 +20,7 @@ use cellog_check::record::by_id;
 use crate::cluster::{Cluster, SimNodeId};
 use crate::fault::Step;
 use crate::seeds::Concern;
-use crate::workload::{Behaviour, Consumer, Mirror, Producer, TxnProducer};
+use crate::workload::{Behaviour, Caller, Consumer, Mirror, Producer, TxnProducer};
 
 /// The stream every message of the producer goes to.
 pub const STREAM: &str = "orders";
@@ -44,7 +44,7 @@ pub const ABORT_ROUND: usize = 3;
 /// retention may only remove what the mirror has received, so a publish that would need more is refused.
 pub const FEED: &str = "feed";
 /// Most messages [`FEED`] keeps.
-pub const FEED_LIMIT: u64 = 12;
+pub const FEED_LIMIT: u64 = 6;
 /// The registered peer of [`FEED`].
 pub const MIRROR: &str = "mirror";
 /// How long a delayed message of the producer waits before its first delivery: longer than any run, clock jumps
@@ -195,7 +195,10 @@ pub async fn run(cluster: &mut Cluster, schedule: &[Step]) -> Outcome {
         }
         consumers
     });
-    let feeder = Producer::new(&*cluster, "feeder");
+    // The feeder takes a full feed's refusal as final (no retry), so that a refused publish stays refused in the
+    // history and must never be seen.
+    let feeder_client = cluster.client_with(|options| options.retry_backpressure = false);
+    let feeder = Producer::new(Caller { client: feeder_client, history: cluster.history().clone() }, "feeder");
     let fed = Arc::new(AtomicBool::new(false));
     let feeding = cluster.spawn_on_client({
         let fed = fed.clone();
