@@ -20,6 +20,7 @@ pub fn invariant(mutant: Mutant) -> &'static str {
         Mutant::RetentionIgnoresPeerWatermark => "watermark",
         Mutant::DelayedVisibleEarly => "delayed",
         Mutant::LeaderTimeNotMonotonic => "cell-time",
+        Mutant::GrantCheckSkipped => "grants",
     }
 }
 

@@ -51,6 +51,9 @@ pub struct Duties {
     /// not checked for loss or whole transactions, only for what every stream must be (one copy, the same on every
     /// replica, nothing refused) and, for a peer's stream, nothing removed that the peer had not received.
     pub trimmed: BTreeSet<String>,
+    /// Processes that run as a principal of their own, by the subject filters that principal may publish to: every
+    /// publish of theirs elsewhere must be refused and never stored.
+    pub publishers: BTreeMap<String, Vec<String>>,
 }
 
 /// What a run leaves to check.

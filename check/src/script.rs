@@ -102,6 +102,12 @@ impl Script {
         self.call(at_ms, process, op)
     }
 
+    /// A publish of `msg_id` to `subject`, outside a transaction.
+    pub fn publish_to(&mut self, at_ms: u64, process: &str, msg_id: &str, subject: &str) -> Call<'_> {
+        let op = Op::Publish { msg_id: msg_id.to_string(), subject: subject.to_string(), txn: None, delay_ms: None };
+        self.call(at_ms, process, op)
+    }
+
     /// A publish of `msg_id` delayed by `delay_ms`.
     pub fn publish_delayed(&mut self, at_ms: u64, process: &str, msg_id: &str, delay_ms: u64) -> Call<'_> {
         let op =
@@ -190,6 +196,12 @@ impl Script {
     pub fn peer(&mut self, stream: &str, process: &str) {
         self.evidence.duties.peers.insert(stream.to_string(), process.to_string());
         self.evidence.duties.trimmed.insert(stream.to_string());
+    }
+
+    /// `process` runs as a principal that may publish to `filters` only.
+    pub fn publisher(&mut self, process: &str, filters: &[&str]) {
+        let filters = filters.iter().map(|filter| filter.to_string()).collect();
+        self.evidence.duties.publishers.insert(process.to_string(), filters);
     }
 
     /// The evidence written so far.

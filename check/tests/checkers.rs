@@ -70,6 +70,35 @@ struct Row {
 const ROWS: &[Row] = &[
     Row { name: "a clean run", history: clean, fails: &[] },
     Row {
+        name: "a publish outside its principal's grants is refused, one inside lands",
+        history: |s| {
+            s.publisher("intruder", &["jobs.*"]);
+            s.publish_to(0, "intruder", "x-1", "orders.0").fail(1);
+            s.publish_to(2, "intruder", "x-2", "orders.1").unknown(9);
+            s.publish_to(10, "intruder", "j-1", "jobs.build").published(11, "jobs", 0, 1);
+            everywhere(s, "jobs", "j-1", 1, 11);
+        },
+        fails: &[],
+    },
+    Row {
+        name: "a publish outside its principal's grants acknowledged",
+        history: |s| {
+            s.publisher("intruder", &["jobs.*"]);
+            s.publish_to(0, "intruder", "x-1", "orders.0").published(1, "orders", 0, 1);
+            everywhere(s, "orders", "x-1", 1, 1);
+        },
+        fails: &["grants"],
+    },
+    Row {
+        name: "a publish outside its principal's grants that timed out, stored",
+        history: |s| {
+            s.publisher("intruder", &["jobs.*"]);
+            s.publish_to(0, "intruder", "x-1", "orders.0").unknown(9);
+            everywhere(s, "orders", "x-1", 1, 1);
+        },
+        fails: &["grants"],
+    },
+    Row {
         name: "a publish that timed out may be stored",
         history: |s| {
             s.publish(0, "producer", "m-1").unknown(5);

@@ -10,7 +10,7 @@ mod commands;
 mod run;
 mod table;
 
-use commands::{cluster, consumer, mail, peer, publish, stream, txn};
+use commands::{auth, cluster, consumer, mail, peer, publish, stream, txn};
 
 use clap::{Parser, Subcommand};
 
@@ -38,6 +38,13 @@ pub struct Connect {
     /// Give up on a call after retrying this many seconds.
     #[arg(long, global = true, env = "CELLOG_TIMEOUT", default_value_t = 30)]
     timeout: u64,
+    /// The API token calls carry (its principal's grants decide what they may do).
+    #[arg(long, global = true, env = "CELLOG_TOKEN", hide_env_values = true, conflicts_with = "token_file")]
+    token: Option<String>,
+    /// A file holding the API token [default: .cellog-dev/root.token, the local dev cell's root token, when it
+    /// exists].
+    #[arg(long, global = true, env = "CELLOG_TOKEN_FILE")]
+    token_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -67,6 +74,9 @@ enum Command {
     /// Cell membership and status.
     #[command(subcommand)]
     Cluster(cluster::ClusterCommand),
+    /// Principals, their grants and API tokens.
+    #[command(subcommand)]
+    Auth(auth::AuthCommand),
     /// Sealed mail to other cells: send, delivery status, the inbox.
     #[command(subcommand)]
     Mail(mail::MailCommand),
@@ -110,6 +120,7 @@ async fn main() -> std::process::ExitCode {
                 Command::Sub(args) => publish::subscribe(args).await,
                 Command::Txn(command) => txn::run(command).await,
                 Command::Cluster(command) => cluster::run(command).await,
+                Command::Auth(command) => auth::run(command).await,
                 #[cfg(feature = "node")]
                 Command::Keys(command) => commands::keys::run(command),
                 Command::Mail(command) => mail::run(command).await,

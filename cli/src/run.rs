@@ -11,6 +11,7 @@ use anyhow::{Context, bail};
 use cellog_client::{Client, ClientOptions};
 use cellog_envelope::{CellKey, Keyring};
 use cellog_mail::{MailConfig, RetryPolicy};
+use cellog_net::auth::Callers;
 use cellog_net::metrics::Metered;
 use cellog_net::{NodeConfig, Peer, RaftTiming, RunningNode};
 use cellog_raft::storage::RocksStorage;
@@ -72,6 +73,14 @@ pub struct NodeArgs {
     /// again gets another address).
     #[arg(long = "home", env = "CELLOG_HOMES", value_delimiter = ',')]
     homes: Vec<String>,
+    /// Serve callers without a credential as the root principal. Only for a node every caller of which is trusted.
+    #[arg(long, env = "CELLOG_INSECURE")]
+    insecure: bool,
+    /// A file holding a token the node makes a token of the root principal if the cell does not have it yet: the first
+    /// credential of a new cell (make one with `cellog auth token new` on an existing cell, or any 32+ random
+    /// characters).
+    #[arg(long, env = "CELLOG_ROOT_TOKEN_FILE")]
+    root_token_file: Option<PathBuf>,
 }
 
 /// The same settings in a file.
@@ -95,6 +104,8 @@ struct FileConfig {
     keep_log_mib: Option<u64>,
     #[serde(default)]
     homes: Vec<String>,
+    insecure: Option<bool>,
+    root_token_file: Option<PathBuf>,
 }
 
 fn addr(text: &str) -> SocketAddr {
@@ -135,6 +146,10 @@ impl NodeArgs {
             Some(text) => Some(text.parse().with_context(|| format!("metrics address {text:?}"))?),
         };
         let defaults = RaftTiming::default();
+        let root_token = match self.root_token_file.or(file.root_token_file) {
+            Some(path) => Some(read_token(&path)?),
+            None => None,
+        };
         let config = NodeConfig {
             cell: self.cell.or(file.cell).unwrap_or_else(|| "cellog".to_string()),
             id: self.id.or(file.id).unwrap_or(1),
@@ -162,12 +177,47 @@ impl NodeArgs {
             mail: None,
             past: Past::Unknown,
             cell_id: None,
+            callers: Callers { insecure: self.insecure || file.insecure.unwrap_or(false) },
+            root_token,
         };
         if config.peers.iter().any(|peer| peer.id == config.id) {
             bail!("node {} lists itself among its peers", config.id);
         }
         Ok((config, homes))
     }
+}
+
+/// A token from its file, checked.
+fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading the root token in {}", path.display()))?;
+    let token = text.trim().to_string();
+    cellog_client::token::check(&token).map_err(|reason| anyhow::anyhow!("{}: {reason}", path.display()))?;
+    if token.len() < 32 {
+        bail!("{}: a root token needs at least 32 characters", path.display());
+    }
+    Ok(token)
+}
+
+/// The dev cell's root token: read from `path`, or made (random) and written there, readable by its owner only.
+fn dev_root_token(path: &std::path::Path) -> anyhow::Result<String> {
+    if path.exists() {
+        return read_token(path);
+    }
+    let mut bytes = [0u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    let token = cellog_client::token::from_random(bytes);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(path).with_context(|| format!("writing {}", path.display()))?;
+    writeln!(file, "{token}").with_context(|| format!("writing {}", path.display()))?;
+    file.sync_all().with_context(|| format!("syncing {}", path.display()))?;
+    Ok(token)
 }
 
 /// Opens the node's store and starts it, with sealed mail under the cell key in its data directory (made on the first
@@ -280,6 +330,9 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         let port = args.base_port.checked_add(offset).context("--base-port is too high")?;
         Ok(SocketAddr::from(([127, 0, 0, 1], port)))
     };
+    // The root token every client command of this directory uses by default (see `cellog auth`).
+    let token_path = args.data.join("root.token");
+    let root_token = dev_root_token(&token_path)?;
     let mut configs = Vec::new();
     for id in 1..=3u16 {
         configs.push(NodeConfig {
@@ -297,6 +350,8 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
             mail: None,
             past: Past::Unknown,
             cell_id: None,
+            callers: Callers::default(),
+            root_token: Some(root_token.clone()),
         });
     }
     let founders: Vec<Peer> = configs.iter().map(|config| Peer { id: config.id, node: config.advertised() }).collect();
@@ -318,7 +373,7 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         println!("  node {}  client {}  raft {}  metrics {metrics}", node.node.id(), node.client_addr, node.raft_addr);
     }
     let addrs: Vec<String> = nodes.iter().map(|node| node.client_addr.to_string()).collect();
-    let client = Client::new(addrs.clone(), ClientOptions::default())?;
+    let client = Client::new(addrs.clone(), ClientOptions { token: Some(root_token), ..ClientOptions::default() })?;
     let leader = wait_for_leader(&client).await?;
     println!(
         "ready: leader is node {leader}; try `cellog stream add demo --subjects 'demo.>'` and `cellog pub demo.hello hi` \

@@ -191,7 +191,13 @@ async fn cellog_dev_runs_a_cell_and_comes_back_with_its_data() {
     let (mut child, lines) = dev(dir.path(), base_port);
     assert_eq!(lines.iter().filter(|line| line.trim_start().starts_with("node ")).count(), 3, "{lines:?}");
     let addrs: Vec<String> = (1..=3).map(|i| format!("127.0.0.1:{}", base_port + i)).collect();
-    let client = cellog_client::Client::new(addrs.clone(), common::quick()).expect("a client");
+    // The dev cell made its root token in its data directory; a call without it is refused.
+    let token = std::fs::read_to_string(dir.path().join("root.token")).expect("the dev cell's root token");
+    let anonymous = cellog_client::Client::new(addrs.clone(), common::quick()).expect("a client");
+    let refused = anonymous.list_streams().await.expect_err("no credential");
+    assert_eq!(refused.reason(), Some("UNAUTHENTICATED"), "{refused}");
+    let options = cellog_client::ClientOptions { token: Some(token.trim().to_string()), ..common::quick() };
+    let client = cellog_client::Client::new(addrs.clone(), options.clone()).expect("a client");
     client
         .create_stream("kept", v1::StreamConfig { subjects: vec!["kept.>".into()], ..Default::default() })
         .await
@@ -209,7 +215,7 @@ async fn cellog_dev_runs_a_cell_and_comes_back_with_its_data() {
     assert!(terminate(&mut child).success(), "Ctrl-C/SIGTERM exits 0");
 
     let (mut child, _) = dev(dir.path(), base_port);
-    let client = cellog_client::Client::new(addrs, common::quick()).expect("a client");
+    let client = cellog_client::Client::new(addrs, options).expect("a client");
     let messages = client.read("kept", ack.partition, ack.seq, 1, false).await.expect("read").messages;
     assert_eq!(messages[0].payload, Bytes::from_static(b"kept"), "the message survived the restart");
     assert!(terminate(&mut child).success());

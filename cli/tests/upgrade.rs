@@ -43,6 +43,7 @@ fn node(binary: &str, data_dir: &Path, log: PathBuf) -> NodeProcess {
             format!("--client-addr={client_addr}"),
             format!("--raft-addr={raft_addr}"),
             "--metrics-addr=off".to_string(),
+            "--insecure".to_string(),
             "--snapshot-every=25".to_string(),
         ],
         client_addr,

@@ -24,6 +24,7 @@ use tonic::{Code, Request, Response, Status};
 
 use crate::limits::MAX_CLIENT_MESSAGE;
 use crate::status::{detail_of, from_item_error};
+use crate::token;
 
 /// How a client behaves.
 #[derive(Clone, Debug)]
@@ -44,6 +45,9 @@ pub struct ClientOptions {
     /// advises, until `retry_for` runs out. Off, such a refusal is returned at once, for a caller that sheds load
     /// itself.
     pub retry_backpressure: bool,
+    /// The API token every call carries (`authorization: Bearer TOKEN`), if any. Without one, only a node that serves
+    /// callers without credentials (`--insecure`) answers.
+    pub token: Option<String>,
 }
 
 impl Default for ClientOptions {
@@ -55,6 +59,7 @@ impl Default for ClientOptions {
             discover: true,
             discover_every: DISCOVERY_INTERVAL,
             retry_backpressure: true,
+            token: None,
         }
     }
 }
@@ -81,6 +86,12 @@ pub enum ClientError {
     /// No node was given.
     #[error("no node address given")]
     NoNodes,
+    /// The token given cannot be sent.
+    #[error("bad token: {reason}")]
+    Credential {
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The last attempt was refused before it was proposed (no leader there, a rate limit), but an earlier attempt
     /// got no answer and may have been applied: the call's outcome is unknown.
     #[error("{last}; an earlier attempt got no answer and may have been applied")]
@@ -117,7 +128,7 @@ impl ClientError {
             ClientError::Status { code, .. } => {
                 matches!(code, Code::Unknown | Code::Cancelled | Code::DeadlineExceeded | Code::Internal)
             }
-            ClientError::Address { .. } | ClientError::NoNodes => false,
+            ClientError::Address { .. } | ClientError::NoNodes | ClientError::Credential { .. } => false,
             ClientError::Indefinite { .. } => true,
         }
     }
@@ -218,6 +229,8 @@ struct Route {
 pub struct Client {
     route: Arc<Mutex<Route>>,
     options: ClientOptions,
+    /// The credential's metadata value, checked once.
+    bearer: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
 }
 
 fn connect(addr: &str) -> Result<Channel, ClientError> {
@@ -252,9 +265,17 @@ impl Client {
         for addr in &addrs {
             connect(addr)?;
         }
+        let bearer = match &options.token {
+            Some(token) => {
+                token::check(token).map_err(|reason| ClientError::Credential { reason })?;
+                let value = format!("{}{token}", token::BEARER);
+                Some(value.parse().map_err(|_| ClientError::Credential { reason: "not a header value".to_string() })?)
+            }
+            None => None,
+        };
         let route =
             Route { addrs, current: 0, stale: false, discovered_at: None, channels: std::collections::BTreeMap::new() };
-        Ok(Client { route: Arc::new(Mutex::new(route)), options })
+        Ok(Client { route: Arc::new(Mutex::new(route)), options, bearer })
     }
 
     /// The node the next call goes to.
@@ -273,6 +294,21 @@ impl Client {
         let channel = connect(&addr)?;
         route.channels.insert(addr, channel.clone());
         Ok(channel)
+    }
+
+    /// A call's request: the attempt's deadline and the caller's credential.
+    fn request<M>(&self, message: M) -> Request<M> {
+        let mut request = self.credentials(Request::new(message));
+        request.set_timeout(self.options.attempt_timeout);
+        request
+    }
+
+    /// `request` with the caller's credential, if it has one.
+    fn credentials<M>(&self, mut request: Request<M>) -> Request<M> {
+        if let Some(value) = &self.bearer {
+            request.metadata_mut().insert(token::AUTHORIZATION, value.clone());
+        }
+        request
     }
 
     fn current(&self) -> Result<CellogClient<Channel>, ClientError> {
@@ -312,8 +348,7 @@ impl Client {
             route.discovered_at = Some(Instant::now());
         }
         let Ok(mut client) = self.current() else { return };
-        let mut request = Request::new(v1::ClusterStatusRequest::default());
-        request.set_timeout(self.options.attempt_timeout);
+        let request = self.request(v1::ClusterStatusRequest::default());
         let Ok(status) = client.cluster_status(request).await else { return };
         let mut route = self.route.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         for node in status.into_inner().nodes {
@@ -403,8 +438,7 @@ impl Client {
         let mut backoff = self.options.backoff;
         let mut earlier_unknown = false;
         loop {
-            let mut request = Request::new(message.clone());
-            request.set_timeout(self.options.attempt_timeout);
+            let request = self.request(message.clone());
             let status = match call(service(self.channel()?), request).await {
                 Ok(response) => {
                     self.rediscover().await;
@@ -580,7 +614,11 @@ impl Client {
         // A node that stopped answering (paused, cut off, hung) must not hold the batch for ever: opening the call, and
         // each answer while messages are in flight, takes at most one attempt's deadline.
         let silent = || Status::deadline_exceeded("the node did not answer within the attempt deadline");
-        let opened = tokio::time::timeout(self.options.attempt_timeout, client.publish_batch(outgoing)).await;
+        let opened = tokio::time::timeout(
+            self.options.attempt_timeout,
+            client.publish_batch(self.credentials(Request::new(outgoing))),
+        )
+        .await;
         let mut answers = match opened.unwrap_or_else(|_| Err(silent())) {
             Ok(response) => response.into_inner(),
             Err(status) => {
@@ -679,9 +717,7 @@ impl Client {
         let request = v1::ReadRequest { stream: stream.to_string(), partition, from_seq, max, local };
         if local {
             // A local read is about this node: never redirected.
-            let mut request = Request::new(request);
-            request.set_timeout(self.options.attempt_timeout);
-            return Ok(self.current()?.read(request).await?.into_inner());
+            return Ok(self.current()?.read(self.request(request)).await?.into_inner());
         }
         self.call(true, request, |mut c, r| async move { c.read(r).await }).await
     }
@@ -717,6 +753,48 @@ impl Client {
         let request = v1::DeleteConsumerRequest { stream: stream.to_string(), name: name.to_string() };
         self.call(false, request, |mut c, r| async move { c.delete_consumer(r).await }).await?;
         Ok(())
+    }
+
+    /// Creates principal `name` with `grants`, or replaces an existing one's grants (its tokens stay). Returns whether
+    /// it was created.
+    pub async fn put_principal(&self, name: &str, grants: v1::Grants) -> Result<bool, ClientError> {
+        let request = v1::PutPrincipalRequest { name: name.to_string(), grants: Some(grants) };
+        Ok(self.call(true, request, |mut c, r| async move { c.put_principal(r).await }).await?.created)
+    }
+
+    /// Deletes a principal and its tokens.
+    pub async fn delete_principal(&self, name: &str) -> Result<(), ClientError> {
+        let request = v1::DeletePrincipalRequest { name: name.to_string() };
+        self.call(false, request, |mut c, r| async move { c.delete_principal(r).await }).await?;
+        Ok(())
+    }
+
+    /// The cell's principals, in name order.
+    pub async fn list_principals(&self) -> Result<Vec<v1::Principal>, ClientError> {
+        let request = v1::ListPrincipalsRequest {};
+        Ok(self.call(true, request, |mut c, r| async move { c.list_principals(r).await }).await?.principals)
+    }
+
+    /// Gives `principal` the token whose SHA-256 is `token_sha256` (see [`crate::token::hash`]).
+    pub async fn add_token(&self, principal: &str, token_sha256: [u8; 32]) -> Result<(), ClientError> {
+        let request = v1::AddTokenRequest {
+            principal: principal.to_string(),
+            token_sha256: Bytes::copy_from_slice(&token_sha256),
+        };
+        self.call(true, request, |mut c, r| async move { c.add_token(r).await }).await?;
+        Ok(())
+    }
+
+    /// Revokes the token whose SHA-256 is `token_sha256`.
+    pub async fn revoke_token(&self, token_sha256: [u8; 32]) -> Result<(), ClientError> {
+        let request = v1::RevokeTokenRequest { token_sha256: Bytes::copy_from_slice(&token_sha256) };
+        self.call(false, request, |mut c, r| async move { c.revoke_token(r).await }).await?;
+        Ok(())
+    }
+
+    /// The caller's principal and grants.
+    pub async fn who_am_i(&self) -> Result<v1::Principal, ClientError> {
+        self.call(true, v1::WhoAmIRequest {}, |mut c, r| async move { c.who_am_i(r).await }).await
     }
 
     /// Registers a peer of `stream` (a mirror, another cell): retention keeps what it has not received. Registering
@@ -796,7 +874,7 @@ impl Client {
         let deadline = Instant::now() + self.options.retry_for;
         let mut backoff = self.options.backoff;
         loop {
-            let status = match self.current()?.subscribe(Request::new(request.clone())).await {
+            let status = match self.current()?.subscribe(self.credentials(Request::new(request.clone()))).await {
                 Ok(response) => return Ok(response.into_inner()),
                 Err(status) => status,
             };
@@ -874,8 +952,7 @@ impl Client {
     }
 
     async fn status_call(&self, digest_parts: bool) -> Result<v1::ClusterStatusResponse, ClientError> {
-        let mut request = Request::new(v1::ClusterStatusRequest { digest_parts });
-        request.set_timeout(self.options.attempt_timeout);
+        let request = self.request(v1::ClusterStatusRequest { digest_parts });
         Ok(self.current()?.cluster_status(request).await?.into_inner())
     }
 

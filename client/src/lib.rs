@@ -5,6 +5,7 @@
 //! - [`status`]: the error codec both sides speak: a failure's stable name, retry advice and leader address carried in
 //!   a gRPC status.
 //! - [`limits`]: what the wire carries at most.
+//! - [`token`]: API tokens: the credential a call carries and the hash a cell keeps.
 //!
 //! It depends on the wire protocol alone (no storage, no Raft), so a tool that only talks to a cell builds quickly.
 
@@ -13,6 +14,7 @@
 pub mod client;
 pub mod limits;
 pub mod status;
+pub mod token;
 
 pub use cellog_proto::v1 as proto;
 pub use client::{BatchResult, Client, ClientError, ClientOptions, DISCOVERY_INTERVAL, item_error};

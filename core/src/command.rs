@@ -6,6 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use crate::auth::{Actor, Grants, TokenHash};
 use crate::body::BodyRef;
 use crate::config::{ConsumerConfig, StreamConfig};
 use crate::snapshot::v3;
@@ -235,6 +236,48 @@ pub enum Command {
         /// The new config.
         config: ConsumerConfig,
     },
+    /// Run `command` as the principal `actor` is, if its grants allow (see [`crate::auth`]). Every command a client
+    /// sends arrives wrapped in this; a bare command is the node's own.
+    As {
+        /// Who sends it.
+        actor: Actor,
+        /// What it asks.
+        command: Box<Command>,
+    },
+    /// Create a principal, or replace an existing one's grants (its tokens stay).
+    PutPrincipal {
+        /// Its name.
+        name: String,
+        /// What it may do.
+        grants: Grants,
+    },
+    /// Delete a principal and its tokens.
+    DeletePrincipal {
+        /// Its name.
+        name: String,
+    },
+    /// Give a principal an API token, by the token's SHA-256.
+    AddToken {
+        /// The principal.
+        principal: String,
+        /// The token's hash.
+        token: TokenHash,
+    },
+    /// Revoke an API token: later commands carrying it are refused.
+    RevokeToken {
+        /// The token's hash.
+        token: TokenHash,
+    },
+}
+
+impl Command {
+    /// Its kind in kebab case (`publish`, `create-stream`), looking through [`Command::As`] to what it runs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Command::As { command, .. } => command.kind(),
+            other => other.into(),
+        }
+    }
 }
 
 /// What a reader sees in place of a body.
@@ -370,6 +413,17 @@ pub enum Outcome {
     Ticked,
     /// The consumer's config was changed.
     ConsumerUpdated,
+    /// The principal exists with these grants; `created` is false when it already did.
+    PrincipalPut {
+        /// Whether this command created it.
+        created: bool,
+    },
+    /// The principal is gone.
+    PrincipalDeleted,
+    /// The principal holds the token.
+    TokenAdded,
+    /// The token no longer works.
+    TokenRevoked,
 }
 
 impl From<v3::ProducerRef> for ProducerRef {
@@ -644,5 +698,31 @@ pub enum Effect {
     BodyReleased {
         /// The key.
         key: u64,
+    },
+    /// A principal was created or its grants replaced.
+    Granted {
+        /// The principal.
+        principal: Arc<str>,
+        /// Its grants now.
+        grants: Grants,
+    },
+    /// A principal was deleted.
+    PrincipalDeleted {
+        /// The principal.
+        principal: Arc<str>,
+    },
+    /// A principal got a token.
+    TokenAdded {
+        /// The principal.
+        principal: Arc<str>,
+        /// The token's hash.
+        token: TokenHash,
+    },
+    /// A token was revoked.
+    TokenRevoked {
+        /// The principal that held it.
+        principal: Arc<str>,
+        /// The token's hash.
+        token: TokenHash,
     },
 }

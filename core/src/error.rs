@@ -222,6 +222,26 @@ pub enum Rejection {
         /// The committed position (everything below it is done).
         current: u64,
     },
+    /// The caller's credential names no principal of this cell.
+    #[error("unauthenticated: {reason}")]
+    Unauthenticated {
+        /// What is wrong with the credential.
+        reason: String,
+    },
+    /// The principal lacks the grant the request needs. Nothing was changed.
+    #[error("permission denied: principal {principal:?} lacks {needs}")]
+    PermissionDenied {
+        /// The principal.
+        principal: String,
+        /// The grant it would need.
+        needs: String,
+    },
+    /// No principal of that name.
+    #[error("principal {principal:?} not found")]
+    PrincipalNotFound {
+        /// The name asked for.
+        principal: String,
+    },
 }
 
 /// Why a snapshot could not be restored.
@@ -281,6 +301,8 @@ pub enum NameKind {
     TransactionalId,
     /// A header name.
     Header,
+    /// A principal's name.
+    Principal,
 }
 
 impl std::fmt::Display for NameKind {
@@ -293,6 +315,7 @@ impl std::fmt::Display for NameKind {
             NameKind::MessageId => "message id",
             NameKind::TransactionalId => "transactional id",
             NameKind::Header => "header",
+            NameKind::Principal => "principal name",
         })
     }
 }

@@ -24,6 +24,7 @@
 //! What this crate is not: it does not store anything (bodies included), does not replicate, and does not talk to
 //! clients. Records and deliveries carry [`BodyRef`]s; the node that answers reads the bytes.
 
+pub mod auth;
 pub mod body;
 mod bucket;
 mod cell;
@@ -41,6 +42,7 @@ mod stream;
 pub mod subject;
 mod time;
 
+pub use auth::{Access, Actor, Grants, ROOT, SENDER_HEADER, TokenHash};
 pub use body::BodyRef;
 pub use cell::transaction::{MAX_TRANSACTION_BYTES, MAX_TRANSACTION_MESSAGES};
 pub use cell::{

@@ -153,6 +153,24 @@ pub fn filters_overlap(a: &str, b: &str) -> bool {
     }
 }
 
+/// Whether every subject `inner` matches is matched by `outer` (both valid filters): a grant of `outer` covers a
+/// stream that claims `inner`.
+pub fn filter_covers(outer: &str, inner: &str) -> bool {
+    let mut outer_tokens = outer.split('.');
+    let mut inner_tokens = inner.split('.');
+    loop {
+        match (outer_tokens.next(), inner_tokens.next()) {
+            (None, None) => return true,
+            (Some(">"), Some(_)) => return true,
+            // `inner` goes on (or ends in `>`) where `outer` has ended or matches one token only.
+            (_, Some(">")) | (None, Some(_)) | (Some(_), None) => return false,
+            (Some("*"), Some(_)) => {}
+            (Some(x), Some(y)) if x == y && y != "*" => {}
+            _ => return false,
+        }
+    }
+}
+
 /// Checks a stream, consumer or member name: 1 to 64 bytes of ASCII letters, digits, `-` and `_`.
 pub fn validate_name(name: &str) -> Result<(), String> {
     if name.is_empty() {

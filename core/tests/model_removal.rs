@@ -193,12 +193,12 @@ impl Log {
     }
 }
 
-/// An outstanding delivery; `number` orders timers due at the same time as the cell sets them.
+/// An outstanding delivery.
 #[derive(Clone, Copy, Debug)]
 enum Status {
-    Pending { deadline: u64, number: u64, count: u32 },
+    Pending { deadline: u64, count: u32 },
     Ready { count: u32 },
-    Waiting { until: u64, number: u64, count: u32 },
+    Waiting { until: u64, count: u32 },
 }
 
 impl Status {
@@ -211,6 +211,8 @@ impl Status {
 
 #[derive(Clone, Debug)]
 struct ModelConsumer {
+    /// Which creation of the consumer this is: a timer set for an earlier one does nothing.
+    id: u64,
     cursor: u64,
     outstanding: BTreeMap<u64, Status>,
 }
@@ -230,7 +232,12 @@ struct Model {
     pins: BTreeMap<(usize, u64), u32>,
     /// A pins-stream sequence → the message it pins.
     pinned_by: BTreeMap<u64, (usize, u64)>,
+    /// Delivery timers as the cell sets them: (due, order set) → (consumer, its id, sequence). Several may be set for
+    /// one delivery; one fires only while the delivery's deadline (or delay) is still its due time, so of several due
+    /// at the same time the first set fires, and timers due together fire in the order they were set.
+    timers: BTreeMap<(u64, u64), (usize, u64, u64)>,
     timer_number: u64,
+    next_consumer_id: u64,
 }
 
 fn matches(filter: Option<&str>, subject: &str) -> bool {
@@ -245,13 +252,16 @@ impl Model {
             consumers: vec![None; CONSUMERS.len()],
             pins: BTreeMap::new(),
             pinned_by: BTreeMap::new(),
+            timers: BTreeMap::new(),
             timer_number: 0,
+            next_consumer_id: 1,
         }
     }
 
-    fn timer(&mut self) -> u64 {
+    fn set_timer(&mut self, due: u64, index: usize, seq: u64) {
+        let id = self.consumers[index].as_ref().expect("a timer of an existing consumer").id;
         self.timer_number += 1;
-        self.timer_number
+        self.timers.insert((due, self.timer_number), (index, id, seq));
     }
 
     fn pinned(&self, stream: usize, seq: u64) -> bool {
@@ -329,32 +339,26 @@ impl Model {
 
     /// Fires every delivery timer due by now, in the order the cell's queue holds them.
     fn expire(&mut self) {
-        let now = self.now;
-        let mut due: Vec<(u64, u64, usize, u64)> = Vec::new();
-        for (index, consumer) in self.consumers.iter().enumerate() {
-            let Some(consumer) = consumer else { continue };
-            for (&seq, status) in &consumer.outstanding {
-                match *status {
-                    Status::Pending { deadline, number, .. } if deadline <= now => {
-                        due.push((deadline, number, index, seq))
-                    }
-                    Status::Waiting { until, number, .. } if until <= now => due.push((until, number, index, seq)),
-                    _ => {}
-                }
+        while let Some(entry) = self.timers.first_entry() {
+            let (due, _) = *entry.key();
+            if due > self.now {
+                break;
             }
-        }
-        due.sort();
-        for (_, _, index, seq) in due {
-            let consumer = self.consumers[index].as_mut().expect("listed above");
-            let status = consumer.outstanding[&seq];
-            match status {
-                Status::Pending { count, .. } if count >= MAX_DELIVER => {
-                    consumer.outstanding.remove(&seq);
-                    self.bury(index, seq, count, "max_deliver");
+            let (index, id, seq) = entry.remove();
+            let Some(consumer) = self.consumers[index].as_mut().filter(|c| c.id == id) else { continue };
+            match consumer.outstanding.get(&seq).copied() {
+                Some(Status::Pending { deadline, count }) if deadline == due => {
+                    if count >= MAX_DELIVER {
+                        consumer.outstanding.remove(&seq);
+                        self.bury(index, seq, count, "max_deliver");
+                    } else {
+                        consumer.outstanding.insert(seq, Status::Ready { count });
+                    }
                 }
-                _ => {
-                    consumer.outstanding.insert(seq, Status::Ready { count: status.count() });
+                Some(Status::Waiting { until, count }) if until == due => {
+                    consumer.outstanding.insert(seq, Status::Ready { count });
                 }
+                _ => {}
             }
         }
         self.settle();
@@ -398,7 +402,9 @@ impl Model {
         let spec = &CONSUMERS[index];
         let log = &self.logs[spec.stream];
         let cursor = if spec.from_end { log.next_seq } else { log.first_seq() };
-        self.consumers[index] = Some(ModelConsumer { cursor, outstanding: BTreeMap::new() });
+        let id = self.next_consumer_id;
+        self.next_consumer_id += 1;
+        self.consumers[index] = Some(ModelConsumer { id, cursor, outstanding: BTreeMap::new() });
         Answer::ConsumerCreated { created: true }
     }
 
@@ -431,9 +437,7 @@ impl Model {
                 consumer.outstanding.remove(&seq);
                 continue;
             }
-            self.timer_number += 1;
-            let number = self.timer_number;
-            consumer.outstanding.insert(seq, Status::Pending { deadline, number, count: count + 1 });
+            consumer.outstanding.insert(seq, Status::Pending { deadline, count: count + 1 });
             delivered.push((seq, count + 1, deadline));
             budget -= 1;
         }
@@ -445,13 +449,15 @@ impl Model {
             if !matches(spec.filter, message.subject) {
                 continue;
             }
-            self.timer_number += 1;
-            let number = self.timer_number;
-            consumer.outstanding.insert(seq, Status::Pending { deadline, number, count: 1 });
+            consumer.outstanding.insert(seq, Status::Pending { deadline, count: 1 });
             delivered.push((seq, 1, deadline));
             budget -= 1;
         }
         self.consumers[index] = Some(consumer);
+        // The cell sets one timer per delivery, in the order delivered.
+        for &(seq, _, deadline) in &delivered {
+            self.set_timer(deadline, index, seq);
+        }
         Answer::Fetched(delivered)
     }
 
@@ -481,10 +487,8 @@ impl Model {
                 if !matches!(status, Status::Pending { .. }) {
                     return Answer::DeliveryExpired;
                 }
-                self.timer_number += 1;
-                let number = self.timer_number;
-                let consumer = self.consumers[index].as_mut().expect("exists");
-                consumer.outstanding.insert(seq, Status::Pending { deadline: now + ACK_WAIT_MS, number, count });
+                consumer.outstanding.insert(seq, Status::Pending { deadline: now + ACK_WAIT_MS, count });
+                self.set_timer(now + ACK_WAIT_MS, index, seq);
                 AckState::Received
             }
             AckKind::Nack { delay_ms } => {
@@ -492,9 +496,8 @@ impl Model {
                     consumer.outstanding.remove(&seq);
                     self.bury(index, seq, count, "max_deliver");
                 } else if delay_ms > 0 {
-                    let number = self.timer();
-                    let consumer = self.consumers[index].as_mut().expect("exists");
-                    consumer.outstanding.insert(seq, Status::Waiting { until: now + delay_ms, number, count });
+                    consumer.outstanding.insert(seq, Status::Waiting { until: now + delay_ms, count });
+                    self.set_timer(now + delay_ms, index, seq);
                 } else {
                     consumer.outstanding.insert(seq, Status::Ready { count });
                 }

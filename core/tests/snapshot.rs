@@ -6,8 +6,9 @@ use common::*;
 
 use bytes::Bytes;
 use cellog_core::{
-    AckKind, Cell, Command, ConsumerConfig, DeliverPolicy, Effect, Millis, Outcome, ProducerRef, PublishRequest,
-    RateLimit, Rejection, RetentionPolicy, SNAPSHOT_VERSION, SnapshotError, StreamConfig, subject::partition_for_key,
+    AckKind, Actor, Cell, Command, ConsumerConfig, DeliverPolicy, Effect, Grants, Millis, Outcome, ProducerRef,
+    PublishRequest, RateLimit, Rejection, RetentionPolicy, SNAPSHOT_VERSION, SnapshotError, StreamConfig, TokenHash,
+    subject::partition_for_key,
 };
 
 // ----- a scripted history -----
@@ -767,6 +768,73 @@ fn the_committed_version_3_snapshot_restores_to_the_state_that_wrote_it() {
     if SNAPSHOT_VERSION == 3 {
         assert!(whole == committed, "the version 3 encoding changed; bump SNAPSHOT_VERSION and migrate");
     }
+}
+
+/// The busy history, then principals: one with grants of every kind and two tokens, one whose token was revoked, one
+/// deleted, and a transactional producer a principal registered.
+fn busy_with_principals() -> Harness {
+    let mut h = busy();
+    let token = |n: u8| TokenHash([n; 32]);
+    let root = |command: Command| Command::As { actor: Actor::Token(token(9)), command: Box::new(command) };
+    let grants = Grants {
+        publish: vec!["orders.>".into()],
+        subscribe: vec!["orders.*.created".into(), "jobs.>".into()],
+        consume: vec!["orders/c".into(), "jobs/*".into()],
+        admin: true,
+        cluster_admin: false,
+    };
+    h.ok(Command::AddToken { principal: cellog_core::ROOT.into(), token: token(9) });
+    for command in [
+        Command::PutPrincipal { name: "alice".into(), grants },
+        Command::AddToken { principal: "alice".into(), token: token(1) },
+        Command::AddToken { principal: "alice".into(), token: token(2) },
+        Command::PutPrincipal { name: "bob".into(), grants: Grants::default() },
+        Command::AddToken { principal: "bob".into(), token: token(3) },
+        Command::RevokeToken { token: token(3) },
+        Command::PutPrincipal { name: "carol".into(), grants: Grants::default() },
+        Command::DeletePrincipal { name: "carol".into() },
+    ] {
+        h.ok(root(command));
+    }
+    let init = Command::InitProducer { transactional_id: "alice-tx".into(), transaction_timeout_ms: 60_000 };
+    h.ok(Command::As { actor: Actor::Token(token(1)), command: Box::new(init) });
+    h
+}
+
+/// The whole snapshot of [`busy_with_principals`] as version 4 writes it. Committed: every later version must keep
+/// restoring it.
+const VERSION_4_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/snapshot-v4-busy.bin");
+
+#[test]
+fn the_committed_version_4_snapshot_restores_to_the_state_that_wrote_it() {
+    let h = busy_with_principals();
+    let bodies: Vec<(u64, Bytes)> = h.bodies.iter().map(|(key, body)| (key, body.clone())).collect();
+    let whole = h.cell.snapshot_whole(bodies.clone()).expect("the history's bodies are all there");
+    let path = std::path::Path::new(VERSION_4_FIXTURE);
+    if std::env::var_os("CELLOG_WRITE_FIXTURES").is_some() && !path.exists() {
+        std::fs::write(path, &whole).expect("the fixture is written");
+    }
+    let committed =
+        std::fs::read(path).expect("the fixture is committed (CELLOG_WRITE_FIXTURES=1 writes a missing one)");
+    let (cell, restored_bodies) = Cell::restore_whole(&committed).expect("a version 4 snapshot restores");
+    assert_eq!(cell, h.cell);
+    assert_eq!(cell.principals(), h.cell.principals());
+    assert_eq!(cell.authenticate(&Actor::Token(TokenHash([2; 32]))).as_deref(), Ok("alice"));
+    assert!(cell.authenticate(&Actor::Token(TokenHash([3; 32]))).is_err(), "a revoked token stays revoked");
+    assert_eq!(restored_bodies, bodies);
+    assert!(Cell::reencode_snapshot(&committed).expect("the fixture decodes") == committed);
+    if SNAPSHOT_VERSION == 4 {
+        assert!(whole == committed, "the version 4 encoding changed; bump SNAPSHOT_VERSION and migrate");
+    }
+}
+
+#[test]
+fn a_version_3_snapshot_migrates_to_the_root_principal_alone() {
+    let committed = std::fs::read(VERSION_3_FIXTURE).expect("the fixture is committed");
+    let cell = Cell::restore(&committed).expect("a version 3 snapshot restores");
+    let principals = cell.principals();
+    assert_eq!(principals.len(), 1);
+    assert_eq!((&*principals[0].0, &principals[0].1, principals[0].2), (cellog_core::ROOT, &Grants::all(), 0));
 }
 
 /// The parts whose digests differ between two harnesses' cells.

@@ -36,6 +36,7 @@ impl Node {
             format!("--client-addr={}:{CLIENT_PORT}", host.addr),
             format!("--raft-addr={}:{RAFT_PORT}", host.addr),
             "--metrics-addr=off".to_string(),
+            "--insecure".to_string(),
             "--heartbeat-ms=50".to_string(),
             "--election-timeout-ms=300".to_string(),
         ];

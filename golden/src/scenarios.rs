@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use cellog_client::proto as v1;
+use cellog_client::token;
 use cellog_net::RaftTiming;
 use cellog_sim::workload::{Behaviour, Consumer, Producer, TxnProducer};
 use cellog_sim::{Cluster, SIM_SNAPSHOT_EVERY};
@@ -32,10 +33,13 @@ pub enum Scenario {
     /// Two cells, alpha and bravo, cut apart: alpha's sealed mail waits in its outbox and is retried; after the heal
     /// it is delivered, verified and stored once, and each recipient's result is recorded.
     SealedMailAcrossAHealingPartition,
+    /// Principals with grants and tokens: a publish outside its principal's grants and an ack of another principal's
+    /// consumer are refused and change nothing; a forged sender is overwritten; a revoked token stops working.
+    GrantsAndTokens,
 }
 
 /// Every scenario.
-pub const ALL: [Scenario; 9] = [
+pub const ALL: [Scenario; 10] = [
     Scenario::LeaderFailoverDuringBatchPublish,
     Scenario::ZombieProducerFenced,
     Scenario::TransactionAcrossSubjectsWhileAFollowerRestarts,
@@ -45,6 +49,7 @@ pub const ALL: [Scenario; 9] = [
     Scenario::MembershipChange,
     Scenario::RetentionBlockedByALaggingPeer,
     Scenario::SealedMailAcrossAHealingPartition,
+    Scenario::GrantsAndTokens,
 ];
 
 /// The seed every scenario runs at.
@@ -66,6 +71,7 @@ impl Scenario {
             Scenario::MembershipChange => "membership_change",
             Scenario::RetentionBlockedByALaggingPeer => "retention_blocked_by_a_lagging_peer",
             Scenario::SealedMailAcrossAHealingPartition => "sealed_mail_across_a_healing_partition",
+            Scenario::GrantsAndTokens => "grants_and_tokens",
         }
     }
 
@@ -222,6 +228,7 @@ impl Scenario {
                     .expect("published");
             }
             Scenario::SealedMailAcrossAHealingPartition => unreachable!("played by `sealed_mail`"),
+            Scenario::GrantsAndTokens => grants_and_tokens(cluster).await,
             Scenario::RetentionBlockedByALaggingPeer => {
                 let client = cluster.client();
                 let producer = Producer::new(&*cluster, "producer");
@@ -293,6 +300,54 @@ async fn sealed_mail(cluster: &Cluster) {
         })
         .await;
     assert!(delivered, "both envelopes are delivered after the heal");
+}
+
+/// The principals' tokens: fixed, so that the trace names the same token hashes every run.
+const ALICE_TOKEN: &str = "cellog_alice-of-the-grants-scenario-0000000000000000";
+const BOB_TOKEN: &str = "cellog_bob-of-the-grants-scenario-11111111111111111111";
+
+async fn grants_and_tokens(cluster: &Cluster) {
+    // The simulated nodes serve callers without a credential as root: the harness is root.
+    let root = cluster.client();
+    let alice = cluster.client_with(|options| options.token = Some(ALICE_TOKEN.to_string()));
+    let bob = cluster.client_with(|options| options.token = Some(BOB_TOKEN.to_string()));
+    cluster
+        .on_client(async move {
+            let consumer = v1::ConsumerConfig { ack_wait_ms: Some(60_000), ..v1::ConsumerConfig::default() };
+            root.create_consumer(STREAM, "billing", consumer).await.expect("the consumer");
+            let grants = |publish: &str, consume: &[&str]| v1::Grants {
+                publish: vec![publish.to_string()],
+                subscribe: vec!["orders.>".to_string()],
+                consume: consume.iter().map(|c| c.to_string()).collect(),
+                ..v1::Grants::default()
+            };
+            root.put_principal("alice", grants("orders.eu.*", &["orders/billing"])).await.expect("alice");
+            root.add_token("alice", token::hash(ALICE_TOKEN)).await.expect("alice's token");
+            root.put_principal("bob", grants("orders.us.*", &[])).await.expect("bob");
+            root.add_token("bob", token::hash(BOB_TOKEN)).await.expect("bob's token");
+
+            let mut forged = message("orders.eu.1", "alice", 0);
+            forged.headers.insert("Cellog-Sender".to_string(), "root".to_string());
+            let ack = alice.publish(forged).await.expect("inside alice's grants");
+            let refused = bob.publish(message("orders.eu.2", "bob", 0)).await.expect_err("outside bob's grants");
+            assert_eq!(refused.reason(), Some("PERMISSION_DENIED"));
+            let read = root.read(STREAM, ack.partition, ack.seq, 1, false).await.expect("read");
+            let sender = read.messages[0].headers.get("Cellog-Sender").cloned().unwrap_or_default();
+            cellog_sim::trace::harness(None, "read", &format!("orders/{}:{} sender={sender}", ack.partition, ack.seq));
+
+            let delivered = alice.fetch(STREAM, "billing", "m", 1).await.expect("alice fetches");
+            let first = delivered[0].message.as_ref().expect("a message");
+            let item = v1::AckItem { partition: first.partition, seq: first.seq, ..v1::AckItem::default() };
+            let bobs = bob.ack(STREAM, "billing", vec![item]).await.expect("an answer");
+            assert!(matches!(bobs[0].result, Some(v1::ack_result::Result::Error(_))), "bob may not ack: {bobs:?}");
+            let alices = alice.ack(STREAM, "billing", vec![item]).await.expect("an answer");
+            assert!(matches!(alices[0].result, Some(v1::ack_result::Result::State(_))), "{alices:?}");
+
+            root.revoke_token(token::hash(BOB_TOKEN)).await.expect("revoked");
+            let refused = bob.publish(message("orders.us.1", "bob", 1)).await.expect_err("a revoked token");
+            assert_eq!(refused.reason(), Some("UNAUTHENTICATED"));
+        })
+        .await;
 }
 
 fn message(subject: &str, prefix: &str, index: usize) -> v1::PublishRequest {

@@ -443,6 +443,8 @@ impl Mailroom {
             discover: true,
             discover_every: cellog_client::DISCOVERY_INTERVAL,
             retry_backpressure: true,
+            // Another cell's `Deliver` takes an envelope on its signature, not on a credential.
+            token: None,
         };
         let client = Client::new(addrs.iter().cloned(), options);
         if let Ok(client) = &client {

@@ -2,9 +2,11 @@
 //! range or a missing required field becomes `INVALID_ARGUMENT`, never a panic; everything else is validated by the
 //! core, which answers a typed rejection.
 
+use std::sync::Arc;
+
 use cellog_core::{
-    AckKind, AckState, Body, ConsumerConfig, ConsumerInfo, DeliverPolicy, Delivery, DiscardPolicy, Millis, ProducerRef,
-    PublishAck, PublishRequest, RateLimit, Record, RetentionPolicy, StreamConfig, StreamInfo,
+    AckKind, AckState, Body, ConsumerConfig, ConsumerInfo, DeliverPolicy, Delivery, DiscardPolicy, Grants, Millis,
+    ProducerRef, PublishAck, PublishRequest, RateLimit, Record, RetentionPolicy, StreamConfig, StreamInfo, TokenHash,
 };
 use cellog_proto::v1;
 use tonic::Status;
@@ -258,4 +260,28 @@ pub fn ack_state_to_wire(state: AckState) -> v1::AckState {
         AckState::Nack => v1::AckState::StateNack,
         AckState::Replicated => v1::AckState::StateReplicated,
     }
+}
+
+/// Grants from the wire; the core validates them.
+pub fn grants(grants: v1::Grants) -> Grants {
+    let v1::Grants { publish, subscribe, consume, admin, cluster_admin } = grants;
+    Grants { publish, subscribe, consume, admin, cluster_admin }
+}
+
+/// A principal, its grants and how many tokens it holds, for the wire.
+pub fn principal_to_wire((name, grants, tokens): (Arc<str>, Grants, usize)) -> v1::Principal {
+    let Grants { publish, subscribe, consume, admin, cluster_admin } = grants;
+    v1::Principal {
+        name: name.to_string(),
+        grants: Some(v1::Grants { publish, subscribe, consume, admin, cluster_admin }),
+        tokens: u32::try_from(tokens).unwrap_or(u32::MAX),
+    }
+}
+
+/// A token's SHA-256 from the wire: exactly 32 bytes.
+pub fn token_hash(bytes: &[u8]) -> Result<TokenHash, Status> {
+    let hash: [u8; 32] = bytes
+        .try_into()
+        .map_err(|_| invalid_argument(format!("a token's SHA-256 is 32 bytes, not {}", bytes.len())))?;
+    Ok(TokenHash(hash))
 }

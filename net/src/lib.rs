@@ -13,6 +13,7 @@
 
 #![allow(clippy::result_large_err, reason = "tonic's Status is large, and it is what every call returns")]
 
+pub mod auth;
 pub mod convert;
 mod listen;
 pub mod mail_cell;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cellog_client::limits::MAX_CLIENT_MESSAGE;
+use cellog_core::{Actor, Command, ROOT, TokenHash};
 use cellog_mail::{MailConfig, MailService, Mailroom, deliver_loop};
 use cellog_proto::raft::raft_server::RaftServer;
 use cellog_proto::v1::cellog_server::CellogServer;
@@ -18,6 +19,7 @@ use cellog_raft::{CellNode, Clock, NodeAddrs, NodeId, Past, StartError};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::auth::Callers;
 use crate::listen::{BindError, Listeners, Services};
 use crate::mail_cell::NodeCell;
 use crate::metrics::{Metered, Metrics};
@@ -90,6 +92,11 @@ pub struct NodeConfig {
     pub past: Past,
     /// The cell's id, as the data directory's identity says, if it says one.
     pub cell_id: Option<CellId>,
+    /// How it treats callers without a credential.
+    pub callers: Callers,
+    /// A token this node makes a token of the root principal, if the cell does not have it yet: the first credential
+    /// of a new cell.
+    pub root_token: Option<String>,
 }
 
 impl NodeConfig {
@@ -273,9 +280,14 @@ impl<S: Storage + Clone> RunningNode<S> {
             tracing::info!(cell = mail.cell(), "sealed mail on");
             tasks.push(tokio::spawn(deliver_loop(mail.clone(), mail_cell.clone(), stopped.clone())));
         }
-        let client_service = CellogServer::new(CellogService::new(node.clone(), metrics.clone()))
-            .max_decoding_message_size(MAX_CLIENT_MESSAGE)
-            .max_encoding_message_size(MAX_CLIENT_MESSAGE);
+        if let Some(token) = &config.root_token {
+            let token = TokenHash(cellog_client::token::hash(token));
+            tasks.push(tokio::spawn(install_root_token(node.clone(), token, stopped.clone())));
+        }
+        let client_service =
+            CellogServer::new(CellogService::new(node.clone(), metrics.clone(), config.callers.clone()))
+                .max_decoding_message_size(MAX_CLIENT_MESSAGE)
+                .max_encoding_message_size(MAX_CLIENT_MESSAGE);
         let mail_service = MailServer::new(MailService::new(mail_cell, mail))
             .max_decoding_message_size(MAX_CLIENT_MESSAGE)
             .max_encoding_message_size(MAX_CLIENT_MESSAGE);
@@ -308,5 +320,37 @@ impl<S: Storage + Clone> RunningNode<S> {
         }
         self.node.shutdown().await;
         self.node.storage().sync()
+    }
+}
+
+/// Makes `token` a token of the root principal once this node sees the cell without it: proposed as the node's own
+/// command until its replica holds it. Every node given the token tries; the leader's proposal lands, and the others
+/// see it applied.
+async fn install_root_token<S: Storage + Clone>(
+    node: Arc<CellNode<S>>,
+    token: TokenHash,
+    mut stopped: watch::Receiver<bool>,
+) {
+    loop {
+        let held = node.replica().map(|replica| replica.cell.authenticate(&Actor::Token(token)).is_ok());
+        if held.unwrap_or(true) {
+            return;
+        }
+        match node.propose_now(Command::AddToken { principal: ROOT.to_string(), token }).await {
+            Ok(Ok(_)) => {
+                tracing::info!(%token, "the root token is installed");
+                return;
+            }
+            Ok(Err(rejection)) => {
+                tracing::warn!(%token, %rejection, "the root token was refused");
+                return;
+            }
+            // Not the leader, or no leader yet: the leader's own attempt, or a later one here, lands.
+            Err(_) => {}
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            _ = stopped.changed() => return,
+        }
     }
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
 
 use cellog_client::status::{failed, to_item_error};
-use cellog_core::{Cell, Command, MAX_FETCH, MAX_READ, Outcome, Record, Rejection};
+use cellog_core::{Access, Actor, Cell, Command, MAX_FETCH, MAX_READ, Outcome, Record, Rejection};
 use cellog_proto::v1::{self, cellog_server::Cellog};
 use cellog_raft::storage::Storage;
 use cellog_raft::{Answer, BodyError, CellNode, MembershipError, NodeAddrs, ProposeError, Replica};
@@ -15,6 +15,7 @@ use futures::{Stream, StreamExt};
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::auth::Callers;
 use crate::convert::{self, DEFAULT_TRANSACTION_TIMEOUT_MS};
 use crate::metrics::Metrics;
 use crate::status::{self, from_propose, from_rejection, invalid_argument, not_leader};
@@ -32,12 +33,18 @@ type ServerStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'st
 pub struct CellogService<S> {
     node: Arc<CellNode<S>>,
     metrics: Arc<Metrics>,
+    callers: Callers,
 }
 
 impl<S> Clone for CellogService<S> {
     fn clone(&self) -> Self {
-        CellogService { node: self.node.clone(), metrics: self.metrics.clone() }
+        CellogService { node: self.node.clone(), metrics: self.metrics.clone(), callers: self.callers.clone() }
     }
+}
+
+/// A command run as `actor`.
+fn run_as(actor: &Actor, command: Command) -> Command {
+    Command::As { actor: actor.clone(), command: Box::new(command) }
 }
 
 fn unexpected(outcome: &Outcome) -> Status {
@@ -59,6 +66,41 @@ pub(crate) fn answered(result: Result<Result<Outcome, Rejection>, ProposeError>)
     }
 }
 
+/// Authenticates `actor` against `cell` and runs `authorize` for the principal it is.
+fn authorized(
+    cell: &Cell,
+    actor: &Actor,
+    authorize: impl FnOnce(&Cell, &str) -> Result<(), Rejection>,
+) -> Result<(), Rejection> {
+    let principal = cell.authenticate(actor)?;
+    authorize(cell, &principal)
+}
+
+/// Any authenticated principal.
+fn anyone(_: &Cell, _: &str) -> Result<(), Rejection> {
+    Ok(())
+}
+
+fn admin(cell: &Cell, principal: &str) -> Result<(), Rejection> {
+    cell.authorize(principal, &Access::Admin)
+}
+
+fn cluster_admin(cell: &Cell, principal: &str) -> Result<(), Rejection> {
+    cell.authorize(principal, &Access::ClusterAdmin)
+}
+
+/// May see a stream's info: an admin, or a principal that may read it.
+fn sees_stream<'a>(stream: &'a str) -> impl FnOnce(&Cell, &str) -> Result<(), Rejection> + 'a {
+    move |cell, principal| admin(cell, principal).or_else(|_| cell.authorize_read(principal, stream))
+}
+
+/// May see a consumer: an admin, or a principal that may consume it.
+fn sees_consumer<'a>(stream: &'a str, consumer: &'a str) -> impl FnOnce(&Cell, &str) -> Result<(), Rejection> + 'a {
+    move |cell, principal| {
+        admin(cell, principal).or_else(|_| cell.authorize(principal, &Access::Consume { stream, consumer }))
+    }
+}
+
 fn membership_error(error: MembershipError) -> Status {
     match error {
         MembershipError::NotLeader { leader } => not_leader(leader.as_ref()),
@@ -69,25 +111,54 @@ fn membership_error(error: MembershipError) -> Status {
 }
 
 impl<S: Storage + Clone> CellogService<S> {
-    /// The API of `node`, recording into `metrics`.
-    pub fn new(node: Arc<CellNode<S>>, metrics: Arc<Metrics>) -> Self {
-        CellogService { node, metrics }
+    /// The API of `node`, recording into `metrics`, treating callers as `callers` says.
+    pub fn new(node: Arc<CellNode<S>>, metrics: Arc<Metrics>, callers: Callers) -> Self {
+        CellogService { node, metrics, callers }
     }
 
-    /// Proposes a command and waits for its outcome.
+    /// `command` run as `actor`, if this node's replica finds the actor's credential and grants allow it: a command
+    /// refused for either never reaches the log (the cell decides again when it applies one that does).
+    fn admit(&self, actor: &Actor, command: Command) -> Result<Command, Status> {
+        let decision = lock(&self.node)?.cell.authorize_command(actor, &command);
+        match decision {
+            Ok(_) => Ok(run_as(actor, command)),
+            Err(rejection) => {
+                cellog_raft::transition::refused(command.kind(), &rejection);
+                Err(from_rejection(&rejection))
+            }
+        }
+    }
+
+    /// Proposes a command as `actor` and waits for its outcome.
     #[allow(clippy::disallowed_methods, reason = "measures commit latency on the runtime's clock")]
-    async fn write(&self, command: Command) -> Result<Outcome, Status> {
+    async fn write(&self, actor: &Actor, command: Command) -> Result<Outcome, Status> {
+        let command = self.admit(actor, command)?;
         let started = tokio::time::Instant::now();
         let result = answered(self.node.propose_now(command).await);
         self.metrics.commit_latency.observe(started.elapsed().as_secs_f64());
         result
     }
 
-    /// Answers from the leader's replica once it has applied every write acknowledged before the call.
-    async fn read<T>(&self, read: impl FnOnce(&Cell) -> Result<T, Rejection>) -> Result<T, Status> {
+    /// Answers from the leader's replica once it has applied every write acknowledged before the call, if `actor`
+    /// passes `authorize` there (given the principal it is).
+    async fn read<T>(
+        &self,
+        actor: &Actor,
+        authorize: impl FnOnce(&Cell, &str) -> Result<(), Rejection>,
+        read: impl FnOnce(&Cell) -> Result<T, Rejection>,
+    ) -> Result<T, Status> {
         self.node.read_barrier().await.map_err(from_propose)?;
         let replica = lock(&self.node)?;
-        read(&replica.cell).map_err(|rejection| from_rejection(&rejection))
+        authorized(&replica.cell, actor, authorize)
+            .and_then(|()| read(&replica.cell))
+            .map_err(|rejection| from_rejection(&rejection))
+    }
+
+    /// Refuses a call unless `actor` passes `authorize` on this node's replica (for what is not a command: a local
+    /// read, a membership change).
+    fn check(&self, actor: &Actor, authorize: impl FnOnce(&Cell, &str) -> Result<(), Rejection>) -> Result<(), Status> {
+        let replica = lock(&self.node)?;
+        authorized(&replica.cell, actor, authorize).map_err(|rejection| from_rejection(&rejection))
     }
 
     /// A record's payload for an answer, read from this node's storage after the apply or read, outside the
@@ -145,8 +216,13 @@ impl<S: Storage + Clone> CellogService<S> {
         })
     }
 
-    async fn transaction(&self, command: Command) -> Result<Response<v1::TransactionResponse>, Status> {
-        let response = match self.write(command).await? {
+    async fn transaction<M>(
+        &self,
+        request: Request<M>,
+        command: impl FnOnce(M) -> Command,
+    ) -> Result<Response<v1::TransactionResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
+        let response = match self.write(&actor, command(request.into_inner())).await? {
             Outcome::TransactionBegun | Outcome::TransactionPrepared => v1::TransactionResponse::default(),
             Outcome::TransactionCommitted { messages, next } => v1::TransactionResponse {
                 messages: messages.iter().map(convert::publish_ack_to_wire).collect(),
@@ -190,9 +266,10 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         &self,
         request: Request<v1::CreateStreamRequest>,
     ) -> Result<Response<v1::CreateStreamResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
         let request = request.into_inner();
         let config = convert::stream_config(request.config)?;
-        match self.write(Command::CreateStream { name: request.name, config }).await? {
+        match self.write(&actor, Command::CreateStream { name: request.name, config }).await? {
             Outcome::StreamCreated { created } => Ok(Response::new(v1::CreateStreamResponse { created })),
             other => Err(unexpected(&other)),
         }
@@ -202,9 +279,10 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         &self,
         request: Request<v1::UpdateStreamRequest>,
     ) -> Result<Response<v1::UpdateStreamResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
         let request = request.into_inner();
         let config = convert::stream_config(request.config)?;
-        match self.write(Command::UpdateStream { name: request.name, config }).await? {
+        match self.write(&actor, Command::UpdateStream { name: request.name, config }).await? {
             Outcome::StreamUpdated => Ok(Response::new(v1::UpdateStreamResponse {})),
             other => Err(unexpected(&other)),
         }
@@ -214,7 +292,8 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         &self,
         request: Request<v1::DeleteStreamRequest>,
     ) -> Result<Response<v1::DeleteStreamResponse>, Status> {
-        match self.write(Command::DeleteStream { name: request.into_inner().name }).await? {
+        let actor = self.callers.actor(&request)?;
+        match self.write(&actor, Command::DeleteStream { name: request.into_inner().name }).await? {
             Outcome::StreamDeleted => Ok(Response::new(v1::DeleteStreamResponse {})),
             other => Err(unexpected(&other)),
         }
@@ -222,10 +301,20 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
 
     async fn list_streams(
         &self,
-        _request: Request<v1::ListStreamsRequest>,
+        request: Request<v1::ListStreamsRequest>,
     ) -> Result<Response<v1::ListStreamsResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
         let streams = self
-            .read(|cell| cell.stream_names().iter().map(|name| cell.stream_info(name)).collect::<Result<Vec<_>, _>>())
+            .read(&actor, anyone, |cell| {
+                let principal = cell.authenticate(&actor)?;
+                // What the caller may see: every stream for an admin, else the streams it may read.
+                let visible = |name: &str| sees_stream(name)(cell, &principal).is_ok();
+                cell.stream_names()
+                    .iter()
+                    .filter(|name| visible(name))
+                    .map(|name| cell.stream_info(name))
+                    .collect::<Result<Vec<_>, _>>()
+            })
             .await?;
         Ok(Response::new(v1::ListStreamsResponse {
             streams: streams.into_iter().map(convert::stream_info_to_wire).collect(),
@@ -233,14 +322,16 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
     }
 
     async fn get_stream(&self, request: Request<v1::GetStreamRequest>) -> Result<Response<v1::StreamInfo>, Status> {
+        let actor = self.callers.actor(&request)?;
         let name = request.into_inner().name;
-        let info = self.read(|cell| cell.stream_info(&name)).await?;
+        let info = self.read(&actor, sees_stream(&name), |cell| cell.stream_info(&name)).await?;
         Ok(Response::new(convert::stream_info_to_wire(info)))
     }
 
     async fn publish(&self, request: Request<v1::PublishRequest>) -> Result<Response<v1::PublishAck>, Status> {
+        let actor = self.callers.actor(&request)?;
         let command = Command::Publish(convert::publish(request.into_inner()));
-        let outcome = self.write(command).await;
+        let outcome = self.write(&actor, command).await;
         self.publish_answer(outcome).map(Response::new)
     }
 
@@ -250,21 +341,30 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         &self,
         request: Request<Streaming<v1::PublishRequest>>,
     ) -> Result<Response<Self::PublishBatchStream>, Status> {
+        let actor = self.callers.actor(&request)?;
         let mut incoming = request.into_inner();
         let (pending, mut answers) = mpsc::channel::<Pending>(BATCH_WINDOW);
-        let node = self.node.clone();
+        let service = self.clone();
         // Submitting in arrival order keeps the log in the caller's order; answers are awaited in that order too.
         tokio::spawn(async move {
             loop {
+                // A message its principal may not publish is refused alone; a failure to propose ends the batch.
+                let mut denied = false;
                 let next = match incoming.message().await {
-                    Ok(Some(request)) => match node.submit_now(Command::Publish(convert::publish(request))).await {
-                        Ok(answer) => Pending::Submitted(answer),
-                        Err(error) => Pending::Refused(from_propose(error)),
+                    Ok(Some(request)) => match service.admit(&actor, Command::Publish(convert::publish(request))) {
+                        Ok(command) => match service.node.submit_now(command).await {
+                            Ok(answer) => Pending::Submitted(answer),
+                            Err(error) => Pending::Refused(from_propose(error)),
+                        },
+                        Err(status) => {
+                            denied = true;
+                            Pending::Refused(status)
+                        }
                     },
                     Ok(None) => break,
                     Err(status) => Pending::Refused(invalid_argument(format!("the request stream broke: {status}"))),
                 };
-                let refused = matches!(next, Pending::Refused(_));
+                let refused = matches!(next, Pending::Refused(_)) && !denied;
                 if pending.send(next).await.is_err() || refused {
                     break;
                 }
@@ -289,16 +389,19 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
     }
 
     async fn read(&self, request: Request<v1::ReadRequest>) -> Result<Response<v1::ReadResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
         let request = request.into_inner();
         let max = match request.max {
             0 => 256,
             max => usize::try_from(max).unwrap_or(MAX_READ).min(MAX_READ),
         };
         let read = |cell: &Cell| cell.read_from(&request.stream, request.partition, request.from_seq, max);
+        let authorize = |cell: &Cell, principal: &str| cell.authorize_read(principal, &request.stream);
         let records = if request.local {
+            self.check(&actor, authorize)?;
             read(&lock(&self.node)?.cell).map_err(|rejection| from_rejection(&rejection))?
         } else {
-            self.read(read).await?
+            self.read(&actor, authorize, read).await?
         };
         let applied_index = lock(&self.node)?.last_applied.map_or(0, |log_id| log_id.index);
         let mut messages = Vec::with_capacity(records.len());
@@ -312,9 +415,10 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
     }
 
     async fn recall(&self, request: Request<v1::RecallRequest>) -> Result<Response<v1::RecallResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
         let request = request.into_inner();
         let command = Command::Recall { stream: request.stream, partition: request.partition, seq: request.seq };
-        match self.write(command).await? {
+        match self.write(&actor, command).await? {
             Outcome::Recalled => Ok(Response::new(v1::RecallResponse {})),
             other => Err(unexpected(&other)),
         }
@@ -324,9 +428,11 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         &self,
         request: Request<v1::CreateConsumerRequest>,
     ) -> Result<Response<v1::CreateConsumerResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
         let request = request.into_inner();
         let config = convert::consumer_config(request.config)?;
-        match self.write(Command::CreateConsumer { stream: request.stream, name: request.name, config }).await? {
+        match self.write(&actor, Command::CreateConsumer { stream: request.stream, name: request.name, config }).await?
+        {
             Outcome::ConsumerCreated { created } => Ok(Response::new(v1::CreateConsumerResponse { created })),
             other => Err(unexpected(&other)),
         }
@@ -336,9 +442,11 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         &self,
         request: Request<v1::UpdateConsumerRequest>,
     ) -> Result<Response<v1::UpdateConsumerResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
         let request = request.into_inner();
         let config = convert::consumer_config(request.config)?;
-        match self.write(Command::UpdateConsumer { stream: request.stream, name: request.name, config }).await? {
+        match self.write(&actor, Command::UpdateConsumer { stream: request.stream, name: request.name, config }).await?
+        {
             Outcome::ConsumerUpdated => Ok(Response::new(v1::UpdateConsumerResponse {})),
             other => Err(unexpected(&other)),
         }
@@ -348,8 +456,9 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         &self,
         request: Request<v1::DeleteConsumerRequest>,
     ) -> Result<Response<v1::DeleteConsumerResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
         let request = request.into_inner();
-        match self.write(Command::DeleteConsumer { stream: request.stream, name: request.name }).await? {
+        match self.write(&actor, Command::DeleteConsumer { stream: request.stream, name: request.name }).await? {
             Outcome::ConsumerDeleted => Ok(Response::new(v1::DeleteConsumerResponse {})),
             other => Err(unexpected(&other)),
         }
@@ -359,9 +468,10 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         &self,
         request: Request<v1::ListConsumersRequest>,
     ) -> Result<Response<v1::ListConsumersResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
         let stream = request.into_inner().stream;
         let consumers = self
-            .read(|cell| {
+            .read(&actor, sees_stream(&stream), |cell| {
                 let now = cell.last_at();
                 let info = cell.stream_info(&stream)?;
                 info.consumers.iter().map(|name| cell.consumer_info(&stream, name, now)).collect::<Result<Vec<_>, _>>()
@@ -376,12 +486,18 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         &self,
         request: Request<v1::GetConsumerRequest>,
     ) -> Result<Response<v1::ConsumerInfo>, Status> {
+        let actor = self.callers.actor(&request)?;
         let request = request.into_inner();
-        let info = self.read(|cell| cell.consumer_info(&request.stream, &request.name, cell.last_at())).await?;
+        let info = self
+            .read(&actor, sees_consumer(&request.stream, &request.name), |cell| {
+                cell.consumer_info(&request.stream, &request.name, cell.last_at())
+            })
+            .await?;
         Ok(Response::new(convert::consumer_info_to_wire(&request.stream, info)))
     }
 
     async fn fetch(&self, request: Request<v1::FetchRequest>) -> Result<Response<v1::FetchResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
         let request = request.into_inner();
         let member = if request.member.is_empty() { DEFAULT_MEMBER.to_string() } else { request.member };
         let command = Command::Fetch {
@@ -390,7 +506,7 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
             member,
             max: request.max.max(1),
         };
-        match self.write(command).await? {
+        match self.write(&actor, command).await? {
             Outcome::Fetched(deliveries) => {
                 let mut wire = Vec::with_capacity(deliveries.len());
                 for delivery in deliveries {
@@ -410,6 +526,7 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         &self,
         request: Request<v1::SubscribeRequest>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
+        let actor = self.callers.actor(&request)?;
         let request = request.into_inner();
         let window = match request.max_in_flight {
             0 => DEFAULT_SUBSCRIBE_WINDOW,
@@ -418,7 +535,10 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         let member = if request.member.is_empty() { DEFAULT_MEMBER.to_string() } else { request.member };
         let (stream, consumer) = (request.stream, request.consumer);
         // Fail at once on an unknown consumer or a node that does not lead.
-        self.read(|cell| cell.consumer_info(&stream, &consumer, cell.last_at())).await?;
+        let may_consume = |cell: &Cell, principal: &str| {
+            cell.authorize(principal, &Access::Consume { stream: &stream, consumer: &consumer })
+        };
+        self.read(&actor, may_consume, |cell| cell.consumer_info(&stream, &consumer, cell.last_at())).await?;
         let (sender, mut receiver) = mpsc::channel(usize::try_from(window).unwrap_or(256));
         let service = self.clone();
         tokio::spawn(async move {
@@ -450,7 +570,7 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
                         member: member.clone(),
                         max: room,
                     };
-                    match service.write(command).await {
+                    match service.write(&actor, command).await {
                         Ok(Outcome::Fetched(deliveries)) => {
                             let n = deliveries.len();
                             for delivery in deliveries {
@@ -496,6 +616,7 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
     }
 
     async fn ack(&self, request: Request<v1::AckRequest>) -> Result<Response<v1::AckResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
         let request = request.into_inner();
         if request.acks.len() > MAX_FETCH as usize {
             return Err(invalid_argument(format!("at most {MAX_FETCH} acks per call")));
@@ -511,7 +632,14 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
                         seq: item.seq,
                         kind,
                     };
-                    match self.node.submit_now(command).await {
+                    let admitted = match self.admit(&actor, command) {
+                        Ok(command) => self.node.submit_now(command).await,
+                        Err(status) => {
+                            pending.push(Pending::Refused(status));
+                            continue;
+                        }
+                    };
+                    match admitted {
                         Ok(answer) => Pending::Submitted(answer),
                         // Nothing was handed to Raft: the whole call goes where the leader is.
                         Err(error @ ProposeError::NotLeader { .. })
@@ -554,6 +682,7 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         &self,
         request: Request<v1::CommitCursorRequest>,
     ) -> Result<Response<v1::CommitCursorResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
         let request = request.into_inner();
         let command = Command::CommitCursor {
             stream: request.stream,
@@ -561,7 +690,7 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
             partition: request.partition,
             next_seq: request.next_seq,
         };
-        match self.write(command).await? {
+        match self.write(&actor, command).await? {
             Outcome::CursorCommitted { next_seq } => Ok(Response::new(v1::CommitCursorResponse { next_seq })),
             other => Err(unexpected(&other)),
         }
@@ -571,8 +700,9 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         &self,
         request: Request<v1::RegisterPeerRequest>,
     ) -> Result<Response<v1::RegisterPeerResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
         let request = request.into_inner();
-        match self.write(Command::RegisterPeer { stream: request.stream, peer: request.peer }).await? {
+        match self.write(&actor, Command::RegisterPeer { stream: request.stream, peer: request.peer }).await? {
             Outcome::PeerRegistered => Ok(Response::new(v1::RegisterPeerResponse {})),
             other => Err(unexpected(&other)),
         }
@@ -582,6 +712,7 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         &self,
         request: Request<v1::PeerProgressRequest>,
     ) -> Result<Response<v1::PeerProgressResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
         let request = request.into_inner();
         let command = Command::PeerProgress {
             stream: request.stream,
@@ -589,7 +720,7 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
             partition: request.partition,
             received_seq: request.received_seq,
         };
-        match self.write(command).await? {
+        match self.write(&actor, command).await? {
             Outcome::PeerProgressed => Ok(Response::new(v1::PeerProgressResponse {})),
             other => Err(unexpected(&other)),
         }
@@ -599,8 +730,9 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         &self,
         request: Request<v1::UnregisterPeerRequest>,
     ) -> Result<Response<v1::UnregisterPeerResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
         let request = request.into_inner();
-        match self.write(Command::UnregisterPeer { stream: request.stream, peer: request.peer }).await? {
+        match self.write(&actor, Command::UnregisterPeer { stream: request.stream, peer: request.peer }).await? {
             Outcome::PeerUnregistered => Ok(Response::new(v1::UnregisterPeerResponse {})),
             other => Err(unexpected(&other)),
         }
@@ -610,13 +742,14 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         &self,
         request: Request<v1::InitProducerRequest>,
     ) -> Result<Response<v1::ProducerRef>, Status> {
+        let actor = self.callers.actor(&request)?;
         let request = request.into_inner();
         let transaction_timeout_ms = match request.transaction_timeout_ms {
             0 => DEFAULT_TRANSACTION_TIMEOUT_MS,
             timeout => timeout,
         };
         let command = Command::InitProducer { transactional_id: request.transactional_id, transaction_timeout_ms };
-        match self.write(command).await? {
+        match self.write(&actor, command).await? {
             Outcome::ProducerInitialized(producer) => Ok(Response::new(convert::producer_to_wire(producer))),
             other => Err(unexpected(&other)),
         }
@@ -626,34 +759,36 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         &self,
         request: Request<v1::ProducerRef>,
     ) -> Result<Response<v1::TransactionResponse>, Status> {
-        self.transaction(Command::BeginTransaction(convert::producer(request.into_inner()))).await
+        self.transaction(request, |r| Command::BeginTransaction(convert::producer(r))).await
     }
 
     async fn prepare_transaction(
         &self,
         request: Request<v1::ProducerRef>,
     ) -> Result<Response<v1::TransactionResponse>, Status> {
-        self.transaction(Command::PrepareTransaction(convert::producer(request.into_inner()))).await
+        self.transaction(request, |r| Command::PrepareTransaction(convert::producer(r))).await
     }
 
     async fn commit_transaction(
         &self,
         request: Request<v1::ProducerRef>,
     ) -> Result<Response<v1::TransactionResponse>, Status> {
-        self.transaction(Command::CommitTransaction(convert::producer(request.into_inner()))).await
+        self.transaction(request, |r| Command::CommitTransaction(convert::producer(r))).await
     }
 
     async fn abort_transaction(
         &self,
         request: Request<v1::ProducerRef>,
     ) -> Result<Response<v1::TransactionResponse>, Status> {
-        self.transaction(Command::AbortTransaction(convert::producer(request.into_inner()))).await
+        self.transaction(request, |r| Command::AbortTransaction(convert::producer(r))).await
     }
 
     async fn cluster_status(
         &self,
         request: Request<v1::ClusterStatusRequest>,
     ) -> Result<Response<v1::ClusterStatusResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
+        self.check(&actor, anyone)?;
         Ok(Response::new(self.status_with(request.into_inner().digest_parts)?))
     }
 
@@ -661,10 +796,12 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         &self,
         request: Request<v1::AddLearnerRequest>,
     ) -> Result<Response<v1::ClusterStatusResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
         let request = request.into_inner();
         if request.raft_addr.is_empty() || request.client_addr.is_empty() {
             return Err(invalid_argument("a learner needs a raft_addr and a client_addr"));
         }
+        self.check(&actor, cluster_admin)?;
         let node = NodeAddrs::new(request.raft_addr, request.client_addr);
         self.node.add_learner(request.node_id, node).await.map_err(membership_error)?;
         Ok(Response::new(self.status()?))
@@ -674,6 +811,8 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         &self,
         request: Request<v1::PromoteRequest>,
     ) -> Result<Response<v1::ClusterStatusResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
+        self.check(&actor, cluster_admin)?;
         self.node.promote(request.into_inner().node_id).await.map_err(membership_error)?;
         Ok(Response::new(self.status()?))
     }
@@ -682,7 +821,80 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         &self,
         request: Request<v1::RemoveNodeRequest>,
     ) -> Result<Response<v1::ClusterStatusResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
+        self.check(&actor, cluster_admin)?;
         self.node.remove(request.into_inner().node_id).await.map_err(membership_error)?;
         Ok(Response::new(self.status()?))
+    }
+
+    async fn put_principal(
+        &self,
+        request: Request<v1::PutPrincipalRequest>,
+    ) -> Result<Response<v1::PutPrincipalResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
+        let request = request.into_inner();
+        let grants = convert::grants(request.grants.unwrap_or_default());
+        match self.write(&actor, Command::PutPrincipal { name: request.name, grants }).await? {
+            Outcome::PrincipalPut { created } => Ok(Response::new(v1::PutPrincipalResponse { created })),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn delete_principal(
+        &self,
+        request: Request<v1::DeletePrincipalRequest>,
+    ) -> Result<Response<v1::DeletePrincipalResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
+        match self.write(&actor, Command::DeletePrincipal { name: request.into_inner().name }).await? {
+            Outcome::PrincipalDeleted => Ok(Response::new(v1::DeletePrincipalResponse {})),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn list_principals(
+        &self,
+        request: Request<v1::ListPrincipalsRequest>,
+    ) -> Result<Response<v1::ListPrincipalsResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
+        let principals = self.read(&actor, cluster_admin, |cell| Ok(cell.principals())).await?;
+        Ok(Response::new(v1::ListPrincipalsResponse {
+            principals: principals.into_iter().map(convert::principal_to_wire).collect(),
+        }))
+    }
+
+    async fn add_token(&self, request: Request<v1::AddTokenRequest>) -> Result<Response<v1::AddTokenResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
+        let request = request.into_inner();
+        let token = convert::token_hash(&request.token_sha256)?;
+        match self.write(&actor, Command::AddToken { principal: request.principal, token }).await? {
+            Outcome::TokenAdded => Ok(Response::new(v1::AddTokenResponse {})),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn revoke_token(
+        &self,
+        request: Request<v1::RevokeTokenRequest>,
+    ) -> Result<Response<v1::RevokeTokenResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
+        let token = convert::token_hash(&request.into_inner().token_sha256)?;
+        match self.write(&actor, Command::RevokeToken { token }).await? {
+            Outcome::TokenRevoked => Ok(Response::new(v1::RevokeTokenResponse {})),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn who_am_i(&self, request: Request<v1::WhoAmIRequest>) -> Result<Response<v1::Principal>, Status> {
+        let actor = self.callers.actor(&request)?;
+        let me = self
+            .read(&actor, anyone, |cell| {
+                let principal = cell.authenticate(&actor)?;
+                cell.principals()
+                    .into_iter()
+                    .find(|(name, ..)| *name == principal)
+                    .ok_or(Rejection::PrincipalNotFound { principal: principal.to_string() })
+            })
+            .await?;
+        Ok(Response::new(convert::principal_to_wire(me)))
     }
 }

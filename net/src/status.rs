@@ -109,6 +109,9 @@ pub fn rejection_parts(rejection: &Rejection) -> (Code, ErrorDetail) {
         Rejection::NotDelivered { .. } => (Code::FailedPrecondition, "NOT_DELIVERED"),
         Rejection::DeliveryExpired { .. } => (Code::FailedPrecondition, "DELIVERY_EXPIRED"),
         Rejection::CursorRegression { .. } => (Code::FailedPrecondition, "CURSOR_REGRESSION"),
+        Rejection::Unauthenticated { .. } => (Code::Unauthenticated, "UNAUTHENTICATED"),
+        Rejection::PermissionDenied { .. } => (Code::PermissionDenied, "PERMISSION_DENIED"),
+        Rejection::PrincipalNotFound { .. } => (Code::NotFound, "PRINCIPAL_NOT_FOUND"),
     };
     let mut detail = detail(reason, message);
     match rejection {

@@ -37,6 +37,8 @@ fn config(id: u64, bootstrap: bool) -> NodeConfig {
         mail: None,
         past: cellog_raft::Past::Unknown,
         cell_id: None,
+        callers: cellog_net::auth::Callers { insecure: true },
+        root_token: None,
     }
 }
 

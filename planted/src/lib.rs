@@ -60,6 +60,9 @@ pub enum Mutant {
     /// An expired ack deadline does not make the delivery ready again: a message a consumer ignored never comes
     /// back (ack wait never expires).
     AckWaitNeverExpires,
+    /// A publish is not checked against the principal's publish grants: a principal may publish anywhere (grant check
+    /// skipped).
+    GrantCheckSkipped,
     /// A message whose publish is applied at a cell time ending in 07 (about 1 in 100) is acknowledged but not kept:
     /// the canary, which shows the sweep reports failures at about the rate it should.
     Canary,

@@ -25,7 +25,10 @@ use crate::storage::{Batch, MetaKey, Space, Storage, StorageError};
 ///   bodies by key in `Space::Bodies`. Directories written before the format was recorded hold this layout.
 /// - 2: the state snapshot in chunks ([`crate::stored_snapshot`]): a header at key 0, the bytes at keys 1, 2, …, so
 ///   that no record grows with the cell. Migrated from 1 by rewriting the one record as chunks.
-pub const STORE_FORMAT: u32 = 2;
+/// - 3: log entries may carry commands run as a principal and the commands that manage principals, and the state is
+///   a core snapshot of version 4 (principals). Migrated from 2 without a rewrite: every record of format 2 reads as
+///   it is; the mark keeps a build that reads only format 2 from opening a directory it could no longer read.
+pub const STORE_FORMAT: u32 = 3;
 
 /// One migration: from the format named to the next, adding its writes to the batch.
 type Migration<S> = fn(&S, &mut Batch) -> Result<(), StorageError>;
@@ -36,6 +39,8 @@ fn migration<S: Storage>(from: u32) -> Option<Migration<S>> {
         // Written before the format was recorded: the layout of format 1, so there is nothing to rewrite.
         0 => Some(|_, _| Ok(())),
         1 => Some(chunk_the_snapshot),
+        // Format 2's records read as they are in format 3.
+        2 => Some(|_, _| Ok(())),
         _ => None,
     }
 }
@@ -206,7 +211,19 @@ mod tests {
         disk.write(batch).unwrap();
         assert_eq!(check_format(&disk), Ok(FormatCheck { migrated_from: Some(1), mark_damaged: false }));
         assert_eq!(crate::stored_snapshot::get(&disk), Ok(Some(b"a whole snapshot file".to_vec())));
-        assert_eq!(read_meta::<_, u32>(&disk, MetaKey::Format), Ok(Some(2)));
+        assert_eq!(read_meta::<_, u32>(&disk, MetaKey::Format), Ok(Some(STORE_FORMAT)));
+    }
+
+    #[test]
+    fn format_two_is_format_three_without_a_rewrite() {
+        let disk = SimDisk::new(1);
+        let mut batch = Batch::new();
+        batch.put(Space::Meta, MetaKey::Format as u64, &encode(2));
+        crate::stored_snapshot::put(&mut batch, b"chunked snapshot", 4);
+        disk.write(batch).unwrap();
+        assert_eq!(check_format(&disk), Ok(FormatCheck { migrated_from: Some(2), mark_damaged: false }));
+        assert_eq!(crate::stored_snapshot::get(&disk), Ok(Some(b"chunked snapshot".to_vec())));
+        assert_eq!(read_meta::<_, u32>(&disk, MetaKey::Format), Ok(Some(3)));
     }
 
     #[test]

@@ -10,7 +10,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
-use cellog_core::{Body, BodyRef, Cell, Effect, Record, SNAPSHOT_VERSION, SnapshotError};
+use cellog_core::{Body, BodyRef, Cell, Command, Effect, Record, SNAPSHOT_VERSION, SnapshotError};
 use openraft::storage::RaftStateMachine;
 use openraft::{
     EntryPayload, OptionalSend, RaftSnapshotBuilder, Snapshot, SnapshotMeta, StorageIOError, StoredMembership,
@@ -308,7 +308,7 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
                 EntryPayload::Blank => Response::Empty,
                 EntryPayload::Normal(request) => {
                     let kinds: Vec<&'static str> =
-                        if traced { request.commands.iter().map(Into::into).collect() } else { Vec::new() };
+                        if traced { request.commands.iter().map(Command::kind).collect() } else { Vec::new() };
                     let mut results = Vec::with_capacity(request.commands.len());
                     for command in request.commands {
                         results.push(replica.cell.apply(request.at, command));

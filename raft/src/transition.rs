@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use cellog_core::{Effect, Millis, Outcome, Rejection};
+use cellog_core::{Effect, Grants, Millis, Outcome, Rejection};
 use openraft::{Membership, ServerState};
 
 use crate::types::{NodeAddrs, NodeId, Raft};
@@ -112,6 +112,21 @@ pub(crate) fn effects<'a>(index: u64, effects: impl IntoIterator<Item = &'a Effe
                 tracing::debug!(target: TARGET, index, producer_id, epoch, reason, "txn-aborted");
             }
             Effect::StreamDeleted { stream } => tracing::debug!(target: TARGET, index, %stream, "stream-deleted"),
+            Effect::Granted { principal, grants } => {
+                let Grants { publish, subscribe, consume, admin, cluster_admin } = grants;
+                tracing::info!(
+                    target: TARGET, index, %principal, ?publish, ?subscribe, ?consume, admin, cluster_admin, "granted"
+                );
+            }
+            Effect::PrincipalDeleted { principal } => {
+                tracing::info!(target: TARGET, index, %principal, "principal-deleted");
+            }
+            Effect::TokenAdded { principal, token } => {
+                tracing::info!(target: TARGET, index, %principal, %token, "token-added");
+            }
+            Effect::TokenRevoked { principal, token } => {
+                tracing::info!(target: TARGET, index, %principal, %token, "token-revoked");
+            }
             // Storage work, not a transition: the state machine writes it and never passes it here.
             Effect::BodyStored { .. } | Effect::BodyCopied { .. } | Effect::BodyReleased { .. } => {}
         }
@@ -176,6 +191,13 @@ impl Observer {
             }
         }
     }
+}
+
+/// The node refused a client's command before proposing it: its credential names no principal, or the principal's
+/// grants do not allow it. Nothing reached the log.
+pub fn refused(command: &'static str, rejection: &Rejection) {
+    let reason: &'static str = rejection.into();
+    tracing::info!(target: TARGET, command, reason, detail = %rejection, "refused");
 }
 
 /// The node took its cell's id: `how` it came by it ("made" founding the cell, "learned" from a leader).

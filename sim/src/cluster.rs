@@ -153,6 +153,8 @@ fn config(
         mail,
         past: cellog_raft::Past::Unknown,
         cell_id: None,
+        callers: cellog_net::auth::Callers { insecure: true },
+        root_token: None,
     }
 }
 

@@ -12,6 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use cellog_check::{Duties, Evidence, NodeState, Stored, check_all};
 use cellog_client::proto as v1;
+use cellog_client::token;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -47,6 +48,16 @@ pub const FEED: &str = "feed";
 pub const FEED_LIMIT: u64 = 6;
 /// The registered peer of [`FEED`].
 pub const MIRROR: &str = "mirror";
+/// A process that runs as a principal of its own, which may publish to [`INTRUDER_GRANTS`] only, and tries
+/// [`INTRUDER_PUBLISHES`] publishes outside them: every one must be refused.
+pub const INTRUDER: &str = "intruder";
+/// The subject filters [`INTRUDER`]'s principal may publish to.
+pub const INTRUDER_GRANTS: &[&str] = &["jobs.intruder"];
+/// How many publishes [`INTRUDER`] tries.
+pub const INTRUDER_PUBLISHES: usize = 10;
+/// [`INTRUDER`]'s token (fixed: the run is a function of its seed).
+const INTRUDER_TOKEN: &str = "cellog_intruder-of-the-mixed-workload-000000000000000";
+
 /// How long a delayed message of the producer waits before its first delivery: longer than any run, clock jumps
 /// included, so a delivery of one is always early.
 pub const DELAY_MS: u64 = 24 * 60 * 60 * 1000;
@@ -76,6 +87,10 @@ pub fn duties() -> Duties {
         drained: BTreeSet::from([AUDIT.to_string(), WORKERS.to_string()]),
         peers: BTreeMap::from([(FEED.to_string(), MIRROR.to_string())]),
         trimmed: BTreeSet::from([FEED.to_string()]),
+        publishers: BTreeMap::from([(
+            INTRUDER.to_string(),
+            INTRUDER_GRANTS.iter().map(|filter| filter.to_string()).collect(),
+        )]),
     }
 }
 
@@ -141,6 +156,12 @@ async fn setup(cluster: &Cluster) {
             };
             admin.create_stream(FEED, feed).await.expect("stream created");
             admin.register_peer(FEED, MIRROR).await.expect("peer registered");
+            let grants = v1::Grants {
+                publish: INTRUDER_GRANTS.iter().map(|filter| filter.to_string()).collect(),
+                ..v1::Grants::default()
+            };
+            admin.put_principal(INTRUDER, grants).await.expect("principal made");
+            admin.add_token(INTRUDER, token::hash(INTRUDER_TOKEN)).await.expect("token added");
         })
         .await;
 }
@@ -210,6 +231,15 @@ pub async fn run(cluster: &mut Cluster, schedule: &[Step]) -> Outcome {
             fed.store(true, Ordering::Release);
         }
     });
+    // The simulated nodes serve callers without a credential as root; the intruder carries a token of its own.
+    let intruder_client = cluster.client_with(|options| options.token = Some(INTRUDER_TOKEN.to_string()));
+    let intruder = Producer::new(Caller { client: intruder_client, history: cluster.history().clone() }, INTRUDER);
+    let intruding = cluster.spawn_on_client(async move {
+        for index in 0..INTRUDER_PUBLISHES {
+            let _ = intruder.publish_one(request(format!("orders.{}", index % 3), format!("x-{index}"))).await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    });
     let mut mirror = Mirror::new(&*cluster, MIRROR, FEED, 1);
     let mirroring = cluster.spawn_on_client(async move {
         // Slower than the feeder: the feed fills, and retention must wait for the mirror.
@@ -264,6 +294,7 @@ pub async fn run(cluster: &mut Cluster, schedule: &[Step]) -> Outcome {
 
     publishing.await.expect("the producer finished");
     feeding.await.expect("the feeder finished");
+    intruding.await.expect("the intruder finished");
     let mut mirror = mirroring.await.expect("the mirror finished");
     let mut consumers = consuming.await.expect("the consumers finished");
     let committed = transacting.await.expect("the transactions finished");

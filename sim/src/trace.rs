@@ -42,6 +42,12 @@ pub const LEGEND: &str = "\
 #   cell-id        a node took its cell's id: `how` made (founding the cell) or learned (from a leader's entries)
 #   repairing      a node found a damaged log and will not vote until it holds entries up to `until` again
 #   repaired       ... and now it does
+#   granted        a principal was created or its grants replaced: principal, publish, subscribe, consume, admin,
+#                  cluster_admin
+#   principal-deleted, token-added, token-revoked   principals and their API tokens (a token named by the first
+#                  8 bytes of its SHA-256)
+#   refused        a node refused a client's command before proposing it (its credential or its principal's grants):
+#                  command kind, reason, detail; nothing reached the log
 # what the harness does, on the lane of the node it hits:
 #   crash          the node's process dies; its disk keeps what its page cache held
 #   power-off      the node loses power; its disk keeps only what was synced
@@ -51,6 +57,7 @@ pub const LEGEND: &str = "\
 #   disk-faults    the node's disk starts failing at the given rates (parts per million)
 #   partition, one-way, isolate, heal, network   links cut (both ways or one), and restored; network loss and latency
 #   add-node, remove-node                         a membership change through the client API
+#   read           what a scenario read back, e.g. the sender the cell stamped on a message
 ";
 
 /// Simulated time since the simulation began.

@@ -10,6 +10,7 @@ mod delayed;
 mod delivery;
 mod duplicate;
 mod fenced;
+mod grants;
 mod lost;
 mod monotonic;
 mod order;
@@ -58,6 +59,7 @@ pub const ALL: &[Checker] = &[
     redelivery::CHECKER,
     transactions::CHECKER,
     fenced::CHECKER,
+    grants::CHECKER,
     unknown::CHECKER,
     watermark::CHECKER,
     delayed::CHECKER,

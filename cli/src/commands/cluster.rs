@@ -68,7 +68,7 @@ pub async fn run(command: ClusterCommand) -> anyhow::Result<()> {
             // Status is about one node, so ask each in turn until one answers.
             let mut last_error = anyhow::anyhow!("no node address given");
             for server in &connect.server {
-                let one = Connect { server: vec![server.clone()], timeout: connect.timeout };
+                let one = Connect { server: vec![server.clone()], ..connect.clone() };
                 match client(&one)?.cluster_status().await {
                     Ok(status) => {
                         print_status(&status);

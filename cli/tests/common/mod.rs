@@ -100,6 +100,7 @@ pub fn cell(dir: &Path, cell: &str, n: u64) -> Vec<NodeProcess> {
                 format!("--client-addr={client_addr}"),
                 format!("--raft-addr={raft_addr}"),
                 "--metrics-addr=off".to_string(),
+                "--insecure".to_string(),
                 "--heartbeat-ms=50".to_string(),
                 "--election-timeout-ms=300".to_string(),
             ];

@@ -1,5 +1,6 @@
 //! What a command may ask for at all: the cell's size limits and the checks that need no state.
 
+use crate::auth::Actor;
 use crate::command::{AckKind, Command, PublishRequest};
 use crate::config::{MAX_DURATION_MS, MAX_PAYLOAD_LIMIT};
 use crate::error::{NameKind, Rejection};
@@ -119,6 +120,22 @@ impl Command {
                 Ok(())
             }
             Command::RegisterPeer { peer, .. } => check_name(NameKind::Peer, peer),
+            Command::As { actor, command } => {
+                if let Actor::Vouched(name) = actor {
+                    check_name(NameKind::Principal, name)?;
+                }
+                if matches!(**command, Command::As { .. }) {
+                    return Err(invalid("a command runs as one principal; As inside As is refused"));
+                }
+                command.check()
+            }
+            Command::PutPrincipal { name, grants } => {
+                check_name(NameKind::Principal, name)?;
+                grants.validate()
+            }
+            Command::DeletePrincipal { name } | Command::AddToken { principal: name, .. } => {
+                check_name(NameKind::Principal, name)
+            }
             _ => Ok(()),
         }
     }

@@ -10,14 +10,16 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::auth::Auth;
 use crate::body::BodyRef;
 use crate::command::{Command, Effect, Outcome};
 use crate::error::Rejection;
 use crate::route::Router;
-use crate::snapshot::v3;
+use crate::snapshot::{v3, v4};
 use crate::stream::Stream;
 use crate::time::Millis;
 
+mod auth;
 mod consumers;
 mod limits;
 mod publish;
@@ -67,6 +69,8 @@ pub struct Cell {
     pinned_by: BTreeMap<MessageRef, MessageRef>,
     /// The key the next stored body gets (see [`crate::body`]).
     next_body: u64,
+    /// Principals, their tokens and grants, and who registered each transactional producer.
+    auth: Auth,
     /// Which stream claims a subject: derived from the streams' configs, not encoded, rebuilt on decode
     /// ([`Cell::rebuild_derived`]).
     #[serde(skip)]
@@ -101,6 +105,7 @@ impl Cell {
             timers: Timers::default(),
             pinned_by: BTreeMap::new(),
             next_body: 1,
+            auth: Auth::default(),
             router: Router::default(),
             effects: Vec::new(),
         }
@@ -120,9 +125,16 @@ impl Cell {
             timers: cell.timers.into(),
             pinned_by: cell.pinned_by,
             next_body: cell.next_body,
+            auth: Auth::default(),
             router: Router::default(),
             effects: Vec::new(),
         }
+    }
+
+    /// The state a version 4 snapshot holds: version 3's and the principals.
+    pub(crate) fn from_v4(cell: v4::Cell) -> Self {
+        let (state, auth) = cell.split();
+        Cell { auth: auth.into(), ..Cell::from_v3(state) }
     }
 
     /// Rebuilds what is derived from the state and not encoded (the subject router), after decoding.
@@ -238,6 +250,11 @@ impl Cell {
             Command::PeerProgress { stream, peer, partition, received_seq } => {
                 self.peer_progress(at, &stream, &peer, partition, received_seq)
             }
+            Command::As { actor, command } => self.run_as(at, &actor, *command),
+            Command::PutPrincipal { name, grants } => self.put_principal(&name, grants),
+            Command::DeletePrincipal { name } => self.delete_principal(&name),
+            Command::AddToken { principal, token } => self.add_token(&principal, token),
+            Command::RevokeToken { token } => self.revoke_token(token),
             Command::UnregisterPeer { stream, peer } => self.unregister_peer(at, &stream, &peer),
             Command::Tick => Ok(Outcome::Ticked),
             Command::UpdateConsumer { stream, name, config } => self.update_consumer(&stream, &name, config),

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use super::Cell;
 use super::limits::{MAX_READ, invalid};
 use super::transaction::TransactionState;
+use crate::auth::{Access, Actor, Grants};
 use crate::command::Record;
 use crate::error::Rejection;
 use crate::info::{ConsumerInfo, DeliveryInfo, ProducerInfo, StreamInfo};
@@ -12,7 +13,7 @@ use crate::snapshot::{StateDigest, digest_of};
 use crate::time::Millis;
 
 impl Cell {
-    /// The digest of each part of the state, named: `cell` (time, counters, timers, pins), `producers`, and per
+    /// The digest of each part of the state, named: `cell` (time, counters, timers, pins), `producers`, `principals`, and per
     /// stream `stream NAME` (all of it), `stream NAME partition P` and `stream NAME consumer C`. Two replicas whose
     /// digests differ differ in the parts whose digests differ: a report can say which stream, partition or consumer
     /// it is, not only that the states differ.
@@ -21,6 +22,7 @@ impl Cell {
         let mut parts = vec![
             ("cell".to_string(), digest_of(&(counters, &self.timers, &self.pinned_by, &self.stream_names))),
             ("producers".to_string(), digest_of(&(&self.producers, &self.transactional_ids))),
+            ("principals".to_string(), digest_of(&self.auth)),
         ];
         for (name, stream) in &self.streams {
             parts.push((format!("stream {name}"), digest_of(stream)));
@@ -99,6 +101,29 @@ impl Cell {
         let not_found = || Rejection::MessageNotFound { stream: stream.to_string(), partition: 0, seq: 0 };
         let (partition, seq) = s.last_on_subject(subject).ok_or_else(not_found)?;
         s.record(partition, seq).ok_or_else(not_found)
+    }
+
+    /// The principal an actor is, as a command it sends would be authenticated against this state (a node
+    /// authenticates a read with it).
+    pub fn authenticate(&self, actor: &Actor) -> Result<Arc<str>, Rejection> {
+        self.auth.authenticate(actor)
+    }
+
+    /// Refuses `access` unless `principal`'s grants allow it, as a command would be refused (a node authorizes reads
+    /// and membership changes with it).
+    pub fn authorize(&self, principal: &str, access: &Access<'_>) -> Result<(), Rejection> {
+        self.auth.authorize(principal, access)
+    }
+
+    /// Authorizes reading a stream: its subject filters must be covered by the principal's subscribe grants.
+    pub fn authorize_read(&self, principal: &str, stream: &str) -> Result<(), Rejection> {
+        let s = self.stream(stream)?;
+        self.auth.authorize(principal, &Access::Read { stream, subjects: &s.config().subjects })
+    }
+
+    /// The principals, in name order: each one's grants and how many tokens it holds.
+    pub fn principals(&self) -> Vec<(Arc<str>, Grants, usize)> {
+        self.auth.principals().iter().map(|(name, p)| (name.clone(), p.grants.clone(), p.tokens.len())).collect()
     }
 
     /// A transactional producer.

@@ -1,0 +1,248 @@
+//! Principals, tokens and grants: what a command run as a principal may do, the sender stamped on what it publishes,
+//! and that a refusal changes nothing. Each case is a row: who asks, what, and what must come back.
+
+mod common;
+use common::*;
+
+use bytes::Bytes;
+use cellog_core::subject::{filter_covers, filter_matches};
+use cellog_core::{
+    AckKind, Actor, Cell, Command, ConsumerConfig, Grants, Outcome, ProducerRef, PublishRequest, ROOT, Rejection,
+    SENDER_HEADER, StreamConfig, TokenHash,
+};
+
+fn token(n: u8) -> TokenHash {
+    TokenHash([n; 32])
+}
+
+fn as_token(n: u8, command: Command) -> Command {
+    Command::As { actor: Actor::Token(token(n)), command: Box::new(command) }
+}
+
+fn publish(subject: &str) -> Command {
+    Command::Publish(PublishRequest::new(subject, Bytes::from_static(b"x")))
+}
+
+fn grants(publish: &[&str], subscribe: &[&str], consume: &[&str]) -> Grants {
+    let strings = |list: &[&str]| list.iter().map(|s| s.to_string()).collect();
+    Grants {
+        publish: strings(publish),
+        subscribe: strings(subscribe),
+        consume: strings(consume),
+        admin: false,
+        cluster_admin: false,
+    }
+}
+
+/// A cell with streams `orders` (`orders.>`) and `audit` (`audit.>`), consumer `orders/billing`, and principals:
+/// `alice` (token 1) publishes `orders.eu.*` and consumes `orders/billing`; `bob` (token 2) reads `audit.>`;
+/// `ops` (token 3) is an admin; root holds token 9.
+fn cell() -> Harness {
+    let mut h = Harness::new();
+    h.simple_stream("orders");
+    h.simple_stream("audit");
+    h.ok(Command::CreateConsumer {
+        stream: "orders".into(),
+        name: "billing".into(),
+        config: ConsumerConfig::default(),
+    });
+    h.ok(Command::AddToken { principal: ROOT.into(), token: token(9) });
+    let people = [
+        ("alice", 1, grants(&["orders.eu.*"], &[], &["orders/billing"])),
+        ("bob", 2, grants(&[], &["audit.>"], &[])),
+        ("ops", 3, Grants { admin: true, ..Grants::default() }),
+    ];
+    for (name, n, grants) in people {
+        h.ok(as_token(9, Command::PutPrincipal { name: name.into(), grants }));
+        h.ok(as_token(9, Command::AddToken { principal: name.into(), token: token(n) }));
+    }
+    h
+}
+
+fn denied(result: Result<Outcome, Rejection>) -> Option<String> {
+    match result {
+        Err(Rejection::PermissionDenied { needs, .. }) => Some(needs),
+        _ => None,
+    }
+}
+
+#[test]
+fn each_command_needs_its_grant_and_a_refusal_changes_nothing() {
+    let consumer =
+        |stream: &str| Command::Fetch { stream: stream.into(), consumer: "billing".into(), member: "m".into(), max: 1 };
+    let new_stream = || Command::CreateStream { name: "x".into(), config: StreamConfig::with_subjects(["x.>"]) };
+    let new_principal = || Command::PutPrincipal { name: "eve".into(), grants: Grants::all() };
+    // (who, command, refused for want of this grant, or allowed)
+    let table: Vec<(u8, Command, Option<&str>)> = vec![
+        (1, publish("orders.eu.1"), None),
+        (1, publish("orders.us.1"), Some("publish on \"orders.us.1\"")),
+        (1, publish("orders.eu.1.extra"), Some("publish on \"orders.eu.1.extra\"")),
+        (2, publish("audit.x"), Some("publish on \"audit.x\"")),
+        (1, consumer("orders"), None),
+        (2, consumer("orders"), Some("consume orders/billing")),
+        (1, new_stream(), Some("admin")),
+        (3, new_stream(), None),
+        (3, new_principal(), Some("cluster admin")),
+        (1, Command::AddToken { principal: "alice".into(), token: token(7) }, Some("cluster admin")),
+        (9, new_principal(), None),
+        (9, Command::Tick, Some("the node's own authority (this command is not a client's)")),
+    ];
+    for (who, command, refused) in table {
+        let mut h = cell();
+        // Every part but the cell's counters (the applied count moves for a refusal too).
+        let parts =
+            |cell: &Cell| -> Vec<_> { cell.digest_parts().into_iter().filter(|(name, _)| name != "cell").collect() };
+        let before = parts(&h.cell);
+        let description = format!("principal with token {who}: {command:?}");
+        let result = h.apply(as_token(who, command));
+        match refused {
+            Some(needs) => {
+                assert_eq!(denied(result).as_deref(), Some(needs), "{description}");
+                assert_eq!(parts(&h.cell), before, "{description}: a refusal changed the state");
+            }
+            None => assert!(result.is_ok(), "{description}: {result:?}"),
+        }
+    }
+}
+
+#[test]
+fn an_unknown_or_revoked_token_and_an_unknown_principal_are_unauthenticated() {
+    let mut h = cell();
+    let unauthenticated = |result: Result<Outcome, Rejection>| matches!(result, Err(Rejection::Unauthenticated { .. }));
+    assert!(unauthenticated(h.apply(as_token(42, publish("orders.eu.1")))));
+    let vouched = Command::As { actor: Actor::Vouched("mallory".into()), command: Box::new(publish("orders.eu.1")) };
+    assert!(unauthenticated(h.apply(vouched)));
+    h.ok(as_token(9, Command::RevokeToken { token: token(1) }));
+    assert!(unauthenticated(h.apply(as_token(1, publish("orders.eu.1")))));
+    // A deleted principal's tokens go with it.
+    h.ok(as_token(9, Command::DeletePrincipal { name: "ops".into() }));
+    assert!(unauthenticated(h.apply(as_token(3, publish("orders.eu.1")))));
+}
+
+#[test]
+fn the_cell_stamps_the_sender_over_any_the_caller_sent() {
+    let mut h = cell();
+    let mut request = PublishRequest::new("orders.eu.1", Bytes::from_static(b"x"));
+    request.headers.insert(SENDER_HEADER.to_string(), "root".to_string());
+    let Outcome::Published(ack) = h.ok(as_token(1, Command::Publish(request))) else { panic!("a publish") };
+    let record = h.cell.read("orders", ack.partition, ack.seq).unwrap();
+    assert_eq!(record.headers.get(SENDER_HEADER).map(String::as_str), Some("alice"));
+    // The node's own publish (not run as anyone) is stored as sent.
+    let Outcome::Published(ack) = h.ok(publish("orders.eu.2")) else { panic!("a publish") };
+    assert_eq!(h.cell.read("orders", ack.partition, ack.seq).unwrap().headers.get(SENDER_HEADER), None);
+}
+
+#[test]
+fn only_the_principal_that_registered_a_producer_drives_its_transactions() {
+    let mut h = cell();
+    h.ok(as_token(9, Command::PutPrincipal { name: "carol".into(), grants: grants(&["orders.>"], &[], &[]) }));
+    h.ok(as_token(9, Command::AddToken { principal: "carol".into(), token: token(4) }));
+    let init = Command::InitProducer { transactional_id: "t".into(), transaction_timeout_ms: 10_000 };
+    let Outcome::ProducerInitialized(r) = h.ok(as_token(1, init)) else { panic!("a producer") };
+    assert!(denied(h.apply(as_token(4, Command::BeginTransaction(r)))).is_some());
+    h.ok(as_token(1, Command::BeginTransaction(r)));
+    let stage = |subject: &str, r: ProducerRef| {
+        let mut request = PublishRequest::new(subject, Bytes::from_static(b"x"));
+        request.transaction = Some(r);
+        Command::Publish(request)
+    };
+    assert!(denied(h.apply(as_token(4, stage("orders.eu.1", r)))).is_some());
+    assert!(denied(h.apply(as_token(1, stage("orders.us.1", r)))).is_some());
+    h.ok(as_token(1, stage("orders.eu.1", r)));
+    assert!(denied(h.apply(as_token(4, Command::AbortTransaction(r)))).is_some());
+    h.ok(as_token(1, Command::CommitTransaction(r)));
+}
+
+#[test]
+fn acks_need_the_consume_grant() {
+    let mut h = cell();
+    h.ok(as_token(9, publish("orders.eu.1")));
+    let fetch = Command::Fetch { stream: "orders".into(), consumer: "billing".into(), member: "m".into(), max: 1 };
+    let Outcome::Fetched(deliveries) = h.ok(as_token(1, fetch)) else { panic!("deliveries") };
+    let d = &deliveries[0];
+    let ack = |kind| Command::Ack {
+        stream: "orders".into(),
+        consumer: "billing".into(),
+        partition: d.record.partition,
+        seq: d.record.seq,
+        kind,
+    };
+    assert_eq!(denied(h.apply(as_token(2, ack(AckKind::Applied)))).as_deref(), Some("consume orders/billing"));
+    h.ok(as_token(1, ack(AckKind::Applied)));
+}
+
+#[test]
+fn root_cannot_be_deleted_or_narrowed_and_bad_grants_are_refused() {
+    let mut h = cell();
+    assert!(matches!(
+        h.apply(as_token(9, Command::DeletePrincipal { name: ROOT.into() })),
+        Err(Rejection::Invalid { .. })
+    ));
+    let narrow = Command::PutPrincipal { name: ROOT.into(), grants: Grants::default() };
+    assert!(matches!(h.apply(as_token(9, narrow)), Err(Rejection::Invalid { .. })));
+    for bad in [grants(&["orders..x"], &[], &[]), grants(&[], &["a.>.b"], &[]), grants(&[], &[], &["orders"])] {
+        let command = Command::PutPrincipal { name: "eve".into(), grants: bad };
+        assert!(h.apply(as_token(9, command)).is_err());
+    }
+    let bad_name = Command::PutPrincipal { name: "e v e".into(), grants: Grants::default() };
+    assert!(matches!(h.apply(as_token(9, bad_name)), Err(Rejection::InvalidName { .. })));
+    // A token another principal holds is not handed to a second one.
+    let stolen = Command::AddToken { principal: "bob".into(), token: token(1) };
+    assert!(matches!(h.apply(as_token(9, stolen)), Err(Rejection::Invalid { .. })));
+    let nested = as_token(9, as_token(9, publish("orders.eu.1")));
+    assert!(matches!(h.apply(nested), Err(Rejection::Invalid { .. })));
+}
+
+#[test]
+fn reads_are_authorized_against_the_stream_subjects() {
+    let h = cell();
+    assert!(h.cell.authorize_read("bob", "audit").is_ok());
+    assert!(matches!(h.cell.authorize_read("bob", "orders"), Err(Rejection::PermissionDenied { .. })));
+    assert!(h.cell.authorize_read(ROOT, "orders").is_ok());
+    assert_eq!(h.cell.authenticate(&Actor::Token(token(2))).as_deref(), Ok("bob"));
+}
+
+#[test]
+fn principals_survive_a_snapshot() {
+    let h = cell();
+    let restored = Cell::restore(&h.cell.snapshot()).unwrap();
+    assert!(restored == h.cell);
+    assert_eq!(restored.authenticate(&Actor::Token(token(1))).as_deref(), Ok("alice"));
+    assert_eq!(restored.principals(), h.cell.principals());
+}
+
+/// `filter_covers(outer, inner)` against its definition: every subject `inner` matches, `outer` matches. Subjects of
+/// up to four tokens decide it for filters of up to three.
+#[test]
+fn a_filter_covers_another_exactly_when_it_matches_everything_the_other_matches() {
+    let tokens = ["a", "b", "*", ">"];
+    let mut filters = Vec::new();
+    for n in 1..=3 {
+        let mut combos = vec![String::new()];
+        for position in 0..n {
+            combos = combos
+                .into_iter()
+                .flat_map(|prefix| {
+                    tokens
+                        .iter()
+                        .filter(move |t| **t != ">" || position == n - 1)
+                        .map(move |t| if prefix.is_empty() { t.to_string() } else { format!("{prefix}.{t}") })
+                })
+                .collect();
+        }
+        filters.extend(combos);
+    }
+    let mut subjects = Vec::new();
+    for n in 1..=4u32 {
+        for index in 0..3usize.pow(n) {
+            let parts: Vec<&str> = (0..n).map(|i| ["a", "b", "c"][index / 3usize.pow(i) % 3]).collect();
+            subjects.push(parts.join("."));
+        }
+    }
+    for outer in &filters {
+        for inner in &filters {
+            let expected = subjects.iter().all(|s| !filter_matches(inner, s) || filter_matches(outer, s));
+            assert_eq!(filter_covers(outer, inner), expected, "{outer} covers {inner}");
+        }
+    }
+}

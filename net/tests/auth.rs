@@ -1,0 +1,157 @@
+//! Principals over real loopback gRPC, on a one-node cell that requires a credential: the root token the node was
+//! given, principals made with it, and what each may do. A refused call is UNAUTHENTICATED or PERMISSION_DENIED
+//! (naming the grant) and writes nothing.
+
+// Real sockets and tokio: not a simulation test.
+#![cfg(not(madsim))]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use cellog_client::proto as v1;
+use cellog_client::{Client, ClientError, ClientOptions, token};
+use cellog_net::auth::Callers;
+use cellog_net::{NodeConfig, RaftTiming, RunningNode};
+use cellog_raft::SystemClock;
+use cellog_raft::storage::SimDisk;
+
+const ROOT_TOKEN: &str = "cellog_root-token-of-the-auth-test-0123456789abcdef";
+
+async fn secure_node() -> RunningNode<SimDisk> {
+    let any = "127.0.0.1:0".parse().expect("an address");
+    let config = NodeConfig {
+        cell: "auth".to_string(),
+        id: 1,
+        data_dir: std::env::temp_dir(),
+        client_addr: any,
+        raft_addr: any,
+        advertise_client_addr: None,
+        advertise_raft_addr: None,
+        metrics_addr: None,
+        peers: Vec::new(),
+        bootstrap: true,
+        timing: RaftTiming { heartbeat_ms: 50, election_timeout_ms: 200, ..RaftTiming::default() },
+        mail: None,
+        past: cellog_raft::Past::Unknown,
+        cell_id: None,
+        callers: Callers { insecure: false },
+        root_token: Some(ROOT_TOKEN.to_string()),
+    };
+    RunningNode::start(&config, SimDisk::new(11), Arc::new(SystemClock)).await.expect("the node starts")
+}
+
+fn client(node: &RunningNode<SimDisk>, token: Option<&str>) -> Client {
+    let options = ClientOptions {
+        retry_for: Duration::from_secs(10),
+        token: token.map(str::to_string),
+        ..ClientOptions::default()
+    };
+    Client::new([node.client_addr.to_string()], options).expect("a client")
+}
+
+fn reason<T: std::fmt::Debug>(result: Result<T, ClientError>) -> String {
+    match result {
+        Err(error) => error.reason().unwrap_or("no reason").to_string(),
+        Ok(value) => panic!("expected a refusal, got {value:?}"),
+    }
+}
+
+fn grants(publish: &[&str], subscribe: &[&str], consume: &[&str]) -> v1::Grants {
+    let strings = |list: &[&str]| list.iter().map(|s| s.to_string()).collect();
+    v1::Grants {
+        publish: strings(publish),
+        subscribe: strings(subscribe),
+        consume: strings(consume),
+        ..Default::default()
+    }
+}
+
+fn publish(subject: &str) -> v1::PublishRequest {
+    v1::PublishRequest { subject: subject.to_string(), payload: Bytes::from_static(b"x"), ..Default::default() }
+}
+
+/// A principal with a fresh token.
+async fn principal(root: &Client, name: &str, grants: v1::Grants) -> String {
+    root.put_principal(name, grants).await.expect("a principal");
+    let made = token::from_random(token::hash(name));
+    root.add_token(name, token::hash(&made)).await.expect("its token");
+    made
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_runs_as_a_principal_with_its_grants() {
+    let node = secure_node().await;
+    let root = client(&node, Some(ROOT_TOKEN));
+    // The node installs its root token once it leads.
+    let mut me = None;
+    for _ in 0..200 {
+        if let Ok(principal) = root.who_am_i().await {
+            me = Some(principal);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(me.expect("the root token works").name, "root");
+
+    // No credential, a token the cell does not know, a malformed one: UNAUTHENTICATED.
+    assert_eq!(reason(client(&node, None).list_streams().await), "UNAUTHENTICATED");
+    assert_eq!(reason(client(&node, Some("cellog_nobody-knows-me")).list_streams().await), "UNAUTHENTICATED");
+
+    let config = v1::StreamConfig { subjects: vec!["orders.>".into()], ..Default::default() };
+    root.create_stream("orders", config).await.expect("a stream");
+    let config = v1::ConsumerConfig { ack_wait_ms: Some(60_000), ..Default::default() };
+    root.create_consumer("orders", "billing", config).await.expect("a consumer");
+    let alice = principal(&root, "alice", grants(&["orders.eu.*"], &["orders.>"], &["orders/billing"])).await;
+    let bob = principal(&root, "bob", grants(&["orders.us.*"], &[], &[])).await;
+    let (alice, bob) = (client(&node, Some(&alice)), client(&node, Some(&bob)));
+
+    // A publish outside the grants is refused, naming the grant, and writes nothing.
+    let refused = bob.publish(publish("orders.eu.1")).await.expect_err("outside bob's grants");
+    assert_eq!(refused.reason(), Some("PERMISSION_DENIED"));
+    assert!(refused.to_string().contains("publish on \"orders.eu.1\""), "{refused}");
+    assert_eq!(root.stream_info("orders").await.expect("info").messages, 0);
+
+    // A forged sender is overwritten with the publishing principal.
+    let mut forged = publish("orders.eu.1");
+    forged.headers.insert("Cellog-Sender".to_string(), "root".to_string());
+    let ack = alice.publish(forged).await.expect("inside alice's grants");
+    let stored = alice.read("orders", ack.partition, ack.seq, 1, false).await.expect("alice reads").messages;
+    assert_eq!(stored[0].headers.get("Cellog-Sender").map(String::as_str), Some("alice"));
+
+    // Reading needs subscribe grants covering the stream; admin calls need admin.
+    assert_eq!(reason(bob.read("orders", 0, 1, 10, false).await), "PERMISSION_DENIED");
+    assert_eq!(reason(bob.delete_stream("orders").await), "PERMISSION_DENIED");
+    assert_eq!(
+        reason(bob.put_principal("bob", v1::Grants { admin: true, ..Default::default() }).await),
+        "PERMISSION_DENIED"
+    );
+    // Membership changes need cluster admin.
+    assert_eq!(reason(alice.remove_node(1).await), "PERMISSION_DENIED");
+
+    // Only a principal that may consume a consumer acknowledges its deliveries.
+    let deliveries = alice.fetch("orders", "billing", "m", 1).await.expect("alice fetches");
+    let delivered = deliveries[0].message.as_ref().expect("a message");
+    let item = v1::AckItem { partition: delivered.partition, seq: delivered.seq, ..Default::default() };
+    assert_eq!(reason(bob.fetch("orders", "billing", "m", 1).await), "PERMISSION_DENIED");
+    let item_reason = |result: &v1::AckResult| match &result.result {
+        Some(v1::ack_result::Result::Error(error)) => error.detail.as_ref().map(|d| d.reason.clone()),
+        _ => None,
+    };
+    let bobs = bob.ack("orders", "billing", vec![item]).await.expect("an answer per item");
+    assert_eq!(item_reason(&bobs[0]).as_deref(), Some("PERMISSION_DENIED"), "{bobs:?}");
+    let alices = alice.ack("orders", "billing", vec![item]).await.expect("an answer per item");
+    assert!(matches!(alices[0].result, Some(v1::ack_result::Result::State(_))), "{alices:?}");
+
+    // A revoked token stops working at once.
+    let carol = principal(&root, "carol", grants(&["orders.>"], &[], &[])).await;
+    let carol_client = client(&node, Some(&carol));
+    carol_client.publish(publish("orders.us.1")).await.expect("carol publishes");
+    root.revoke_token(token::hash(&carol)).await.expect("revoked");
+    assert_eq!(reason(carol_client.publish(publish("orders.us.2")).await), "UNAUTHENTICATED");
+    assert_eq!(root.stream_info("orders").await.expect("info").messages, 2);
+
+    let listed: Vec<String> = root.list_principals().await.expect("listed").into_iter().map(|p| p.name).collect();
+    assert_eq!(listed, ["alice", "bob", "carol", "root"]);
+    node.stop().await.expect("stops");
+}
