@@ -113,6 +113,11 @@ impl Grants {
         subjects.iter().all(|claimed| self.subscribe.iter().any(|granted| filter_covers(granted, claimed)))
     }
 
+    /// Whether it may publish anywhere in a stream claiming `subjects`.
+    pub fn may_write(&self, subjects: &[String]) -> bool {
+        subjects.iter().all(|claimed| self.publish.iter().any(|granted| filter_covers(granted, claimed)))
+    }
+
     /// Whether it may use consumer `consumer` of `stream`.
     pub fn may_consume(&self, stream: &str, consumer: &str) -> bool {
         self.consume.iter().any(|pattern| {
@@ -142,6 +147,13 @@ pub enum Access<'a> {
         /// Its subject filters.
         subjects: &'a [String],
     },
+    /// Publish anywhere in a stream that claims these subject filters (sealed mail, whose subjects the node makes).
+    Write {
+        /// The stream.
+        stream: &'a str,
+        /// Its subject filters.
+        subjects: &'a [String],
+    },
     /// Use a consumer.
     Consume {
         /// The stream.
@@ -163,6 +175,7 @@ impl Access<'_> {
         match self {
             Access::Publish(subject) => format!("publish on {subject:?}"),
             Access::Read { stream, subjects } => format!("subscribe covering {subjects:?} (stream {stream:?})"),
+            Access::Write { stream, subjects } => format!("publish covering {subjects:?} (stream {stream:?})"),
             Access::Consume { stream, consumer } => format!("consume {stream}/{consumer}"),
             Access::AnyPublish => "a publish grant".to_string(),
             Access::Admin => "admin".to_string(),
@@ -174,6 +187,7 @@ impl Access<'_> {
         match *self {
             Access::Publish(subject) => grants.may_publish(subject),
             Access::Read { subjects, .. } => grants.may_read(subjects),
+            Access::Write { subjects, .. } => grants.may_write(subjects),
             Access::Consume { stream, consumer } => grants.may_consume(stream, consumer),
             Access::AnyPublish => !grants.publish.is_empty(),
             Access::Admin => grants.admin,

@@ -8,7 +8,20 @@ use cellog_core::{Command, Outcome, Record};
 use tonic::Status;
 
 /// This node's view of its cell, as mail uses it.
+/// What a mail call needs of its caller's principal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Need<'a> {
+    /// Publish grants covering every subject of this stream (sending: the outbox).
+    Write(&'a str),
+    /// Subscribe grants covering every subject of this stream (the inbox, the results).
+    Read(&'a str),
+}
+
 pub trait MailCell: Send + Sync + 'static {
+    /// Refuses a call unless its caller's credential names a principal whose grants meet `need` on this node's
+    /// replica (UNAUTHENTICATED, PERMISSION_DENIED).
+    fn authorize<T>(&self, request: &tonic::Request<T>, need: Need<'_>) -> Result<(), Status>;
+
     /// Proposes `command` and waits for the cell's answer. A rejection comes back as the status a client would get
     /// for it (its stable name in the detail); so does a proposal that never reached the log.
     fn propose(&self, command: Command) -> impl Future<Output = Result<Outcome, Status>> + Send;

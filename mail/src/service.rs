@@ -6,8 +6,9 @@ use cellog_client::status::failed;
 use cellog_proto::v1::{self, mail_server::Mail};
 use tonic::{Code, Request, Response, Status};
 
-use crate::cell::MailCell;
+use crate::cell::{MailCell, Need};
 use crate::room::Mailroom;
+use crate::schema::{INBOX, OUTBOX, RESULTS};
 
 /// How many inbox messages a `ReadMail` answers when the request does not say (at most the cell's read limit).
 const DEFAULT_READ_MAIL: usize = 100;
@@ -47,6 +48,7 @@ impl<C: MailCell> Mail for MailService<C> {
         &self,
         request: Request<v1::SendSealedRequest>,
     ) -> Result<Response<v1::SendSealedResponse>, Status> {
+        self.cell.authorize(&request, Need::Write(OUTBOX))?;
         Ok(Response::new(self.mailroom()?.send(&*self.cell, request.into_inner()).await?))
     }
 
@@ -56,21 +58,24 @@ impl<C: MailCell> Mail for MailService<C> {
     ) -> Result<Response<v1::DeliveryStatusResponse>, Status> {
         let mail = self.mailroom()?;
         self.cell.read_barrier().await?;
+        self.cell.authorize(&request, Need::Read(RESULTS))?;
         Ok(Response::new(mail.status(&*self.cell, &request.into_inner().envelope_id)?))
     }
 
+    /// Another cell's delivery: taken on the envelope's signature by a key in this cell's keyring, not on a credential.
     async fn deliver(&self, request: Request<v1::DeliverRequest>) -> Result<Response<v1::DeliverResponse>, Status> {
         Ok(Response::new(self.mailroom()?.receive(&*self.cell, request.into_inner().envelope).await?))
     }
 
     async fn read_mail(&self, request: Request<v1::ReadMailRequest>) -> Result<Response<v1::ReadMailResponse>, Status> {
         let mail = self.mailroom()?;
+        self.cell.read_barrier().await?;
+        self.cell.authorize(&request, Need::Read(INBOX))?;
         let request = request.into_inner();
         let max = match request.max {
             0 => DEFAULT_READ_MAIL,
             max => (max as usize).min(cellog_core::MAX_READ),
         };
-        self.cell.read_barrier().await?;
         Ok(Response::new(mail.read(&*self.cell, request.from_seq, max)?))
     }
 }

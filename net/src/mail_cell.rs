@@ -4,17 +4,20 @@
 use std::sync::{Arc, MutexGuard};
 
 use bytes::Bytes;
-use cellog_core::{Body, Command, Outcome, Record, Rejection};
+use cellog_core::{Access, Body, Command, Outcome, Record, Rejection};
 use cellog_mail::MailCell;
+use cellog_mail::cell::Need;
+use cellog_mail::schema::stream_configs;
 use cellog_raft::storage::Storage;
 use cellog_raft::{BodyError, CellNode, ProposeError, Replica};
 use tonic::Status;
 
+use crate::auth::Callers;
 use crate::service::answered;
 use crate::status::from_propose;
 
-/// A node's cell, for its mailroom.
-pub struct NodeCell<S>(pub Arc<CellNode<S>>);
+/// A node's cell, for its mailroom, and how the node treats callers.
+pub struct NodeCell<S>(pub Arc<CellNode<S>>, pub Callers);
 
 impl<S: Storage + Clone> NodeCell<S> {
     /// The replica, or UNAVAILABLE once a panic interrupted applying (the node is stopping).
@@ -24,6 +27,25 @@ impl<S: Storage + Clone> NodeCell<S> {
 }
 
 impl<S: Storage + Clone + Send + Sync + 'static> MailCell for NodeCell<S> {
+    fn authorize<T>(&self, request: &tonic::Request<T>, need: Need<'_>) -> Result<(), Status> {
+        let actor = self.1.actor(request)?;
+        let (Need::Write(stream) | Need::Read(stream)) = need;
+        // The mail streams' subjects are the schema's, whether or not the stream exists yet.
+        let subjects: Vec<String> = stream_configs()
+            .into_iter()
+            .find(|(name, _)| *name == stream)
+            .map(|(_, config)| config.subjects)
+            .unwrap_or_default();
+        let access = match need {
+            Need::Write(stream) => Access::Write { stream, subjects: &subjects },
+            Need::Read(stream) => Access::Read { stream, subjects: &subjects },
+        };
+        let replica = self.replica()?;
+        let decided =
+            replica.cell.authenticate(&actor).and_then(|principal| replica.cell.authorize(&principal, &access));
+        decided.map_err(|rejection| crate::status::from_rejection(&rejection))
+    }
+
     async fn propose(&self, command: Command) -> Result<Outcome, Status> {
         answered(self.0.propose_now(command).await)
     }

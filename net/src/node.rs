@@ -274,7 +274,7 @@ impl<S: Storage + Clone> RunningNode<S> {
 
         let (stop, stopped) = watch::channel(false);
         let mail = config.mail.clone().map(|mail| Arc::new(Mailroom::new(mail, metrics.mail.clone())));
-        let mail_cell = Arc::new(NodeCell(node.clone()));
+        let mail_cell = Arc::new(NodeCell(node.clone(), config.callers.clone()));
         let mut tasks = Vec::new();
         if let Some(mail) = &mail {
             tracing::info!(cell = mail.cell(), "sealed mail on");

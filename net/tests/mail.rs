@@ -26,13 +26,26 @@ fn free_addr() -> SocketAddr {
     std::net::TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("an address")
 }
 
-/// A cell of one node at `client_addr`, with `key`, knowing `peers`' keys and `homes`.
+/// A cell of one node at `client_addr`, with `key`, knowing `peers`' keys and `homes`, serving callers without a
+/// credential as root.
 async fn cell(
     key: &CellKey,
     peers: &[&CellKey],
     homes: BTreeMap<String, Vec<String>>,
     client_addr: SocketAddr,
     retry: RetryPolicy,
+) -> (RunningNode<SimDisk>, Client) {
+    cell_as(key, peers, homes, client_addr, retry, None).await
+}
+
+/// The same, requiring a credential when `root_token` is given (and installing it as root's), the client using it.
+async fn cell_as(
+    key: &CellKey,
+    peers: &[&CellKey],
+    homes: BTreeMap<String, Vec<String>>,
+    client_addr: SocketAddr,
+    retry: RetryPolicy,
+    root_token: Option<&str>,
 ) -> (RunningNode<SimDisk>, Client) {
     let any = "127.0.0.1:0".parse().expect("an address");
     let mut keyring = Keyring::in_memory();
@@ -60,11 +73,12 @@ async fn cell(
         mail: Some(MailConfig { key: key.clone(), keyring, keyring_dir: None, homes, retry, id_seed: 7 }),
         past: cellog_raft::Past::Unknown,
         cell_id: None,
-        callers: cellog_net::auth::Callers { insecure: true },
-        root_token: None,
+        callers: cellog_net::auth::Callers { insecure: root_token.is_none() },
+        root_token: root_token.map(str::to_string),
     };
     let node = RunningNode::start(&config, SimDisk::new(7), Arc::new(SystemClock)).await.expect("the node starts");
-    let client = Client::new([node.client_addr.to_string()], ClientOptions::default()).expect("a client");
+    let options = ClientOptions { token: root_token.map(str::to_string), ..ClientOptions::default() };
+    let client = Client::new([node.client_addr.to_string()], options).expect("a client");
     for _ in 0..200 {
         if client.cluster_status().await.is_ok_and(|status| status.state == "Leader" && status.applied_index.is_some())
         {
@@ -259,4 +273,58 @@ async fn mail_waits_in_the_outbox_until_its_recipient_comes_up() {
     let mail = bravo_client.read_mail(0, 10).await.expect("reads");
     assert_eq!(mail.len(), 1);
     assert_eq!(&mail[0].payload[..], b"later");
+}
+
+/// On a cell that requires credentials, sending needs publish grants covering the outbox and reading the inbox or the
+/// results subscribe grants covering them; a caller without a token gets nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mail_calls_need_their_grants() {
+    const ROOT: &str = "cellog_root-of-the-mail-grants-test-000000000000000";
+    let echo = key("echo");
+    let (node, root) =
+        cell_as(&echo, &[], BTreeMap::new(), free_addr(), quick_retry(Duration::from_secs(5)), Some(ROOT)).await;
+    let mut installed = false;
+    for _ in 0..200 {
+        if root.who_am_i().await.is_ok() {
+            installed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(installed, "the root token works");
+    let as_principal = |name: &str, grants: v1::Grants| {
+        let root = root.clone();
+        let name = name.to_string();
+        async move {
+            root.put_principal(&name, grants).await.expect("a principal");
+            let token = cellog_client::token::from_random(cellog_client::token::hash(&name));
+            root.add_token(&name, cellog_client::token::hash(&token)).await.expect("a token");
+            let options = ClientOptions { token: Some(token), ..ClientOptions::default() };
+            Client::new([node_addr(&root)], options).expect("a client")
+        }
+    };
+    let reader = as_principal("reader", v1::Grants { subscribe: vec!["mail.>".into()], ..Default::default() }).await;
+    let sender = as_principal("sender", v1::Grants { publish: vec!["mail.out.>".into()], ..Default::default() }).await;
+    let anonymous = Client::new([node_addr(&root)], ClientOptions::default()).expect("a client");
+
+    let refused =
+        |result: Result<Vec<v1::OpenedMail>, ClientError>| result.expect_err("refused").reason().map(str::to_string);
+    assert_eq!(refused(anonymous.read_mail(0, 10).await).as_deref(), Some("UNAUTHENTICATED"));
+    assert_eq!(refused(sender.read_mail(0, 10).await).as_deref(), Some("PERMISSION_DENIED"));
+    assert!(reader.read_mail(0, 10).await.expect("reader reads the inbox").is_empty());
+    let payload = Bytes::from_static(b"hello");
+    let denied = reader.send_sealed(&["echo".to_string()], payload.clone(), None).await.expect_err("no publish grant");
+    assert_eq!(denied.reason(), Some("PERMISSION_DENIED"));
+    let sent = sender.send_sealed(&["echo".to_string()], payload, None).await.expect("sender sends");
+    let status = reader.delivery_status(&sent.envelope_id).await.expect("reader reads the results");
+    assert_eq!(status.recipients.len(), 1);
+    assert_eq!(
+        sender.delivery_status(&sent.envelope_id).await.expect_err("no subscribe grant").reason(),
+        Some("PERMISSION_DENIED")
+    );
+    node.stop().await.expect("stops");
+}
+
+fn node_addr(client: &Client) -> String {
+    client.current_addr()
 }

@@ -121,6 +121,13 @@ impl Cell {
         self.auth.authorize(principal, &Access::Read { stream, subjects: &s.config().subjects })
     }
 
+    /// Authorizes publishing anywhere in a stream: its subject filters must be covered by the principal's publish
+    /// grants.
+    pub fn authorize_write(&self, principal: &str, stream: &str) -> Result<(), Rejection> {
+        let s = self.stream(stream)?;
+        self.auth.authorize(principal, &Access::Write { stream, subjects: &s.config().subjects })
+    }
+
     /// The principals, in name order: each one's grants and how many tokens it holds.
     pub fn principals(&self) -> Vec<(Arc<str>, Grants, usize)> {
         self.auth.principals().iter().map(|(name, p)| (name.clone(), p.grants.clone(), p.tokens.len())).collect()
