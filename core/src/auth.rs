@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{NameKind, Rejection};
 use crate::snapshot::v4;
-use crate::subject::{filter_covers, filter_matches, validate_filter, validate_name};
+use crate::subject::{filter_covers, filter_matches, filters_overlap, validate_filter, validate_name};
 
 /// The header every message a principal publishes carries: the principal's name, set by the cell over any value the
 /// caller sent, so that a reader can tell who published it.
@@ -202,6 +202,9 @@ impl Access<'_> {
 pub struct Auth {
     principals: BTreeMap<Arc<str>, Principal>,
     producer_owners: BTreeMap<u64, Arc<str>>,
+    /// Subject filters only the node may publish to (its own streams: sealed mail, results, provenance), whatever a
+    /// principal's grants say.
+    reserved: BTreeSet<String>,
     /// Which principal holds a token: derived from `principals`, not encoded, rebuilt on decode.
     #[serde(skip)]
     by_token: BTreeMap<TokenHash, Arc<str>>,
@@ -213,6 +216,7 @@ impl Default for Auth {
         Auth {
             principals: BTreeMap::from([(Arc::from(ROOT), root)]),
             producer_owners: BTreeMap::new(),
+            reserved: BTreeSet::new(),
             by_token: BTreeMap::new(),
         }
     }
@@ -231,12 +235,40 @@ impl Auth {
     pub(crate) fn from_parts(
         principals: BTreeMap<Arc<str>, Principal>,
         producer_owners: BTreeMap<u64, Arc<str>>,
+        reserved: BTreeSet<String>,
     ) -> Self {
         let by_token = principals
             .iter()
             .flat_map(|(name, principal)| principal.tokens.iter().map(move |token| (*token, name.clone())))
             .collect();
-        Auth { principals, producer_owners, by_token }
+        Auth { principals, producer_owners, reserved, by_token }
+    }
+
+    /// Whether `filter` itself is reserved.
+    pub fn is_reserved(&self, filter: &str) -> bool {
+        self.reserved.contains(filter)
+    }
+
+    /// The reserved filter `subject` falls under, if any.
+    pub fn reserved_for(&self, subject: &str) -> Option<&str> {
+        self.reserved.iter().find(|filter| filter_matches(filter, subject)).map(String::as_str)
+    }
+
+    /// The reserved filter a stream claiming `subjects` overlaps, if any.
+    pub fn reserved_overlap(&self, subjects: &[String]) -> Option<&str> {
+        self.reserved
+            .iter()
+            .find(|filter| subjects.iter().any(|claimed| filters_overlap(filter, claimed)))
+            .map(String::as_str)
+    }
+
+    /// Reserves `filter` for the node. Returns whether it was new.
+    pub(crate) fn reserve(&mut self, filter: &str) -> Result<bool, Rejection> {
+        validate_filter(filter).map_err(|reason| Rejection::InvalidSubject { subject: filter.to_string(), reason })?;
+        if !self.reserved.contains(filter) && self.reserved.len() >= MAX_GRANT_ENTRIES {
+            return Err(Rejection::Invalid { reason: format!("at most {MAX_GRANT_ENTRIES} reserved subject filters") });
+        }
+        Ok(self.reserved.insert(filter.to_string()))
     }
 
     /// Its principals, in name order.
@@ -374,6 +406,6 @@ impl From<v4::Auth> for Auth {
                 (name, Principal { grants: principal.grants.into(), tokens })
             })
             .collect();
-        Auth::from_parts(principals, auth.producer_owners)
+        Auth::from_parts(principals, auth.producer_owners, auth.reserved)
     }
 }

@@ -268,6 +268,12 @@ pub enum Command {
         /// The token's hash.
         token: TokenHash,
     },
+    /// Reserve subjects for the node: no principal may publish to them, or recall or delete a stream claiming them
+    /// (the node's own streams: sealed mail, results, provenance). The node's own command only.
+    ReserveSubjects {
+        /// The subject filter.
+        filter: String,
+    },
 }
 
 impl Command {
@@ -424,6 +430,11 @@ pub enum Outcome {
     TokenAdded,
     /// The token no longer works.
     TokenRevoked,
+    /// The subjects are reserved for the node; `reserved` is false when they already were.
+    SubjectsReserved {
+        /// Whether this command reserved them.
+        reserved: bool,
+    },
 }
 
 impl From<v3::ProducerRef> for ProducerRef {

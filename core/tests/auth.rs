@@ -194,6 +194,30 @@ fn root_cannot_be_deleted_or_narrowed_and_bad_grants_are_refused() {
 }
 
 #[test]
+fn reserved_subjects_are_the_node_s_alone() {
+    let mut h = cell();
+    h.ok(Command::CreateStream { name: "mail".into(), config: StreamConfig::with_subjects(["mail.>"]) });
+    h.ok(Command::ReserveSubjects { filter: "mail.>".into() });
+    assert!(matches!(
+        h.ok(Command::ReserveSubjects { filter: "mail.>".into() }),
+        Outcome::SubjectsReserved { reserved: false }
+    ));
+    let Outcome::Published(ack) = h.ok(publish("mail.out.1")) else { panic!("the node publishes") };
+    // Not even root may write, recall or delete the node's own streams, or reserve subjects itself.
+    for command in [
+        publish("mail.out.2"),
+        Command::Recall { stream: "mail".into(), partition: ack.partition, seq: ack.seq },
+        Command::DeleteStream { name: "mail".into() },
+        Command::ReserveSubjects { filter: "orders.>".into() },
+    ] {
+        let description = format!("{command:?}");
+        let needs = denied(h.apply(as_token(9, command))).unwrap_or_else(|| panic!("{description} was not refused"));
+        assert!(needs.starts_with("the node's own authority"), "{description}: {needs}");
+    }
+    assert_eq!(h.cell.stream_info("mail").unwrap().n_messages, 1);
+}
+
+#[test]
 fn reads_are_authorized_against_the_stream_subjects() {
     let h = cell();
     assert!(h.cell.authorize_read("bob", "audit").is_ok());

@@ -796,6 +796,7 @@ fn busy_with_principals() -> Harness {
     ] {
         h.ok(root(command));
     }
+    h.ok(Command::ReserveSubjects { filter: "jobs.>".into() });
     let init = Command::InitProducer { transactional_id: "alice-tx".into(), transaction_timeout_ms: 60_000 };
     h.ok(Command::As { actor: Actor::Token(token(1)), command: Box::new(init) });
     h

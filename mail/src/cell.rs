@@ -38,6 +38,9 @@ pub trait MailCell: Send + Sync + 'static {
     /// The cell's time, in milliseconds.
     fn now_ms(&self) -> u64;
 
+    /// Whether `filter` is reserved for the node (see `Command::ReserveSubjects`).
+    fn is_reserved(&self, filter: &str) -> bool;
+
     /// Whether `stream` exists.
     fn has_stream(&self, stream: &str) -> bool;
 

@@ -24,8 +24,8 @@ use crate::cell::MailCell;
 use crate::outbox::{Attempt, Outbox, RetryPolicy, Settled};
 use crate::schema::{
     ATTEMPTS_HEADER, DETAIL_HEADER, INBOX, MAX_DETAIL_CHARS, MAX_MAIL_PAYLOAD, MAX_RECIPIENTS, OUTBOX,
-    RECIPIENTS_HEADER, RESULT_HEADER, RESULTS, SENDER_HEADER, inbox_subject, outbox_subject, pin, provenance_msg_id,
-    provenance_subject, result_msg_id, result_name, result_status, result_subject, stream_configs,
+    RECIPIENTS_HEADER, RESERVED, RESULT_HEADER, RESULTS, SENDER_HEADER, inbox_subject, outbox_subject, pin,
+    provenance_msg_id, provenance_subject, result_msg_id, result_name, result_status, result_subject, stream_configs,
 };
 
 /// What a node needs to send and receive sealed mail.
@@ -126,8 +126,11 @@ impl Mailroom {
     }
 
     /// Creates the mail streams that do not exist yet (an operator may have changed an existing one's limits; that
-    /// is kept).
+    /// is kept), and reserves their subjects for the node: no principal may write, recall or delete them.
     pub async fn ensure_streams(&self, cell: &impl MailCell) -> Result<(), Status> {
+        if !cell.is_reserved(RESERVED) {
+            cell.propose(Command::ReserveSubjects { filter: RESERVED.to_string() }).await?;
+        }
         for (name, config) in stream_configs() {
             if cell.has_stream(name) {
                 continue;

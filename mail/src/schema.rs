@@ -35,6 +35,9 @@ const DAY_MS: u64 = 24 * 3600 * 1000;
 /// How long the inbox remembers an envelope id (and so how long a late repeat is still recognized).
 pub const INBOX_DEDUP_MS: u64 = 7 * DAY_MS;
 
+/// Every subject of the mail streams: reserved for the node, which alone writes them.
+pub const RESERVED: &str = "mail.>";
+
 /// The outbox subject of envelope `id`.
 pub fn outbox_subject(id: &str) -> String {
     format!("mail.out.{id}")

@@ -69,6 +69,10 @@ impl<S: Storage + Clone + Send + Sync + 'static> MailCell for NodeCell<S> {
         self.0.now().0
     }
 
+    fn is_reserved(&self, filter: &str) -> bool {
+        self.replica().is_ok_and(|replica| replica.cell.is_reserved(filter))
+    }
+
     fn has_stream(&self, stream: &str) -> bool {
         self.replica().is_ok_and(|replica| replica.cell.stream_info(stream).is_ok())
     }

@@ -198,10 +198,11 @@ async fn a_multicast_says_which_recipients_it_reached_and_how_the_others_ended()
     assert!(!row.contains("quarterly"), "no plaintext in a row: {row}");
     assert_eq!(received_rows[0].headers.get("Cellog-Pin").map(String::as_str), Some("mail-inbox/0/1"));
     assert!(String::from_utf8_lossy(&sent_rows[0].payload).contains("verified = false"));
-    // Pinned: neither the inbox envelope nor the outbox one can be recalled or its stream deleted.
+    // The node's own streams: not even root recalls an envelope or deletes a mail stream (the provenance rows' pins
+    // keep them from the node's own retention too).
     let recall = bravo_client.recall(INBOX, 0, 1).await;
     assert!(
-        matches!(&recall, Err(ClientError::Status { code: Code::FailedPrecondition, detail }) if detail.reason == "PINNED"),
+        matches!(&recall, Err(ClientError::Status { code: Code::PermissionDenied, detail }) if detail.reason == "PERMISSION_DENIED"),
         "{recall:?}"
     );
     assert!(alpha_client.delete_stream(OUTBOX).await.is_err());
@@ -316,6 +317,14 @@ async fn mail_calls_need_their_grants() {
     let denied = reader.send_sealed(&["echo".to_string()], payload.clone(), None).await.expect_err("no publish grant");
     assert_eq!(denied.reason(), Some("PERMISSION_DENIED"));
     let sent = sender.send_sealed(&["echo".to_string()], payload, None).await.expect("sender sends");
+    // The mail streams are the node's alone: a grant on their subjects does not let a principal write them directly.
+    let forged = v1::PublishRequest {
+        subject: "mail.out.forged".into(),
+        payload: Bytes::from_static(b"x"),
+        ..Default::default()
+    };
+    assert_eq!(sender.publish(forged).await.expect_err("reserved").reason(), Some("PERMISSION_DENIED"));
+    assert_eq!(root.delete_stream(OUTBOX).await.expect_err("reserved").reason(), Some("PERMISSION_DENIED"));
     let status = reader.delivery_status(&sent.envelope_id).await.expect("reader reads the results");
     assert_eq!(status.recipients.len(), 1);
     assert_eq!(

@@ -41,11 +41,19 @@ impl Cell {
                 if let Some(r) = request.transaction {
                     auth.authorize_producer(&principal, r.producer_id)?;
                 }
+                if let Some(filter) = auth.reserved_for(&request.subject) {
+                    return Err(reserved(&principal, filter));
+                }
+            }
+            Command::Recall { stream, .. } | Command::DeleteStream { name: stream } => {
+                auth.authorize(&principal, &Access::Admin)?;
+                let subjects = self.streams.get(stream.as_str()).map(|s| &s.config().subjects[..]).unwrap_or(&[]);
+                if let Some(filter) = auth.reserved_overlap(subjects) {
+                    return Err(reserved(&principal, filter));
+                }
             }
             Command::CreateStream { .. }
             | Command::UpdateStream { .. }
-            | Command::DeleteStream { .. }
-            | Command::Recall { .. }
             | Command::CreateConsumer { .. }
             | Command::UpdateConsumer { .. }
             | Command::DeleteConsumer { .. }
@@ -66,7 +74,7 @@ impl Cell {
             | Command::DeletePrincipal { .. }
             | Command::AddToken { .. }
             | Command::RevokeToken { .. } => auth.authorize(&principal, &Access::ClusterAdmin)?,
-            Command::Tick | Command::As { .. } => {
+            Command::Tick | Command::As { .. } | Command::ReserveSubjects { .. } => {
                 return Err(Rejection::PermissionDenied {
                     principal: principal.to_string(),
                     needs: "the node's own authority (this command is not a client's)".to_string(),
@@ -104,5 +112,13 @@ impl Cell {
         let principal = self.auth.revoke_token(token)?;
         self.effects.push(Effect::TokenRevoked { principal, token });
         Ok(Outcome::TokenRevoked)
+    }
+}
+
+/// A refusal of a principal's write to subjects reserved for the node.
+fn reserved(principal: &str, filter: &str) -> Rejection {
+    Rejection::PermissionDenied {
+        principal: principal.to_string(),
+        needs: format!("the node's own authority ({filter} is reserved for the node's own streams)"),
     }
 }

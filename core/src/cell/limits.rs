@@ -136,6 +136,8 @@ impl Command {
             Command::DeletePrincipal { name } | Command::AddToken { principal: name, .. } => {
                 check_name(NameKind::Principal, name)
             }
+            Command::ReserveSubjects { filter } => crate::subject::validate_filter(filter)
+                .map_err(|reason| Rejection::InvalidSubject { subject: filter.clone(), reason }),
             _ => Ok(()),
         }
     }

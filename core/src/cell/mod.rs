@@ -255,6 +255,9 @@ impl Cell {
             Command::DeletePrincipal { name } => self.delete_principal(&name),
             Command::AddToken { principal, token } => self.add_token(&principal, token),
             Command::RevokeToken { token } => self.revoke_token(token),
+            Command::ReserveSubjects { filter } => {
+                Ok(Outcome::SubjectsReserved { reserved: self.auth.reserve(&filter)? })
+            }
             Command::UnregisterPeer { stream, peer } => self.unregister_peer(at, &stream, &peer),
             Command::Tick => Ok(Outcome::Ticked),
             Command::UpdateConsumer { stream, name, config } => self.update_consumer(&stream, &name, config),

@@ -128,6 +128,11 @@ impl Cell {
         self.auth.authorize(principal, &Access::Write { stream, subjects: &s.config().subjects })
     }
 
+    /// Whether `filter` is reserved for the node (see [`crate::Command::ReserveSubjects`]).
+    pub fn is_reserved(&self, filter: &str) -> bool {
+        self.auth.is_reserved(filter)
+    }
+
     /// The principals, in name order: each one's grants and how many tokens it holds.
     pub fn principals(&self) -> Vec<(Arc<str>, Grants, usize)> {
         self.auth.principals().iter().map(|(name, p)| (name.clone(), p.grants.clone(), p.tokens.len())).collect()

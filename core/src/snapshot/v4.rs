@@ -63,6 +63,7 @@ impl Cell {
 pub(crate) struct Auth {
     pub principals: BTreeMap<Arc<str>, Principal>,
     pub producer_owners: BTreeMap<u64, Arc<str>>,
+    pub reserved: BTreeSet<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
