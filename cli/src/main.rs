@@ -22,6 +22,9 @@ struct Cli {
     command: Command,
 }
 
+/// The client addresses of `cellog dev`'s nodes: where client commands connect unless told otherwise.
+const DEV_SERVERS: &str = "127.0.0.1:7401,127.0.0.1:7402,127.0.0.1:7403";
+
 /// Where client commands connect.
 #[derive(clap::Args, Clone, Debug)]
 pub struct Connect {
@@ -32,7 +35,7 @@ pub struct Connect {
         global = true,
         env = "CELLOG_SERVER",
         value_delimiter = ',',
-        default_value = "127.0.0.1:7401,127.0.0.1:7402,127.0.0.1:7403"
+        default_value = DEV_SERVERS
     )]
     server: Vec<String>,
     /// Give up on a call after retrying this many seconds.
@@ -45,6 +48,16 @@ pub struct Connect {
     /// exists].
     #[arg(long, global = true, env = "CELLOG_TOKEN_FILE")]
     token_file: Option<std::path::PathBuf>,
+    /// The cell CA's certificate (PEM): talk to the nodes over TLS, verifying them with it [default:
+    /// .cellog-dev/certs/ca.pem, the local dev cell's, when it exists].
+    #[arg(long, global = true, env = "CELLOG_CA")]
+    ca: Option<std::path::PathBuf>,
+    /// A client certificate (PEM) naming the principal to run as (with --key), instead of a token.
+    #[arg(long, global = true, env = "CELLOG_CERT", requires = "key")]
+    cert: Option<std::path::PathBuf>,
+    /// The client certificate's key (PEM).
+    #[arg(long, global = true, env = "CELLOG_KEY", requires = "cert")]
+    key: Option<std::path::PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -80,6 +93,10 @@ enum Command {
     /// Sealed mail to other cells: send, delivery status, the inbox.
     #[command(subcommand)]
     Mail(mail::MailCommand),
+    /// A cell's CA and the certificates it signs for nodes and clients (no server needed).
+    #[cfg(feature = "node")]
+    #[command(subcommand)]
+    Certs(commands::certs::CertsCommand),
     /// This cell's key and the keyring of other cells' keys (in the data directory; no server needed).
     #[cfg(feature = "node")]
     #[command(subcommand)]
@@ -123,6 +140,8 @@ async fn main() -> std::process::ExitCode {
                 Command::Auth(command) => auth::run(command).await,
                 #[cfg(feature = "node")]
                 Command::Keys(command) => commands::keys::run(command),
+                #[cfg(feature = "node")]
+                Command::Certs(command) => commands::certs::run(command),
                 Command::Mail(command) => mail::run(command).await,
                 Command::Bench(command) => bench::run(command).await,
                 #[cfg(feature = "node")]

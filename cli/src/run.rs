@@ -8,11 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use cellog_client::{Client, ClientOptions};
+use cellog_client::{Client, ClientOptions, ClientTls};
 use cellog_envelope::{CellKey, Keyring};
 use cellog_mail::{MailConfig, RetryPolicy};
 use cellog_net::auth::Callers;
 use cellog_net::metrics::Metered;
+use cellog_net::tls::TlsFiles;
 use cellog_net::{NodeConfig, Peer, RaftTiming, RunningNode};
 use cellog_raft::storage::RocksStorage;
 use cellog_raft::{CellNode, Past, SystemClock};
@@ -81,6 +82,15 @@ pub struct NodeArgs {
     /// characters).
     #[arg(long, env = "CELLOG_ROOT_TOKEN_FILE")]
     root_token_file: Option<PathBuf>,
+    /// The cell CA's certificate (PEM; with --tls-cert and --tls-key): mutual TLS on the client and peer ports.
+    #[arg(long, env = "CELLOG_TLS_CA", requires_all = ["tls_cert", "tls_key"])]
+    tls_ca: Option<PathBuf>,
+    /// This node's certificate (PEM), signed by the CA (`cellog certs issue node`).
+    #[arg(long, env = "CELLOG_TLS_CERT", requires_all = ["tls_ca", "tls_key"])]
+    tls_cert: Option<PathBuf>,
+    /// This node's key (PEM).
+    #[arg(long, env = "CELLOG_TLS_KEY", requires_all = ["tls_ca", "tls_cert"])]
+    tls_key: Option<PathBuf>,
 }
 
 /// The same settings in a file.
@@ -106,6 +116,9 @@ struct FileConfig {
     homes: Vec<String>,
     insecure: Option<bool>,
     root_token_file: Option<PathBuf>,
+    tls_ca: Option<PathBuf>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
 }
 
 fn addr(text: &str) -> SocketAddr {
@@ -150,6 +163,12 @@ impl NodeArgs {
             Some(path) => Some(read_token(&path)?),
             None => None,
         };
+        let tls = match (self.tls_ca.or(file.tls_ca), self.tls_cert.or(file.tls_cert), self.tls_key.or(file.tls_key)) {
+            (Some(ca), Some(cert), Some(key)) => Some(TlsFiles { ca, cert, key }),
+            (None, None, None) => None,
+            _ => bail!("TLS needs all of tls_ca, tls_cert and tls_key"),
+        };
+        let insecure = self.insecure || file.insecure.unwrap_or(false);
         let config = NodeConfig {
             cell: self.cell.or(file.cell).unwrap_or_else(|| "cellog".to_string()),
             id: self.id.or(file.id).unwrap_or(1),
@@ -177,9 +196,21 @@ impl NodeArgs {
             mail: None,
             past: Past::Unknown,
             cell_id: None,
-            callers: Callers { insecure: self.insecure || file.insecure.unwrap_or(false) },
+            callers: Callers { insecure, cell: None },
             root_token,
+            tls,
         };
+        // Off loopback, calls and Raft messages cross a network: they go over TLS, or the operator says otherwise.
+        let exposed = [config.client_addr, config.raft_addr].into_iter().find(|addr| !addr.ip().is_loopback());
+        if let Some(addr) = exposed
+            && config.tls.is_none()
+            && !insecure
+        {
+            bail!(
+                "{addr} is not a loopback address: give the node TLS (--tls-ca, --tls-cert, --tls-key; see `cellog \
+                 certs`), or run it --insecure on a network every caller of which is trusted"
+            );
+        }
         if config.peers.iter().any(|peer| peer.id == config.id) {
             bail!("node {} lists itself among its peers", config.id);
         }
@@ -218,6 +249,38 @@ fn dev_root_token(path: &std::path::Path) -> anyhow::Result<String> {
     writeln!(file, "{token}").with_context(|| format!("writing {}", path.display()))?;
     file.sync_all().with_context(|| format!("syncing {}", path.display()))?;
     Ok(token)
+}
+
+/// Where the dev cell's TLS files are.
+struct DevCerts {
+    dir: PathBuf,
+    ca: PathBuf,
+}
+
+impl DevCerts {
+    fn node(&self, id: u64) -> TlsFiles {
+        TlsFiles {
+            ca: self.ca.clone(),
+            cert: self.dir.join(format!("node-{id}.pem")),
+            key: self.dir.join(format!("node-{id}.key")),
+        }
+    }
+}
+
+/// The dev cell's CA and its three nodes' certificates (for 127.0.0.1 and localhost) in `dir`, made if missing.
+fn dev_certs(dir: &std::path::Path) -> anyhow::Result<DevCerts> {
+    use crate::commands::certs;
+    let ca_path = dir.join("ca.pem");
+    if !ca_path.exists() {
+        let ca = certs::init(dir, "dev")?;
+        for id in 1..=3 {
+            let hosts = ["127.0.0.1".to_string(), "localhost".to_string()];
+            let issued = certs::issue_node(&ca, "dev", id, &hosts)?;
+            certs::write_new(&dir.join(format!("node-{id}.key")), &issued.key, true)?;
+            certs::write_new(&dir.join(format!("node-{id}.pem")), &issued.cert, false)?;
+        }
+    }
+    Ok(DevCerts { dir: dir.to_path_buf(), ca: ca_path })
 }
 
 /// Opens the node's store and starts it, with sealed mail under the cell key in its data directory (made on the first
@@ -333,6 +396,8 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     // The root token every client command of this directory uses by default (see `cellog auth`).
     let token_path = args.data.join("root.token");
     let root_token = dev_root_token(&token_path)?;
+    // The cell's CA and the nodes' certificates, made on the first start: the dev cell runs with TLS on.
+    let certs = dev_certs(&args.data.join("certs"))?;
     let mut configs = Vec::new();
     for id in 1..=3u16 {
         configs.push(NodeConfig {
@@ -352,6 +417,7 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
             cell_id: None,
             callers: Callers::default(),
             root_token: Some(root_token.clone()),
+            tls: Some(certs.node(u64::from(id))),
         });
     }
     let founders: Vec<Peer> = configs.iter().map(|config| Peer { id: config.id, node: config.advertised() }).collect();
@@ -373,7 +439,9 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         println!("  node {}  client {}  raft {}  metrics {metrics}", node.node.id(), node.client_addr, node.raft_addr);
     }
     let addrs: Vec<String> = nodes.iter().map(|node| node.client_addr.to_string()).collect();
-    let client = Client::new(addrs.clone(), ClientOptions { token: Some(root_token), ..ClientOptions::default() })?;
+    let tls = ClientTls { ca_pem: std::fs::read(&certs.ca).context("reading the dev CA")?, identity: None };
+    let options = ClientOptions { token: Some(root_token), tls: Some(tls), ..ClientOptions::default() };
+    let client = Client::new(addrs.clone(), options)?;
     let leader = wait_for_leader(&client).await?;
     println!(
         "ready: leader is node {leader}; try `cellog stream add demo --subjects 'demo.>'` and `cellog pub demo.hello hi` \

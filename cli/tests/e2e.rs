@@ -193,10 +193,27 @@ async fn cellog_dev_runs_a_cell_and_comes_back_with_its_data() {
     let addrs: Vec<String> = (1..=3).map(|i| format!("127.0.0.1:{}", base_port + i)).collect();
     // The dev cell made its root token in its data directory; a call without it is refused.
     let token = std::fs::read_to_string(dir.path().join("root.token")).expect("the dev cell's root token");
-    let anonymous = cellog_client::Client::new(addrs.clone(), common::quick()).expect("a client");
+    let anonymous = cellog_client::Client::new(
+        addrs.clone(),
+        cellog_client::ClientOptions {
+            tls: Some(cellog_client::ClientTls {
+                ca_pem: std::fs::read(dir.path().join("certs").join("ca.pem")).expect("the dev cell's CA"),
+                identity: None,
+            }),
+            ..common::quick()
+        },
+    )
+    .expect("a client");
     let refused = anonymous.list_streams().await.expect_err("no credential");
     assert_eq!(refused.reason(), Some("UNAUTHENTICATED"), "{refused}");
-    let options = cellog_client::ClientOptions { token: Some(token.trim().to_string()), ..common::quick() };
+    // ... and it serves over TLS under the CA it made.
+    let ca_pem = std::fs::read(dir.path().join("certs").join("ca.pem")).expect("the dev cell's CA");
+    let tls = cellog_client::ClientTls { ca_pem, identity: None };
+    let plaintext = cellog_client::ClientOptions { token: Some(token.trim().to_string()), ..common::quick() };
+    let options = cellog_client::ClientOptions { tls: Some(tls), ..plaintext.clone() };
+    let brief = cellog_client::ClientOptions { retry_for: std::time::Duration::from_millis(300), ..plaintext };
+    let probe = cellog_client::Client::new(addrs.clone(), brief).expect("a client");
+    assert!(probe.list_streams().await.is_err(), "plaintext to a TLS port gets nowhere");
     let client = cellog_client::Client::new(addrs.clone(), options.clone()).expect("a client");
     client
         .create_stream("kept", v1::StreamConfig { subjects: vec!["kept.>".into()], ..Default::default() })

@@ -48,6 +48,18 @@ pub struct ClientOptions {
     /// The API token every call carries (`authorization: Bearer TOKEN`), if any. Without one, only a node that serves
     /// callers without credentials (`--insecure`) answers.
     pub token: Option<String>,
+    /// TLS toward the cell's nodes; `None`: plaintext.
+    pub tls: Option<ClientTls>,
+}
+
+/// TLS toward a cell: the cell CA's certificate to verify nodes with, and optionally a client certificate naming the
+/// caller's principal (`cellog://CELL/principal/NAME`, made by `cellog certs issue client`), all PEM.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientTls {
+    /// The cell CA's certificate.
+    pub ca_pem: Vec<u8>,
+    /// The caller's certificate and key, if it authenticates by certificate.
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl Default for ClientOptions {
@@ -60,6 +72,7 @@ impl Default for ClientOptions {
             discover_every: DISCOVERY_INTERVAL,
             retry_backpressure: true,
             token: None,
+            tls: None,
         }
     }
 }
@@ -233,10 +246,24 @@ pub struct Client {
     bearer: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
 }
 
-fn connect(addr: &str) -> Result<Channel, ClientError> {
-    let uri = if addr.contains("://") { addr.to_string() } else { format!("http://{addr}") };
-    let endpoint = Endpoint::from_shared(uri)
-        .map_err(|error| ClientError::Address { addr: addr.to_string(), reason: error.to_string() })?;
+fn connect(addr: &str, tls: Option<&ClientTls>) -> Result<Channel, ClientError> {
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let uri = if addr.contains("://") { addr.to_string() } else { format!("{scheme}://{addr}") };
+    let bad =
+        |error: tonic::transport::Error| ClientError::Address { addr: addr.to_string(), reason: error.to_string() };
+    let endpoint = Endpoint::from_shared(uri).map_err(bad)?;
+    #[cfg(not(madsim))]
+    let endpoint = match tls {
+        Some(tls) => {
+            use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+            let mut config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&tls.ca_pem));
+            if let Some((cert, key)) = &tls.identity {
+                config = config.identity(Identity::from_pem(cert, key));
+            }
+            endpoint.tls_config(config).map_err(bad)?
+        }
+        None => endpoint,
+    };
     Ok(endpoint.connect_timeout(Duration::from_secs(2)).tcp_nodelay(true).connect_lazy())
 }
 
@@ -263,7 +290,7 @@ impl Client {
             return Err(ClientError::NoNodes);
         }
         for addr in &addrs {
-            connect(addr)?;
+            connect(addr, options.tls.as_ref())?;
         }
         let bearer = match &options.token {
             Some(token) => {
@@ -291,7 +318,7 @@ impl Client {
         if let Some(channel) = route.channels.get(&addr) {
             return Ok(channel.clone());
         }
-        let channel = connect(&addr)?;
+        let channel = connect(&addr, self.options.tls.as_ref())?;
         route.channels.insert(addr, channel.clone());
         Ok(channel)
     }

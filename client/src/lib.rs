@@ -17,4 +17,4 @@ pub mod status;
 pub mod token;
 
 pub use cellog_proto::v1 as proto;
-pub use client::{BatchResult, Client, ClientError, ClientOptions, DISCOVERY_INTERVAL, item_error};
+pub use client::{BatchResult, Client, ClientError, ClientOptions, ClientTls, DISCOVERY_INTERVAL, item_error};

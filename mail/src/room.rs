@@ -448,6 +448,8 @@ impl Mailroom {
             retry_backpressure: true,
             // Another cell's `Deliver` takes an envelope on its signature, not on a credential.
             token: None,
+            // Another cell's TLS (its CA) is not known here: cross-cell delivery is plaintext for now.
+            tls: None,
         };
         let client = Client::new(addrs.iter().cloned(), options);
         if let Ok(client) = &client {

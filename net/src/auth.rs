@@ -13,6 +13,9 @@ pub struct Callers {
     /// Calls without a credential run as the root principal. For a node whose callers are all trusted (a test, a
     /// node reached only through a trusted network); never the default.
     pub insecure: bool,
+    /// With TLS on, the cell whose principals client certificates name (`cellog://CELL/principal/NAME`); the node
+    /// sets it.
+    pub cell: Option<String>,
 }
 
 fn unauthenticated(message: impl Into<String>) -> Status {
@@ -30,6 +33,22 @@ impl Callers {
                 .ok_or_else(|| unauthenticated(format!("expected `{AUTHORIZATION}: {BEARER}TOKEN`")))?;
             token::check(token).map_err(unauthenticated)?;
             return Ok(Actor::Token(TokenHash(token::hash(token))));
+        }
+        #[cfg(not(madsim))]
+        if let Some(cell) = &self.cell
+            && let Some(certs) = request.peer_certs()
+            && let Some(cert) = certs.first()
+        {
+            // The chain was verified against the cell's CA by the TLS handshake: the node vouches for the name.
+            return match crate::tls::principal_of(cert) {
+                Some((their_cell, principal)) if their_cell == *cell => Ok(Actor::Vouched(principal)),
+                Some((their_cell, _)) => Err(unauthenticated(format!(
+                    "the client certificate names a principal of cell {their_cell:?}, not {cell:?}"
+                ))),
+                None => {
+                    Err(unauthenticated("the client certificate names no principal (cellog://CELL/principal/NAME)"))
+                }
+            };
         }
         if self.insecure {
             return Ok(Actor::Vouched(ROOT.to_string()));

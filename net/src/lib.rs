@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod node;
 pub mod service;
 pub mod status;
+pub mod tls;
 pub mod transport;
 
 pub use node::{NodeConfig, NodeError, Peer, RaftTiming, RunningNode};

@@ -101,16 +101,24 @@ impl Listeners {
         self.metrics.as_ref().and_then(|listener| listener.local_addr().ok())
     }
 
+    /// Serves the client and peer APIs (over TLS with `tls`) and the metrics; a TLS config tonic refuses fails here.
     pub(crate) fn serve<S: Storage + Clone>(
         self,
         services: Services<S>,
         node: Node<S>,
         metrics: Arc<Metrics>,
         stopped: watch::Receiver<bool>,
-    ) -> Vec<JoinHandle<()>> {
+        tls: Option<&crate::tls::NodeTls>,
+    ) -> Result<Vec<JoinHandle<()>>, String> {
         use tonic::transport::Server;
         use tonic::transport::server::TcpIncoming;
 
+        let refused = |error: tonic::transport::Error| format!("the TLS configuration is refused: {error}");
+        let (mut client_server, mut raft_server) = (Server::builder(), Server::builder());
+        if let Some(tls) = tls {
+            client_server = client_server.tls_config(tls.client_port()).map_err(refused)?;
+            raft_server = raft_server.tls_config(tls.peer_port()).map_err(refused)?;
+        }
         let Services { client: client_service, mail: mail_service, raft: raft_service } = services;
         let mut servers = Vec::new();
         let client_stopped = stopped.clone();
@@ -137,7 +145,7 @@ impl Listeners {
                 .build_v1();
             let reflection =
                 reflection.inspect_err(|error| tracing::error!(%error, "gRPC reflection unavailable")).ok();
-            let result = Server::builder()
+            let result = client_server
                 .add_service(health_service)
                 .add_optional_service(reflection)
                 .add_service(client_service)
@@ -154,7 +162,7 @@ impl Listeners {
         let raft_stopped = stopped.clone();
         let raft = self.raft;
         servers.push(tokio::spawn(async move {
-            let result = Server::builder()
+            let result = raft_server
                 .add_service(raft_service)
                 .serve_with_incoming_shutdown(
                     TcpIncoming::from(raft).with_nodelay(Some(true)),
@@ -168,7 +176,7 @@ impl Listeners {
         if let Some(listener) = self.metrics {
             servers.push(serve_metrics(listener, node, metrics, stopped));
         }
-        servers
+        Ok(servers)
     }
 }
 
@@ -233,13 +241,18 @@ impl Listeners {
         _node: Node<S>,
         _metrics: Arc<Metrics>,
         stopped: watch::Receiver<bool>,
-    ) -> Vec<JoinHandle<()>> {
+        tls: Option<&crate::tls::NodeTls>,
+    ) -> Result<Vec<JoinHandle<()>>, String> {
         use tonic::transport::Server;
+
+        if tls.is_some() {
+            return Err("TLS is not available in simulation".to_string());
+        }
 
         let Services { client: client_service, mail: mail_service, raft: raft_service } = services;
         let (client, raft) = (self.client, self.raft);
         let client_stopped = stopped.clone();
-        vec![
+        Ok(vec![
             tokio::spawn(async move {
                 let result = Server::builder()
                     .add_service(client_service)
@@ -257,6 +270,6 @@ impl Listeners {
                     tracing::error!(%error, "raft server failed");
                 }
             }),
-        ]
+        ])
     }
 }

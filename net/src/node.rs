@@ -24,6 +24,7 @@ use crate::listen::{BindError, Listeners, Services};
 use crate::mail_cell::NodeCell;
 use crate::metrics::{Metered, Metrics};
 use crate::service::CellogService;
+use crate::tls::{NodeTls, TlsFiles};
 use crate::transport::{MAX_RAFT_MESSAGE, RaftService, grpc_network};
 
 /// How long a stopping node waits for in-flight calls before it stops Raft anyway.
@@ -94,6 +95,8 @@ pub struct NodeConfig {
     pub cell_id: Option<CellId>,
     /// How it treats callers without a credential.
     pub callers: Callers,
+    /// Mutual TLS on the client and peer ports, under the cell's CA; `None`: plaintext.
+    pub tls: Option<TlsFiles>,
     /// A token this node makes a token of the root principal, if the cell does not have it yet: the first credential
     /// of a new cell.
     pub root_token: Option<String>,
@@ -251,7 +254,11 @@ impl<S: Storage + Clone> RunningNode<S> {
             Some(id) => CellIdentity::known(config.cell.as_str(), id),
             None => CellIdentity::new(config.cell.as_str()),
         };
-        let network = grpc_network(identity.clone());
+        let tls = match &config.tls {
+            Some(files) => Some(NodeTls::load(files).map_err(NodeError::Config)?),
+            None => None,
+        };
+        let network = grpc_network(identity.clone(), tls.clone());
         let node = CellNode::start_with(config.id, raft_config, storage, network, clock, config.past, identity).await?;
         node.set_keep_log_bytes(config.timing.keep_log_bytes);
         let node = Arc::new(node);
@@ -274,7 +281,9 @@ impl<S: Storage + Clone> RunningNode<S> {
 
         let (stop, stopped) = watch::channel(false);
         let mail = config.mail.clone().map(|mail| Arc::new(Mailroom::new(mail, metrics.mail.clone())));
-        let mail_cell = Arc::new(NodeCell(node.clone(), config.callers.clone()));
+        // With TLS on, a client certificate of the cell's CA names a principal of this cell.
+        let callers = Callers { cell: tls.as_ref().map(|_| config.cell.clone()), ..config.callers.clone() };
+        let mail_cell = Arc::new(NodeCell(node.clone(), callers.clone()));
         let mut tasks = Vec::new();
         if let Some(mail) = &mail {
             tracing::info!(cell = mail.cell(), "sealed mail on");
@@ -284,18 +293,20 @@ impl<S: Storage + Clone> RunningNode<S> {
             let token = TokenHash(cellog_client::token::hash(token));
             tasks.push(tokio::spawn(install_root_token(node.clone(), token, stopped.clone())));
         }
-        let client_service =
-            CellogServer::new(CellogService::new(node.clone(), metrics.clone(), config.callers.clone()))
-                .max_decoding_message_size(MAX_CLIENT_MESSAGE)
-                .max_encoding_message_size(MAX_CLIENT_MESSAGE);
+        let client_service = CellogServer::new(CellogService::new(node.clone(), metrics.clone(), callers))
+            .max_decoding_message_size(MAX_CLIENT_MESSAGE)
+            .max_encoding_message_size(MAX_CLIENT_MESSAGE);
         let mail_service = MailServer::new(MailService::new(mail_cell, mail))
             .max_decoding_message_size(MAX_CLIENT_MESSAGE)
             .max_encoding_message_size(MAX_CLIENT_MESSAGE);
-        let raft_service = RaftServer::new(RaftService::new(node.clone(), metrics.clone()))
+        let tls_cell = tls.as_ref().map(|_| config.cell.clone());
+        let raft_service = RaftServer::new(RaftService::new(node.clone(), metrics.clone(), tls_cell))
             .max_decoding_message_size(MAX_RAFT_MESSAGE)
             .max_encoding_message_size(MAX_RAFT_MESSAGE);
         let services = Services { client: client_service, mail: mail_service, raft: raft_service };
-        let mut servers = listeners.serve(services, node.clone(), metrics.clone(), stopped);
+        let mut servers = listeners
+            .serve(services, node.clone(), metrics.clone(), stopped, tls.as_ref())
+            .map_err(NodeError::Config)?;
         servers.extend(tasks);
         tracing::info!(id = config.id, %client_addr, %raft_addr, ?metrics_addr, "node serving");
         Ok(RunningNode { node, metrics, client_addr, raft_addr, metrics_addr, stop, servers })

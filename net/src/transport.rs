@@ -16,6 +16,7 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
 
 use crate::metrics::Metrics;
+use crate::tls::NodeTls;
 
 /// Largest Raft message on the wire: a frame of at most `MAX_MESSAGE_BYTES` (a batch of entries or a snapshot chunk;
 /// raft sends fewer entries rather than more) and the call's own fields.
@@ -40,14 +41,16 @@ fn from_wire(message: RaftMessage) -> Result<Frame, Status> {
     Ok(Frame { cell: message.cell, cell_id, crc32c: message.crc32c, payload: message.payload })
 }
 
-/// The network of a node of `cell`, over gRPC.
-pub fn grpc_network(cell: CellIdentity) -> Network<GrpcLinks> {
-    Network::new(cell, GrpcLinks)
+/// The network of a node of `cell`, over gRPC (over mutual TLS with `tls`).
+pub fn grpc_network(cell: CellIdentity, tls: Option<NodeTls>) -> Network<GrpcLinks> {
+    Network::new(cell, GrpcLinks { tls })
 }
 
 /// Connections to peers over gRPC.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct GrpcLinks;
+#[derive(Clone, Debug, Default)]
+pub struct GrpcLinks {
+    tls: Option<NodeTls>,
+}
 
 /// A connection to one peer over gRPC (`Err`: its address is unusable).
 pub struct GrpcLink(Result<RaftClient<Channel>, String>);
@@ -56,7 +59,14 @@ impl Links for GrpcLinks {
     type Link = GrpcLink;
 
     fn link(&mut self, _target: NodeId, addrs: &NodeAddrs) -> GrpcLink {
-        let client = Endpoint::from_shared(format!("http://{}", addrs.raft_addr))
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let endpoint = Endpoint::from_shared(format!("{scheme}://{}", addrs.raft_addr));
+        #[cfg(not(madsim))]
+        let endpoint = endpoint.and_then(|endpoint| match &self.tls {
+            Some(tls) => endpoint.tls_config(tls.dial()),
+            None => Ok(endpoint),
+        });
+        let client = endpoint
             .map(|endpoint| {
                 let channel = endpoint.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true).connect_lazy();
                 RaftClient::new(channel)
@@ -92,16 +102,48 @@ impl Link for GrpcLink {
 pub struct RaftService<S> {
     node: Arc<CellNode<S>>,
     metrics: Arc<Metrics>,
+    /// With TLS on, the cell a peer's certificate must name (and the node it names must be a member of it).
+    #[cfg_attr(madsim, allow(dead_code, reason = "no TLS in simulation"))]
+    tls_cell: Option<String>,
 }
 
 impl<S: Storage + Clone> RaftService<S> {
-    /// The service of `node`, recording into `metrics`.
-    pub fn new(node: Arc<CellNode<S>>, metrics: Arc<Metrics>) -> Self {
-        RaftService { node, metrics }
+    /// The service of `node`, recording into `metrics`; with `tls_cell`, each message must come with a certificate
+    /// that names a member of that cell.
+    pub fn new(node: Arc<CellNode<S>>, metrics: Arc<Metrics>, tls_cell: Option<String>) -> Self {
+        RaftService { node, metrics, tls_cell }
+    }
+
+    /// Refuses a message whose certificate names no member of this cell. A node that knows no membership yet (the
+    /// cell is being founded, or it is a learner about to learn it) takes any node of its cell.
+    #[cfg(not(madsim))]
+    fn admit(&self, request: &Request<RaftMessage>) -> Result<(), Status> {
+        let Some(cell) = &self.tls_cell else { return Ok(()) };
+        let named = request.peer_certs().and_then(|certs| certs.first().and_then(|cert| crate::tls::node_of(cert)));
+        let Some((their_cell, id)) = named else {
+            return Err(Status::permission_denied("the peer's certificate names no node of a cell"));
+        };
+        if their_cell != *cell {
+            return Err(Status::permission_denied(format!(
+                "the peer's certificate names cell {their_cell:?}, not {cell:?}"
+            )));
+        }
+        let members = self.node.cluster_view().members;
+        if !members.is_empty() && !members.iter().any(|member| member.id == id) {
+            tracing::warn!(node = id, "refused a raft message from a node that is not a member");
+            return Err(Status::permission_denied(format!("node {id} is not a member of cell {cell:?}")));
+        }
+        Ok(())
+    }
+
+    #[cfg(madsim)]
+    fn admit(&self, _request: &Request<RaftMessage>) -> Result<(), Status> {
+        Ok(())
     }
 
     #[allow(clippy::disallowed_methods, reason = "times the gaps between a leader's messages on the runtime's clock")]
     async fn answer(&self, rpc: Rpc, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        self.admit(&request)?;
         if rpc == Rpc::AppendEntries {
             self.metrics.leader_message(tokio::time::Instant::now());
         }

@@ -35,8 +35,9 @@ async fn secure_node() -> RunningNode<SimDisk> {
         mail: None,
         past: cellog_raft::Past::Unknown,
         cell_id: None,
-        callers: Callers { insecure: false },
+        callers: Callers { insecure: false, cell: None },
         root_token: Some(ROOT_TOKEN.to_string()),
+        tls: None,
     };
     RunningNode::start(&config, SimDisk::new(11), Arc::new(SystemClock)).await.expect("the node starts")
 }

@@ -37,8 +37,9 @@ fn config(id: u64, bootstrap: bool) -> NodeConfig {
         mail: None,
         past: cellog_raft::Past::Unknown,
         cell_id: None,
-        callers: cellog_net::auth::Callers { insecure: true },
+        callers: cellog_net::auth::Callers { insecure: true, cell: None },
         root_token: None,
+        tls: None,
     }
 }
 

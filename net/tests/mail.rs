@@ -73,8 +73,9 @@ async fn cell_as(
         mail: Some(MailConfig { key: key.clone(), keyring, keyring_dir: None, homes, retry, id_seed: 7 }),
         past: cellog_raft::Past::Unknown,
         cell_id: None,
-        callers: cellog_net::auth::Callers { insecure: root_token.is_none() },
+        callers: cellog_net::auth::Callers { insecure: root_token.is_none(), cell: None },
         root_token: root_token.map(str::to_string),
+        tls: None,
     };
     let node = RunningNode::start(&config, SimDisk::new(7), Arc::new(SystemClock)).await.expect("the node starts");
     let options = ClientOptions { token: root_token.map(str::to_string), ..ClientOptions::default() };

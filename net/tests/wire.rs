@@ -38,8 +38,9 @@ async fn one_node() -> (RunningNode<SimDisk>, Client) {
         mail: None,
         past: cellog_raft::Past::Unknown,
         cell_id: None,
-        callers: cellog_net::auth::Callers { insecure: true },
+        callers: cellog_net::auth::Callers { insecure: true, cell: None },
         root_token: None,
+        tls: None,
     };
     let node = RunningNode::start(&config, SimDisk::new(7), Arc::new(SystemClock)).await.expect("the node starts");
     let client = Client::new([node.client_addr.to_string()], ClientOptions::default()).expect("a client");

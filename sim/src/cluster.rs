@@ -153,8 +153,9 @@ fn config(
         mail,
         past: cellog_raft::Past::Unknown,
         cell_id: None,
-        callers: cellog_net::auth::Callers { insecure: true },
+        callers: cellog_net::auth::Callers { insecure: true, cell: None },
         root_token: None,
+        tls: None,
     }
 }
 

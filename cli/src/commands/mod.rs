@@ -3,11 +3,13 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use cellog_client::{Client, ClientOptions};
+use cellog_client::{Client, ClientOptions, ClientTls};
 
 use crate::Connect;
 
 pub mod auth;
+#[cfg(feature = "node")]
+pub mod certs;
 pub mod cluster;
 pub mod consumer;
 #[cfg(feature = "node")]
@@ -21,6 +23,12 @@ pub mod txn;
 /// Where `cellog dev` keeps its cell's root token, read by client commands when no token is given and it exists.
 pub const DEV_TOKEN_FILE: &str = ".cellog-dev/root.token";
 
+/// Whether `connect` talks to the local dev cell (the default servers): then the dev cell's token and CA are the
+/// defaults.
+fn talks_to_dev(connect: &Connect) -> bool {
+    connect.server.join(",") == crate::DEV_SERVERS
+}
+
 /// The token `connect` names: given, or read from its file (or the dev cell's, if there is one).
 pub fn token(connect: &Connect) -> anyhow::Result<Option<String>> {
     if let Some(token) = &connect.token {
@@ -30,7 +38,8 @@ pub fn token(connect: &Connect) -> anyhow::Result<Option<String>> {
         Some(path) => path.clone(),
         None => {
             let dev = std::path::PathBuf::from(DEV_TOKEN_FILE);
-            if !dev.exists() {
+            // A caller that authenticates by certificate sends no token unless told to.
+            if !dev.exists() || connect.cert.is_some() || !talks_to_dev(connect) {
                 return Ok(None);
             }
             dev
@@ -40,11 +49,38 @@ pub fn token(connect: &Connect) -> anyhow::Result<Option<String>> {
     Ok(Some(text.trim().to_string()))
 }
 
+/// Where `cellog dev` keeps its cell's CA certificate, used by client commands when no CA is given and it exists.
+pub const DEV_CA_FILE: &str = ".cellog-dev/certs/ca.pem";
+
+/// The TLS `connect` names: the CA given (or the dev cell's, if there is one), and a client certificate if given.
+pub fn tls(connect: &Connect) -> anyhow::Result<Option<ClientTls>> {
+    let read = |path: &std::path::Path| std::fs::read(path).with_context(|| format!("reading {}", path.display()));
+    let ca = match &connect.ca {
+        Some(path) => path.clone(),
+        None => {
+            let dev = std::path::PathBuf::from(DEV_CA_FILE);
+            if !dev.exists() || !talks_to_dev(connect) {
+                if connect.cert.is_some() {
+                    anyhow::bail!("a client certificate needs the cell CA's certificate (--ca)");
+                }
+                return Ok(None);
+            }
+            dev
+        }
+    };
+    let identity = match (&connect.cert, &connect.key) {
+        (Some(cert), Some(key)) => Some((read(cert)?, read(key)?)),
+        _ => None,
+    };
+    Ok(Some(ClientTls { ca_pem: read(&ca)?, identity }))
+}
+
 /// A client for `connect`.
 pub fn client(connect: &Connect) -> anyhow::Result<Client> {
     let options = ClientOptions {
         retry_for: Duration::from_secs(connect.timeout),
         token: token(connect)?,
+        tls: tls(connect)?,
         ..ClientOptions::default()
     };
     Ok(Client::new(connect.server.clone(), options)?)

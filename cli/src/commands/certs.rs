@@ -1,0 +1,177 @@
+//! `cellog certs`: a cell's own small PKI. `init` makes the cell's CA; `issue node` and `issue client` make
+//! certificates it signs: a node's serves its client and peer ports and dials its peers, a client's names the
+//! principal it authenticates as. Keys are ECDSA P-256, written readable by their owner only.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use cellog_net::tls::{node_uri, principal_uri};
+use clap::Subcommand;
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+    SanType,
+};
+
+#[derive(Subcommand)]
+pub enum CertsCommand {
+    /// Make a cell's CA in DIR: ca.pem (give it to every node and client) and ca.key (keep it safe).
+    Init {
+        /// The cell's name: the certificates it signs name nodes and principals of this cell.
+        #[arg(long)]
+        cell: String,
+        /// Where the CA's files go.
+        #[arg(long, default_value = "certs")]
+        dir: PathBuf,
+    },
+    /// Issue a certificate signed by the CA in DIR.
+    #[command(subcommand)]
+    Issue(IssueCommand),
+}
+
+#[derive(Subcommand)]
+pub enum IssueCommand {
+    /// A node's certificate (node-ID.pem, node-ID.key): its client and peer ports, and its calls to its peers.
+    Node {
+        /// The node's id in the cell.
+        #[arg(long)]
+        id: u64,
+        /// An address or host name clients and peers reach the node at (repeat).
+        #[arg(long = "host", required = true)]
+        hosts: Vec<String>,
+        /// Where the CA is, and where the files go.
+        #[arg(long, default_value = "certs")]
+        dir: PathBuf,
+    },
+    /// A client's certificate naming its principal (NAME.pem, NAME.key).
+    Client {
+        /// The principal it authenticates as.
+        #[arg(long)]
+        principal: String,
+        /// Where the CA is, and where the files go.
+        #[arg(long, default_value = "certs")]
+        dir: PathBuf,
+    },
+}
+
+/// A certificate and its key, PEM.
+pub struct Issued {
+    pub cert: String,
+    pub key: String,
+}
+
+fn failed(error: rcgen::Error) -> anyhow::Error {
+    anyhow::anyhow!("making a certificate: {error}")
+}
+
+/// A new CA for `cell`.
+pub fn make_ca(cell: &str) -> anyhow::Result<Issued> {
+    cellog_core::subject::validate_name(cell).map_err(|reason| anyhow::anyhow!("cell name {cell:?} {reason}"))?;
+    let key = KeyPair::generate().map_err(failed)?;
+    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(failed)?;
+    params.distinguished_name.push(DnType::CommonName, format!("cellog CA of cell {cell}"));
+    params.distinguished_name.push(DnType::OrganizationName, cell);
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    let cert = params.self_signed(&key).map_err(failed)?;
+    Ok(Issued { cert: cert.pem(), key: key.serialize_pem() })
+}
+
+/// A certificate signed by `ca` naming `uri`, for `hosts` (a node) or none (a client).
+fn issue(ca: &Issued, common_name: &str, uri: &str, hosts: &[String], server: bool) -> anyhow::Result<Issued> {
+    let ca_key = KeyPair::from_pem(&ca.key).map_err(failed)?;
+    let issuer = Issuer::from_ca_cert_pem(&ca.cert, ca_key).map_err(failed)?;
+    let key = KeyPair::generate().map_err(failed)?;
+    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(failed)?;
+    params.distinguished_name.push(DnType::CommonName, common_name);
+    params.subject_alt_names.push(SanType::URI(uri.try_into().map_err(failed)?));
+    for host in hosts {
+        let san = match host.parse::<std::net::IpAddr>() {
+            Ok(ip) => SanType::IpAddress(ip),
+            Err(_) => SanType::DnsName(host.as_str().try_into().map_err(failed)?),
+        };
+        params.subject_alt_names.push(san);
+    }
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    if server {
+        params.extended_key_usages.push(ExtendedKeyUsagePurpose::ServerAuth);
+    }
+    let cert = params.signed_by(&key, &issuer).map_err(failed)?;
+    Ok(Issued { cert: cert.pem(), key: key.serialize_pem() })
+}
+
+/// Node `id` of `cell`, reached at `hosts`.
+pub fn issue_node(ca: &Issued, cell: &str, id: u64, hosts: &[String]) -> anyhow::Result<Issued> {
+    issue(ca, &format!("node {id} of cell {cell}"), &node_uri(cell, id), hosts, true)
+}
+
+/// A client authenticating as `principal` of `cell`.
+pub fn issue_client(ca: &Issued, cell: &str, principal: &str) -> anyhow::Result<Issued> {
+    cellog_core::subject::validate_name(principal)
+        .map_err(|reason| anyhow::anyhow!("principal name {principal:?} {reason}"))?;
+    issue(ca, principal, &principal_uri(cell, principal), &[], false)
+}
+
+/// Writes `contents` to `path`, readable by its owner only when `secret`; refuses to overwrite.
+pub fn write_new(path: &Path, contents: &str, secret: bool) -> anyhow::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    if secret {
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    }
+    let mut file = options.open(path).with_context(|| format!("writing {} (it must not exist yet)", path.display()))?;
+    std::io::Write::write_all(&mut file, contents.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
+    file.sync_all().with_context(|| format!("syncing {}", path.display()))
+}
+
+/// The CA in `dir` and the cell it is of.
+pub fn load_ca(dir: &Path) -> anyhow::Result<(Issued, String)> {
+    let read = |name: &str| {
+        let path = dir.join(name);
+        std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {} (make it with `cellog certs init`)", path.display()))
+    };
+    let ca = Issued { cert: read("ca.pem")?, key: read("ca.key")? };
+    Ok((ca, read("cell")?.trim().to_string()))
+}
+
+/// Makes the CA of `cell` in `dir`.
+pub fn init(dir: &Path, cell: &str) -> anyhow::Result<Issued> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    if dir.join("ca.pem").exists() {
+        bail!("{} already holds a CA", dir.display());
+    }
+    let ca = make_ca(cell)?;
+    write_new(&dir.join("ca.key"), &ca.key, true)?;
+    write_new(&dir.join("ca.pem"), &ca.cert, false)?;
+    write_new(&dir.join("cell"), &format!("{cell}\n"), false)?;
+    Ok(ca)
+}
+
+pub fn run(command: CertsCommand) -> anyhow::Result<()> {
+    match command {
+        CertsCommand::Init { cell, dir } => {
+            init(&dir, &cell)?;
+            println!(
+                "the CA of cell {cell} is in {}: give ca.pem to every node and client; keep ca.key safe",
+                dir.display()
+            );
+        }
+        CertsCommand::Issue(IssueCommand::Node { id, hosts, dir }) => {
+            let (ca, cell) = load_ca(&dir)?;
+            let issued = issue_node(&ca, &cell, id, &hosts)?;
+            write_new(&dir.join(format!("node-{id}.key")), &issued.key, true)?;
+            write_new(&dir.join(format!("node-{id}.pem")), &issued.cert, false)?;
+            println!("node {id} of cell {cell}: {}/node-{id}.pem and .key, for {}", dir.display(), hosts.join(", "));
+        }
+        CertsCommand::Issue(IssueCommand::Client { principal, dir }) => {
+            let (ca, cell) = load_ca(&dir)?;
+            let issued = issue_client(&ca, &cell, &principal)?;
+            write_new(&dir.join(format!("{principal}.key")), &issued.key, true)?;
+            write_new(&dir.join(format!("{principal}.pem")), &issued.cert, false)?;
+            println!("principal {principal} of cell {cell}: {}/{principal}.pem and .key", dir.display());
+        }
+    }
+    Ok(())
+}

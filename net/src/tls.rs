@@ -1,0 +1,139 @@
+//! Mutual TLS on a node's ports, under one cell CA: the node serves its client and peer ports with its certificate,
+//! and dials its peers with the same one. A peer must present a certificate of the cell's CA that names a node of
+//! this cell ([`node_of`]); a client may present one that names its principal ([`principal_of`]), or send a token.
+//!
+//! Certificates carry who they name in a URI subject alternative name: `cellog://CELL/node/ID` for a node,
+//! `cellog://CELL/principal/NAME` for a client (made by `cellog certs`).
+
+use std::path::PathBuf;
+
+/// Where a node's TLS material is: the cell CA's certificate, and this node's certificate and key (PEM).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The cell CA's certificate: peers and client certificates must chain to it.
+    pub ca: PathBuf,
+    /// This node's certificate (it names the node: `cellog://CELL/node/ID`, and the addresses it is reached at).
+    pub cert: PathBuf,
+    /// This node's private key.
+    pub key: PathBuf,
+}
+
+/// The URI a node's certificate names it by.
+pub fn node_uri(cell: &str, id: u64) -> String {
+    format!("cellog://{cell}/node/{id}")
+}
+
+/// The URI a client certificate names its principal by.
+pub fn principal_uri(cell: &str, principal: &str) -> String {
+    format!("cellog://{cell}/principal/{principal}")
+}
+
+#[cfg(not(madsim))]
+pub use real::*;
+
+#[cfg(not(madsim))]
+mod real {
+    use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
+    use x509_parser::extensions::GeneralName;
+
+    use super::TlsFiles;
+
+    /// A node's TLS material, loaded.
+    #[derive(Clone, Debug)]
+    pub struct NodeTls {
+        ca: Vec<u8>,
+        cert: Vec<u8>,
+        key: Vec<u8>,
+    }
+
+    fn read(what: &str, path: &std::path::Path) -> Result<Vec<u8>, String> {
+        std::fs::read(path).map_err(|error| format!("reading the {what} in {}: {error}", path.display()))
+    }
+
+    impl NodeTls {
+        /// Reads the files.
+        pub fn load(files: &TlsFiles) -> Result<Self, String> {
+            let tls = NodeTls {
+                ca: read("CA certificate", &files.ca)?,
+                cert: read("node certificate", &files.cert)?,
+                key: read("node key", &files.key)?,
+            };
+            for (what, pem) in [("CA certificate", &tls.ca), ("node certificate", &tls.cert)] {
+                if !String::from_utf8_lossy(pem).contains("-----BEGIN CERTIFICATE-----") {
+                    return Err(format!("the {what} is not a PEM certificate"));
+                }
+            }
+            Ok(tls)
+        }
+
+        fn identity(&self) -> Identity {
+            Identity::from_pem(&self.cert, &self.key)
+        }
+
+        /// The client port: a client certificate is checked against the CA if one is sent, but not required (a token
+        /// will do).
+        pub fn client_port(&self) -> ServerTlsConfig {
+            ServerTlsConfig::new()
+                .identity(self.identity())
+                .client_ca_root(Certificate::from_pem(&self.ca))
+                .client_auth_optional(true)
+        }
+
+        /// The peer port: a certificate of the cell's CA is required.
+        pub fn peer_port(&self) -> ServerTlsConfig {
+            ServerTlsConfig::new().identity(self.identity()).client_ca_root(Certificate::from_pem(&self.ca))
+        }
+
+        /// Dialing a peer: its certificate must chain to the CA (and name the address dialed); this node's own
+        /// certificate goes with the call.
+        pub fn dial(&self) -> ClientTlsConfig {
+            ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&self.ca)).identity(self.identity())
+        }
+    }
+
+    /// The `cellog://` URIs a DER certificate names.
+    fn uris(der: &[u8]) -> Vec<String> {
+        let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else { return Vec::new() };
+        let Ok(Some(names)) = cert.subject_alternative_name() else { return Vec::new() };
+        names
+            .value
+            .general_names
+            .iter()
+            .filter_map(|name| match name {
+                GeneralName::URI(uri) if uri.starts_with("cellog://") => Some(uri.to_string()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The cell and node a peer's certificate names (`cellog://CELL/node/ID`).
+    pub fn node_of(der: &[u8]) -> Option<(String, u64)> {
+        uris(der).into_iter().find_map(|uri| {
+            let rest = uri.strip_prefix("cellog://")?;
+            let (cell, id) = rest.split_once("/node/")?;
+            Some((cell.to_string(), id.parse().ok()?))
+        })
+    }
+
+    /// The cell and principal a client certificate names (`cellog://CELL/principal/NAME`).
+    pub fn principal_of(der: &[u8]) -> Option<(String, String)> {
+        uris(der).into_iter().find_map(|uri| {
+            let rest = uri.strip_prefix("cellog://")?;
+            let (cell, name) = rest.split_once("/principal/")?;
+            Some((cell.to_string(), name.to_string()))
+        })
+    }
+}
+
+/// No TLS in simulation (madsim's network has none): nothing makes one of these.
+#[cfg(madsim)]
+#[derive(Clone, Debug)]
+pub enum NodeTls {}
+
+#[cfg(madsim)]
+impl NodeTls {
+    /// Refused: a simulated node serves without TLS.
+    pub fn load(_files: &TlsFiles) -> Result<Self, String> {
+        Err("TLS is not available in simulation".to_string())
+    }
+}
