@@ -18,6 +18,8 @@ use cellog_core::{
 };
 use proptest::prelude::*;
 
+mod common;
+
 /// A work-queue stream (each message has one consumer, removed once it is done).
 const WORK: usize = 0;
 /// An interest stream (removed once every consumer that matches it is done).
@@ -685,10 +687,7 @@ fn run(ops: &[Op]) -> Result<Cell, TestCaseError> {
         cell.drain_effects().for_each(|effect| bodies.apply(&effect));
         prop_assert_eq!(actual, expected, "step {} {:?} at {}ms", index, op, model.now);
         compare_state(&cell, &bodies, &model)?;
-        prop_assert_eq!(bodies.len(), cell.body_refs().len(), "bodies stored vs bodies referred to");
-        let snapshot = cell.snapshot();
-        let restored = Cell::restore(&snapshot).expect("a snapshot restores");
-        prop_assert!(restored == cell, "restore(snapshot(cell)) differs from cell");
+        common::stored_state_holds(&cell, &bodies).map_err(TestCaseError::fail)?;
     }
     Ok(cell)
 }

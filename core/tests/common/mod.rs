@@ -178,3 +178,25 @@ pub fn removals(h: &mut Harness) -> Vec<(u32, u64, RemovalReason)> {
 pub fn n_messages(h: &Harness, stream: &str) -> u64 {
     h.cell.stream_info(stream).unwrap().n_messages
 }
+
+/// What holds of a cell's stored state after every step of a model test: the host keeps exactly the bodies the state
+/// refers to (every removal let go of its body), the snapshot restores to the same cell with no effects pending, and
+/// what this build writes is what the frozen types of its version read and write again.
+pub fn stored_state_holds(cell: &Cell, bodies: &MemoryBodies) -> Result<(), String> {
+    if bodies.len() != cell.body_refs().len() {
+        return Err(format!("{} bodies stored, {} referred to", bodies.len(), cell.body_refs().len()));
+    }
+    let snapshot = cell.snapshot();
+    let mut restored = Cell::restore(&snapshot).map_err(|error| format!("the snapshot does not restore: {error}"))?;
+    if restored != *cell {
+        return Err("restore(snapshot(cell)) differs from cell".to_string());
+    }
+    if restored.drain_effects().count() != 0 {
+        return Err("a restored cell has effects pending".to_string());
+    }
+    let again = Cell::reencode_snapshot(&snapshot).map_err(|error| format!("the snapshot does not decode: {error}"))?;
+    if again != snapshot {
+        return Err("the encoding no longer matches the frozen types of its version: add a version".to_string());
+    }
+    Ok(())
+}
