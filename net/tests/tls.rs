@@ -35,8 +35,14 @@ fn ca(name: &str) -> Ca {
 
 /// A certificate and key (PEM) signed by `ca`, naming `uri`, valid for 127.0.0.1.
 fn issue(ca: &Ca, uri: &str) -> (String, String) {
+    issue_with(ca, uri, |_| {})
+}
+
+/// The same, with `edit` applied to its parameters.
+fn issue_with(ca: &Ca, uri: &str, edit: impl FnOnce(&mut CertificateParams)) -> (String, String) {
     let key = KeyPair::generate().expect("a key");
     let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+    edit(&mut params);
     params.distinguished_name.push(DnType::CommonName, uri);
     params.subject_alt_names.push(SanType::URI(uri.try_into().expect("a URI")));
     params.subject_alt_names.push(SanType::IpAddress("127.0.0.1".parse().expect("an address")));
@@ -144,6 +150,12 @@ async fn a_cell_under_mutual_tls() {
     let other_ca = ca("another CA");
     let stranger = client(&client_addrs, &cell_ca.pem, Some(issue(&other_ca, &principal_uri(CELL, "root"))), brief);
     assert!(stranger.list_streams().await.is_err(), "another CA's certificate is refused");
+    // An expired certificate of this CA: the handshake fails.
+    let expired = issue_with(&cell_ca, &principal_uri(CELL, "root"), |params| {
+        params.not_before = rcgen::date_time_ymd(2019, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2020, 1, 1);
+    });
+    assert!(client(&client_addrs, &cell_ca.pem, Some(expired), brief).list_streams().await.is_err(), "expired");
     // A certificate of this CA naming a principal of another cell.
     let elsewhere = client(&client_addrs, &cell_ca.pem, Some(issue(&cell_ca, &principal_uri("other", "root"))), brief);
     assert_eq!(refused(elsewhere).await.reason(), Some("UNAUTHENTICATED"));
