@@ -1,5 +1,5 @@
-//! `cellog bench`: the anchor workloads (pipelined publish, synchronous publish, consume with ack), with a progress
-//! bar, a result table, and one machine-readable line at the end.
+//! `cellog bench`: the anchor workloads (pipelined publish, synchronous publish, consume with ack) and push latency,
+//! with a progress bar, a result table, and one machine-readable line at the end.
 
 use std::time::Duration;
 
@@ -54,6 +54,22 @@ pub enum BenchCommand {
         /// Messages per fetch.
         #[arg(long, default_value_t = 256)]
         fetch: u32,
+    },
+    /// Publish-to-delivery latency of a subscription, one message at a time, beside SUBSCRIPTIONS idle ones (whose
+    /// filter matches nothing published); first, the log entries a second the cell writes while they idle
+    /// [default count: 2000].
+    Latency {
+        #[command(flatten)]
+        workload: Workload,
+        /// Idle subscriptions open meanwhile, each on a consumer of its own.
+        #[arg(long, default_value_t = 1000)]
+        subscriptions: usize,
+        /// Seconds to count the cell's log entries while the subscriptions idle.
+        #[arg(long, default_value_t = 10)]
+        idle_seconds: u64,
+        /// Other messages published a second meanwhile (pipelined, to another subject): 0 measures an idle cell.
+        #[arg(long, default_value_t = 0)]
+        busy_rate: u64,
     },
 }
 
@@ -128,6 +144,9 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Pub { workload, window } => publish(workload, window).await?,
         BenchCommand::Sync { workload } => sync(workload).await?,
         BenchCommand::Consume { workload, fetch } => consume(workload, fetch).await?,
+        BenchCommand::Latency { workload, subscriptions, idle_seconds, busy_rate } => {
+            latency(workload, subscriptions, idle_seconds, busy_rate).await?
+        }
     };
     let errors = report.errors;
     report.print();
@@ -250,4 +269,101 @@ async fn consume(workload: Workload, fetch: u32) -> anyhow::Result<Report> {
     let elapsed = started.elapsed();
     bar.finish_and_clear();
     Ok(Report { what: "consume", messages: received, bytes, elapsed, latencies, errors })
+}
+
+/// Most subscriptions one client (one connection to each node) opens: a node serves 256 calls at once on a connection.
+const SUBSCRIPTIONS_PER_CLIENT: usize = 200;
+
+async fn latency(workload: Workload, idle: usize, idle_seconds: u64, busy_rate: u64) -> anyhow::Result<Report> {
+    let count = workload.count.unwrap_or(2_000);
+    let client = client(&workload.connect)?;
+    recreate(&client, &workload).await?;
+    let head = workload.subject.split_once('.').map_or(workload.subject.as_str(), |(head, _)| head).to_string();
+
+    // The idle subscriptions, each on a consumer of its own whose filter nothing published matches.
+    let bar = progress(idle as u64, "idle");
+    let mut held = Vec::with_capacity(idle);
+    let mut clients = Vec::new();
+    for index in 0..idle {
+        if index % SUBSCRIPTIONS_PER_CLIENT == 0 {
+            clients.push(crate::commands::client(&workload.connect)?);
+        }
+        let subscriber = clients.last().expect("a client per SUBSCRIPTIONS_PER_CLIENT");
+        let name = format!("bench-idle-{index}");
+        let config =
+            v1::ConsumerConfig { filter_subject: Some(format!("{head}.idle")), ..v1::ConsumerConfig::default() };
+        client.create_consumer(&workload.stream, &name, config).await.context("an idle consumer")?;
+        held.push(subscriber.subscribe(&workload.stream, &name, "idle", 16).await.context("an idle subscription")?);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+
+    // What the cell writes while they idle (the leader's idle tick is one entry every two seconds).
+    let applied =
+        async || -> anyhow::Result<u64> { Ok(client.cluster_status().await?.applied_index.unwrap_or_default()) };
+    let before = applied().await?;
+    tokio::time::sleep(Duration::from_secs(idle_seconds)).await;
+    let entries = applied().await? - before;
+    println!(
+        "idle: {idle} subscriptions, {entries} log entries in {idle_seconds} s (idle_entries_per_s={:.2})",
+        entries as f64 / idle_seconds.max(1) as f64
+    );
+
+    // Background load, if asked for: pipelined publishes to another subject, paced to the rate.
+    let busy = (busy_rate > 0).then(|| {
+        let (busy_client, subject) = (client.clone(), format!("{head}.busy"));
+        let payload = Bytes::from(vec![b'x'; workload.size]);
+        tokio::spawn(async move {
+            let per_tick = busy_rate.div_ceil(100).max(1);
+            let mut tick = tokio::time::interval(Duration::from_millis(10));
+            loop {
+                tick.tick().await;
+                let requests = (0..per_tick)
+                    .map(|_| v1::PublishRequest {
+                        subject: subject.clone(),
+                        payload: payload.clone(),
+                        ..v1::PublishRequest::default()
+                    })
+                    .collect();
+                for result in busy_client.publish_batch(requests, 256).await {
+                    let _ = result.result;
+                }
+            }
+        })
+    });
+
+    // One message at a time: published, then timed until its subscription hands it over, then acknowledged.
+    let consumer = "bench-latency";
+    let config = v1::ConsumerConfig { filter_subject: Some(workload.subject.clone()), ..v1::ConsumerConfig::default() };
+    client.create_consumer(&workload.stream, consumer, config).await.context("the measured consumer")?;
+    let mut subscription = client.subscribe(&workload.stream, consumer, "bench", 16).await?;
+    let payload = Bytes::from(vec![b'x'; workload.size]);
+    let bar = progress(count, "latency");
+    let (mut latencies, mut errors, mut first_error) = (Vec::with_capacity(count as usize), 0, None);
+    let started = Instant::now();
+    for index in 0..count {
+        let sent = Instant::now();
+        if let Err(error) = client.publish(request(&workload, &payload, index)).await {
+            errors += 1;
+            first_error.get_or_insert(error);
+            continue;
+        }
+        let delivery = tokio::time::timeout(Duration::from_secs(10), subscription.message())
+            .await
+            .context("no delivery within 10 s")??
+            .context("the subscription ended")?;
+        latencies.push(sent.elapsed());
+        let message = delivery.message.context("a delivery without its message")?;
+        let ack = v1::AckItem { partition: message.partition, seq: message.seq, ..v1::AckItem::default() };
+        client.ack(&workload.stream, consumer, vec![ack]).await?;
+        bar.inc(1);
+    }
+    let elapsed = started.elapsed();
+    bar.finish_and_clear();
+    if let Some(busy) = busy {
+        busy.abort();
+    }
+    drop(held);
+    report_error(first_error);
+    Ok(Report { what: "latency", messages: count, bytes: count * workload.size as u64, elapsed, latencies, errors })
 }

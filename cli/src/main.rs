@@ -64,7 +64,7 @@ pub struct Connect {
 enum Command {
     /// Run a node of a cell on RocksDB under its data directory.
     #[cfg(feature = "node")]
-    Node(run::NodeArgs),
+    Node(Box<run::NodeArgs>),
     /// Run a local three-node cell in this process, with data under ./.cellog-dev.
     #[cfg(feature = "node")]
     Dev(run::DevArgs),
@@ -119,7 +119,7 @@ async fn main() -> std::process::ExitCode {
         #[cfg(feature = "node")]
         Command::Node(args) => {
             init_logging("info,openraft=warn");
-            run::node(args).await
+            run::node(*args).await
         }
         #[cfg(feature = "node")]
         Command::Dev(args) => {

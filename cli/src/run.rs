@@ -11,10 +11,10 @@ use anyhow::{Context, bail};
 use cellog_client::{Client, ClientOptions, ClientTls};
 use cellog_envelope::{CellKey, Keyring};
 use cellog_mail::{MailConfig, RetryPolicy};
-use cellog_net::auth::Callers;
+use cellog_net::auth::{Callers, PrincipalRate};
 use cellog_net::metrics::Metered;
 use cellog_net::tls::TlsFiles;
-use cellog_net::{NodeConfig, Peer, RaftTiming, RunningNode};
+use cellog_net::{Limits, NodeConfig, Peer, RaftTiming, RunningNode};
 use cellog_raft::storage::RocksStorage;
 use cellog_raft::{CellNode, Past, SystemClock};
 use rand::RngCore;
@@ -74,9 +74,38 @@ pub struct NodeArgs {
     /// again gets another address).
     #[arg(long = "home", env = "CELLOG_HOMES", value_delimiter = ',')]
     homes: Vec<String>,
+    /// The CA certificate of another cell whose nodes serve TLS: CELL=PATH (repeat, or comma-separate). Its nodes
+    /// are then reached over TLS and verified with it; a cell without one is reached in plaintext.
+    #[arg(long = "home-ca", env = "CELLOG_HOME_CAS", value_delimiter = ',')]
+    home_cas: Vec<String>,
     /// Serve callers without a credential as the root principal. Only for a node every caller of which is trusted.
     #[arg(long, env = "CELLOG_INSECURE")]
     insecure: bool,
+    /// Commands per second each principal but root may send this node (0: unlimited) [default: 20000].
+    #[arg(long, env = "CELLOG_PRINCIPAL_RATE")]
+    principal_rate: Option<u32>,
+    /// Commands each principal may send at once after a quiet spell [default: twice the rate].
+    #[arg(long, env = "CELLOG_PRINCIPAL_BURST")]
+    principal_burst: Option<u32>,
+    /// Connections open on the client port at once; calls on one past them are refused as TOO_MANY_CONNECTIONS
+    /// [default: 4096].
+    #[arg(long, env = "CELLOG_MAX_CONNECTIONS")]
+    max_connections: Option<usize>,
+    /// Calls open on one client connection at once; a client's next call waits for one to end [default: 256].
+    #[arg(long, env = "CELLOG_MAX_CALLS_PER_CONNECTION")]
+    max_calls_per_connection: Option<u32>,
+    /// Subscriptions open on this node at once; past them, Subscribe is refused as TOO_MANY_SUBSCRIPTIONS
+    /// [default: 4096].
+    #[arg(long, env = "CELLOG_MAX_SUBSCRIPTIONS")]
+    max_subscriptions: Option<usize>,
+    /// Longest a client call may take to answer, in milliseconds; a stream's answer starts at once and is not cut
+    /// [default: 30000].
+    #[arg(long, env = "CELLOG_REQUEST_TIMEOUT_MS")]
+    request_timeout_ms: Option<u64>,
+    /// How often an idle connection is probed, and how long a probe may go unanswered before it is closed, in
+    /// milliseconds [default: 20000].
+    #[arg(long, env = "CELLOG_KEEPALIVE_MS")]
+    keepalive_ms: Option<u64>,
     /// A file holding a token the node makes a token of the root principal if the cell does not have it yet: the first
     /// credential of a new cell (make one with `cellog auth token new` on an existing cell, or any 32+ random
     /// characters).
@@ -114,7 +143,16 @@ struct FileConfig {
     keep_log_mib: Option<u64>,
     #[serde(default)]
     homes: Vec<String>,
+    #[serde(default)]
+    home_cas: Vec<String>,
     insecure: Option<bool>,
+    principal_rate: Option<u32>,
+    principal_burst: Option<u32>,
+    max_connections: Option<usize>,
+    max_calls_per_connection: Option<u32>,
+    max_subscriptions: Option<usize>,
+    request_timeout_ms: Option<u64>,
+    keepalive_ms: Option<u64>,
     root_token_file: Option<PathBuf>,
     tls_ca: Option<PathBuf>,
     tls_cert: Option<PathBuf>,
@@ -125,23 +163,53 @@ fn addr(text: &str) -> SocketAddr {
     text.parse().expect("a literal address")
 }
 
+/// A `CELL=VALUE` item (`what` it is, and an `example` for the error) as its cell, checked, and its value.
+fn cell_item<'a>(item: &'a str, what: &str, example: &str) -> anyhow::Result<(&'a str, &'a str)> {
+    let (cell, value) = item
+        .split_once('=')
+        .map(|(cell, value)| (cell.trim(), value.trim()))
+        .filter(|(cell, value)| !cell.is_empty() && !value.is_empty())
+        .with_context(|| format!("{what} {item:?}: expected {example}"))?;
+    cellog_core::subject::validate_name(cell)
+        .map_err(|reason| anyhow::anyhow!("{what} {item:?}: cell name {reason}"))?;
+    Ok((cell, value))
+}
+
 /// `CELL=ADDR` items as cell → addresses.
 fn parse_homes(items: &[String]) -> anyhow::Result<BTreeMap<String, Vec<String>>> {
     let mut homes: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for item in items {
-        let (cell, addr) = item
-            .split_once('=')
-            .filter(|(cell, addr)| !cell.trim().is_empty() && !addr.trim().is_empty())
-            .with_context(|| format!("home {item:?}: expected CELL=CLIENT_ADDR, e.g. bravo=10.0.0.7:7401"))?;
-        cellog_core::subject::validate_name(cell.trim())
-            .map_err(|reason| anyhow::anyhow!("home {item:?}: cell name {reason}"))?;
-        homes.entry(cell.trim().to_string()).or_default().push(addr.trim().to_string());
+        let (cell, addr) = cell_item(item, "home", "CELL=CLIENT_ADDR, e.g. bravo=10.0.0.7:7401")?;
+        homes.entry(cell.to_string()).or_default().push(addr.to_string());
     }
     Ok(homes)
 }
 
+/// Where other cells are reached for sealed mail, and the CAs of those that serve TLS.
+#[derive(Clone, Debug, Default)]
+struct Homes {
+    addrs: BTreeMap<String, Vec<String>>,
+    cas: BTreeMap<String, Vec<u8>>,
+}
+
+/// `CELL=PATH` items as cell → the CA certificate read from PATH.
+fn parse_home_cas(items: &[String]) -> anyhow::Result<BTreeMap<String, Vec<u8>>> {
+    let mut cas = BTreeMap::new();
+    for item in items {
+        let (cell, path) = cell_item(item, "home CA", "CELL=PATH, e.g. bravo=/etc/cellog/bravo-ca.pem")?;
+        let pem = std::fs::read(path).with_context(|| format!("reading the CA of cell {cell} at {path}"))?;
+        if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----") {
+            bail!("home CA {item:?}: {path} holds no PEM certificate");
+        }
+        if cas.insert(cell.to_string(), pem).is_some() {
+            bail!("home CA {item:?}: cell {cell} is given two CAs");
+        }
+    }
+    Ok(cas)
+}
+
 impl NodeArgs {
-    fn resolve(self) -> anyhow::Result<(NodeConfig, BTreeMap<String, Vec<String>>)> {
+    fn resolve(self) -> anyhow::Result<(NodeConfig, Homes)> {
         let file = match &self.config {
             Some(path) => {
                 let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -150,7 +218,10 @@ impl NodeArgs {
             None => FileConfig::default(),
         };
         let peers = if self.peers.is_empty() { file.peers } else { self.peers };
-        let homes = parse_homes(if self.homes.is_empty() { &file.homes } else { &self.homes })?;
+        let homes = Homes {
+            addrs: parse_homes(if self.homes.is_empty() { &file.homes } else { &self.homes })?,
+            cas: parse_home_cas(if self.home_cas.is_empty() { &file.home_cas } else { &self.home_cas })?,
+        };
         let peers =
             peers.iter().map(|peer| peer.parse::<Peer>()).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
         let metrics_addr = match self.metrics_addr.or(file.metrics_addr).as_deref() {
@@ -169,6 +240,29 @@ impl NodeArgs {
             _ => bail!("TLS needs all of tls_ca, tls_cert and tls_key"),
         };
         let insecure = self.insecure || file.insecure.unwrap_or(false);
+        let per_second = self.principal_rate.or(file.principal_rate).unwrap_or(PrincipalRate::DEFAULT.per_second);
+        let burst = self.principal_burst.or(file.principal_burst).unwrap_or(per_second.saturating_mul(2));
+        let rate = (per_second > 0).then_some(PrincipalRate { per_second, burst: burst.max(1) });
+        let most = Limits::DEFAULT;
+        let limits = Limits {
+            max_connections: self.max_connections.or(file.max_connections).unwrap_or(most.max_connections),
+            max_calls_per_connection: self
+                .max_calls_per_connection
+                .or(file.max_calls_per_connection)
+                .unwrap_or(most.max_calls_per_connection),
+            max_subscriptions: self.max_subscriptions.or(file.max_subscriptions).unwrap_or(most.max_subscriptions),
+            request_timeout: self
+                .request_timeout_ms
+                .or(file.request_timeout_ms)
+                .map_or(most.request_timeout, Duration::from_millis),
+            keepalive: self.keepalive_ms.or(file.keepalive_ms).map_or(most.keepalive, Duration::from_millis),
+        };
+        if limits.max_connections == 0 || limits.max_calls_per_connection == 0 || limits.max_subscriptions == 0 {
+            bail!("max_connections, max_calls_per_connection and max_subscriptions must be at least 1");
+        }
+        if limits.request_timeout.is_zero() || limits.keepalive.is_zero() {
+            bail!("request_timeout_ms and keepalive_ms must be at least 1");
+        }
         let config = NodeConfig {
             cell: self.cell.or(file.cell).unwrap_or_else(|| "cellog".to_string()),
             id: self.id.or(file.id).unwrap_or(1),
@@ -196,9 +290,10 @@ impl NodeArgs {
             mail: None,
             past: Past::Unknown,
             cell_id: None,
-            callers: Callers { insecure, cell: None },
+            callers: Callers { insecure, cell: None, rate },
             root_token,
             tls,
+            limits,
         };
         // Off loopback, calls and Raft messages cross a network: they go over TLS, or the operator says otherwise.
         let exposed = [config.client_addr, config.raft_addr].into_iter().find(|addr| !addr.ip().is_loopback());
@@ -285,10 +380,7 @@ fn dev_certs(dir: &std::path::Path) -> anyhow::Result<DevCerts> {
 
 /// Opens the node's store and starts it, with sealed mail under the cell key in its data directory (made on the first
 /// start) and the keyring there.
-async fn start(
-    config: &NodeConfig,
-    homes: BTreeMap<String, Vec<String>>,
-) -> anyhow::Result<RunningNode<Arc<RocksStorage>>> {
+async fn start(config: &NodeConfig, homes: Homes) -> anyhow::Result<RunningNode<Arc<RocksStorage>>> {
     let (past, cell_id) = cellog_net::node::claim_data_dir(config)?;
     let (key, created) = CellKey::load_or_create(&config.data_dir, &config.cell)?;
     let verb = if created { "made" } else { "found" };
@@ -301,7 +393,8 @@ async fn start(
         key,
         keyring,
         keyring_dir: Some(config.data_dir.clone()),
-        homes,
+        homes: homes.addrs,
+        home_cas: homes.cas,
         retry: RetryPolicy::default(),
         // Envelope ids only need to be unique: a production node seeds them from the system's entropy.
         id_seed: rand::rngs::OsRng.next_u64(),
@@ -418,6 +511,7 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
             callers: Callers::default(),
             root_token: Some(root_token.clone()),
             tls: Some(certs.node(u64::from(id))),
+            limits: Limits::DEFAULT,
         });
     }
     let founders: Vec<Peer> = configs.iter().map(|config| Peer { id: config.id, node: config.advertised() }).collect();
@@ -431,7 +525,7 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     }
     let mut nodes = Vec::new();
     for config in &configs {
-        nodes.push(start(config, BTreeMap::new()).await.with_context(|| format!("starting node {}", config.id))?);
+        nodes.push(start(config, Homes::default()).await.with_context(|| format!("starting node {}", config.id))?);
     }
     println!("cellog dev: a 3-node cell with data under {}", args.data.display());
     for node in &nodes {
@@ -478,4 +572,30 @@ pub async fn wait_for_leader(client: &Client) -> anyhow::Result<u64> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     bail!("no leader after 30 s")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_home_ca_names_a_cell_and_a_pem_certificate() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let pem = dir.path().join("bravo-ca.pem");
+        std::fs::write(&pem, "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n").expect("written");
+        let garbage = dir.path().join("garbage");
+        std::fs::write(&garbage, "not a certificate").expect("written");
+        let item = |cell: &str, path: &std::path::Path| format!("{cell}={}", path.display());
+        let cas = parse_home_cas(&[item("bravo", &pem)]).expect("parsed");
+        assert_eq!(cas.keys().collect::<Vec<_>>(), ["bravo"]);
+        for bad in [
+            vec!["bravo".to_string()],
+            vec![item("bra vo", &pem)],
+            vec![item("bravo", &dir.path().join("missing"))],
+            vec![item("bravo", &garbage)],
+            vec![item("bravo", &pem), item("bravo", &pem)],
+        ] {
+            assert!(parse_home_cas(&bad).is_err(), "{bad:?}");
+        }
+    }
 }

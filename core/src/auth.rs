@@ -13,7 +13,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{NameKind, Rejection};
 use crate::snapshot::v4;
-use crate::subject::{filter_covers, filter_matches, filters_overlap, validate_filter, validate_name};
+use crate::subject::{
+    TENANT_SEPARATOR, filter_covers, filter_matches, filters_overlap, scoped_name, scoped_subject, tenant_of,
+    validate_filter, validate_name, validate_scoped_name,
+};
 
 /// The header every message a principal publishes carries: the principal's name, set by the cell over any value the
 /// caller sent, so that a reader can tell who published it.
@@ -93,14 +96,45 @@ impl Grants {
             let bad = |reason: String| Rejection::InvalidConfig {
                 reason: format!("consume grant {pattern:?}: {reason}; expected STREAM/CONSUMER, either part '*'"),
             };
-            let (stream, consumer) = pattern.split_once('/').ok_or_else(|| bad("no '/'".to_string()))?;
-            for part in [stream, consumer] {
-                if part != "*" {
-                    validate_name(part).map_err(|reason| bad(format!("{part:?} {reason}")))?;
+            let (stream, consumer) = pattern.rsplit_once('/').ok_or_else(|| bad("no '/'".to_string()))?;
+            // The stream part: `*` (any of the scope's streams), `NAME`, or a tenant's `TENANT/NAME`, `TENANT/*`.
+            let stream_name = match stream.rsplit_once(TENANT_SEPARATOR) {
+                Some((tenant, "*")) => {
+                    validate_name(tenant).map_err(|reason| bad(format!("tenant {tenant:?} {reason}")))?;
+                    None
                 }
+                _ if stream == "*" => None,
+                _ => Some(stream),
+            };
+            if let Some(stream) = stream_name {
+                validate_scoped_name(stream).map_err(|reason| bad(format!("{stream:?} {reason}")))?;
+            }
+            if consumer != "*" {
+                validate_name(consumer).map_err(|reason| bad(format!("{consumer:?} {reason}")))?;
             }
         }
         Ok(())
+    }
+
+    /// What these grants, written in `tenant`'s terms, allow in stored names (see [`crate::tenant`]): subjects under
+    /// the tenant's scope token, consumers of the tenant's streams, no cluster admin.
+    pub fn in_tenant(&self, tenant: &str) -> Grants {
+        let consume = self
+            .consume
+            .iter()
+            .map(|pattern| match pattern.split_once(TENANT_SEPARATOR) {
+                Some((stream, consumer)) => format!("{}{TENANT_SEPARATOR}{consumer}", scoped_name(tenant, stream)),
+                None => pattern.clone(),
+            })
+            .collect();
+        Grants {
+            publish: self.publish.iter().map(|filter| scoped_subject(tenant, filter)).collect(),
+            subscribe: self.subscribe.iter().map(|filter| scoped_subject(tenant, filter)).collect(),
+            consume,
+            admin: self.admin,
+            // Membership, principals and tokens are the cell's, not a tenant's.
+            cluster_admin: false,
+        }
     }
 
     /// Whether it may publish to `subject`.
@@ -121,18 +155,50 @@ impl Grants {
     /// Whether it may use consumer `consumer` of `stream`.
     pub fn may_consume(&self, stream: &str, consumer: &str) -> bool {
         self.consume.iter().any(|pattern| {
-            pattern.split_once('/').is_some_and(|(s, c)| (s == "*" || s == stream) && (c == "*" || c == consumer))
+            pattern
+                .rsplit_once('/')
+                .is_some_and(|(s, c)| stream_pattern_matches(s, stream) && (c == "*" || c == consumer))
         })
     }
 }
 
+/// Whether a consume grant's stream part names `stream`: itself, or `*` for any stream of the pattern's scope (`*` the
+/// cell's own streams, `TENANT/*` a tenant's).
+fn stream_pattern_matches(pattern: &str, stream: &str) -> bool {
+    if pattern == stream {
+        return true;
+    }
+    match pattern.strip_suffix('*') {
+        Some(scope) if scope.is_empty() || scope.ends_with(TENANT_SEPARATOR) => {
+            stream.strip_prefix(scope).is_some_and(|rest| !rest.contains(TENANT_SEPARATOR))
+        }
+        _ => false,
+    }
+}
+
 /// A principal: its grants and the hashes of its live tokens.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Principal {
-    /// What it may do.
+    /// What it may do, in its own scope's terms (see [`crate::tenant`]).
     pub grants: Grants,
     /// Its tokens' hashes.
     pub tokens: BTreeSet<TokenHash>,
+    /// What its grants allow in stored names: derived from its name and grants, not encoded.
+    #[serde(skip)]
+    stored: Option<Grants>,
+}
+
+impl Principal {
+    /// A principal named `name` (its tenant is part of its name).
+    pub fn new(name: &str, grants: Grants, tokens: BTreeSet<TokenHash>) -> Self {
+        let stored = tenant_of(name).map(|tenant| grants.in_tenant(tenant));
+        Principal { grants, tokens, stored }
+    }
+
+    /// What its grants allow, in stored names.
+    pub fn effective(&self) -> &Grants {
+        self.stored.as_ref().unwrap_or(&self.grants)
+    }
 }
 
 /// What an authorization needs, named in a refusal.
@@ -212,7 +278,7 @@ pub struct Auth {
 
 impl Default for Auth {
     fn default() -> Self {
-        let root = Principal { grants: Grants::all(), tokens: BTreeSet::new() };
+        let root = Principal::new(ROOT, Grants::all(), BTreeSet::new());
         Auth {
             principals: BTreeMap::from([(Arc::from(ROOT), root)]),
             producer_owners: BTreeMap::new(),
@@ -223,7 +289,7 @@ impl Default for Auth {
 }
 
 fn check_principal_name(name: &str) -> Result<(), Rejection> {
-    validate_name(name).map_err(|reason| Rejection::InvalidName {
+    validate_scoped_name(name).map_err(|reason| Rejection::InvalidName {
         kind: NameKind::Principal,
         name: name.to_string(),
         reason,
@@ -294,7 +360,7 @@ impl Auth {
 
     /// Refuses `access` unless `principal`'s grants allow it.
     pub fn authorize(&self, principal: &str, access: &Access<'_>) -> Result<(), Rejection> {
-        let allowed = self.principals.get(principal).is_some_and(|p| access.allowed_by(&p.grants));
+        let allowed = self.principals.get(principal).is_some_and(|p| access.allowed_by(p.effective()));
         if allowed {
             Ok(())
         } else {
@@ -327,14 +393,21 @@ impl Auth {
         if name == ROOT {
             return Err(Rejection::Invalid { reason: format!("the {ROOT} principal's grants are fixed") });
         }
+        if tenant_of(name).is_some() && grants.cluster_admin {
+            return Err(Rejection::InvalidConfig {
+                reason: format!(
+                    "{name:?} is a tenant's principal; cluster admin (membership, principals, tokens) is the cell's"
+                ),
+            });
+        }
         if let Some(principal) = self.principals.get_mut(name) {
-            principal.grants = grants;
+            *principal = Principal::new(name, grants, std::mem::take(&mut principal.tokens));
             return Ok(false);
         }
         if self.principals.len() >= MAX_PRINCIPALS {
             return Err(Rejection::Invalid { reason: format!("a cell has at most {MAX_PRINCIPALS} principals") });
         }
-        self.principals.insert(Arc::from(name), Principal { grants, tokens: BTreeSet::new() });
+        self.principals.insert(Arc::from(name), Principal::new(name, grants, BTreeSet::new()));
         Ok(true)
     }
 
@@ -403,7 +476,8 @@ impl From<v4::Auth> for Auth {
             .into_iter()
             .map(|(name, principal)| {
                 let tokens = principal.tokens.into_iter().map(|token| TokenHash(token.0)).collect();
-                (name, Principal { grants: principal.grants.into(), tokens })
+                let principal = Principal::new(&name, principal.grants.into(), tokens);
+                (name, principal)
             })
             .collect();
         Auth::from_parts(principals, auth.producer_owners, auth.reserved)

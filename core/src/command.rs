@@ -320,6 +320,26 @@ pub struct Record {
     pub stored_at: Millis,
 }
 
+/// Most bytes of records ([`Record::size`]) one fetch or read answers with, besides its first record (which
+/// is answered whatever its size: a record always fits the wire). A fetch stops before the record that would pass it
+/// and leaves that record undelivered, so that no delivery is counted that its answer could not carry.
+pub const MAX_RESPONSE_BYTES: u64 = 8 * 1024 * 1024;
+
+impl Record {
+    /// About how many bytes it takes in an answer: its payload (nothing for a tombstone), subject, key, message id and
+    /// headers, and a fixed allowance for the rest. What budgets answers ([`crate::MAX_RESPONSE_BYTES`]).
+    pub fn size(&self) -> u64 {
+        let payload = match &self.body {
+            Body::Stored(body) => u64::from(body.len),
+            Body::Tombstone { .. } => 0,
+        };
+        let key = self.key.as_ref().map_or(0, |key| key.len());
+        let msg_id = self.msg_id.as_ref().map_or(0, |id| id.len());
+        let headers: usize = self.headers.iter().map(|(name, value)| name.len() + value.len() + 8).sum();
+        payload + (self.subject.len() + key + msg_id + headers + 64) as u64
+    }
+}
+
 /// Where a publish landed.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PublishAck {

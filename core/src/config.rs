@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{NameKind, Rejection};
 use crate::snapshot::v3;
-use crate::subject::{filters_overlap, validate_filter, validate_name};
+use crate::subject::{filters_overlap, validate_filter, validate_scoped_name};
 use crate::time::Millis;
 
 /// Most partitions a stream may have.
@@ -206,7 +206,7 @@ impl StreamConfig {
             return Err(invalid("rate_limit needs messages_per_second and burst of at least 1"));
         }
         if let Some(name) = &self.dead_letter_stream {
-            validate_name(name).map_err(|reason| Rejection::InvalidName {
+            validate_scoped_name(name).map_err(|reason| Rejection::InvalidName {
                 kind: NameKind::Stream,
                 name: name.clone(),
                 reason,

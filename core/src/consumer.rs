@@ -13,6 +13,7 @@ use serde::Serialize;
 use crate::command::{AckKind, AckState, Delivery};
 use crate::config::ConsumerConfig;
 use crate::error::Rejection;
+use crate::index::SubjectState;
 use crate::info::{ConsumerInfo, DeliveryInfo, DeliveryPhase, PartitionLag};
 use crate::partition::Partition;
 use crate::snapshot::v3;
@@ -107,6 +108,25 @@ pub(crate) struct Consumer {
 /// cursor keeps its place and the next fetch goes on.
 pub(crate) const FETCH_SCAN_LIMIT: usize = 65_536;
 
+/// Most slots [`Consumer::work`] looks at for a message its filter matches before it answers [`Work::Skip`]: small,
+/// since every subscription asks after every applied batch.
+const WORK_SCAN_LIMIT: usize = 1_024;
+
+/// How many of a matching subject's latest messages [`Consumer::work`] looks at before it looks at the slots.
+const WORK_SUBJECT_TAIL: usize = 64;
+
+/// What a fetch from a consumer would do now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Work {
+    /// Nothing: no room for another delivery, or nothing past the cursors and no redelivery ready.
+    None,
+    /// Move cursors over messages the consumer's filter does not match (its lag and ack floor follow), and deliver
+    /// a match only if one lies further than [`WORK_SCAN_LIMIT`] slots on.
+    Skip,
+    /// Deliver (or redeliver) a message, or start a delayed one's wait.
+    Deliver,
+}
+
 impl From<v3::Consumer> for Consumer {
     fn from(consumer: v3::Consumer) -> Self {
         Consumer {
@@ -167,6 +187,11 @@ impl Consumer {
         }
         self.config = config;
         Ok(())
+    }
+
+    /// Its deliveries awaiting an ack.
+    pub fn n_pending(&self) -> u32 {
+        self.n_pending
     }
 
     pub fn matches(&self, subject: &str) -> bool {
@@ -409,6 +434,60 @@ impl Consumer {
             .collect()
     }
 
+    /// What a fetch now would do, without making one (see [`Work`]). A subscription asks this before it proposes a
+    /// fetch, so an idle one writes nothing to the log.
+    ///
+    /// `subjects` is the stream's subject index: with a filter, the subjects it matches say at once whether a match
+    /// lies past a cursor (none matching: nothing to deliver, however many messages wait), without looking at the
+    /// messages one by one after every batch.
+    pub fn work(&self, partitions: &[Partition], subjects: &BTreeMap<Arc<str>, SubjectState>) -> Work {
+        if self.n_pending >= self.config.max_in_flight {
+            return Work::None;
+        }
+        if !self.ready.is_empty() {
+            return Work::Deliver;
+        }
+        let cursor = |partition: u32| {
+            let log = &partitions[partition as usize];
+            self.cursors[partition as usize].max(log.first_seq)
+        };
+        let unscanned = (0..partitions.len() as u32).any(|p| cursor(p) < partitions[p as usize].next_seq());
+        if !unscanned {
+            return Work::None;
+        }
+        if let Some(filter) = self.config.filter_subject.as_deref()
+            && subjects.len() <= WORK_SCAN_LIMIT
+        {
+            let mut matching = subjects.values().filter(|state| filter_matches(filter, &state.name)).peekable();
+            if matching.peek().is_none() {
+                return Work::Skip;
+            }
+            // The latest messages of each matching subject: one past its partition's cursor is a delivery.
+            let past = |&&(partition, seq): &&(u32, u64)| {
+                seq >= cursor(partition) && partitions[partition as usize].get(seq).is_some()
+            };
+            if matching.any(|state| state.order.iter().rev().take(WORK_SUBJECT_TAIL).any(|entry| past(&entry))) {
+                return Work::Deliver;
+            }
+        }
+        let (mut scanned, mut unmatched) = (0usize, false);
+        for (log, cursor) in partitions.iter().zip(&self.cursors) {
+            for seq in (*cursor).max(log.first_seq)..log.next_seq() {
+                if scanned == WORK_SCAN_LIMIT {
+                    // Perhaps a match further on: the fetch that skips looks much further (and delivers what it
+                    // finds), and moves the cursor a long way.
+                    return Work::Skip;
+                }
+                scanned += 1;
+                match log.get(seq) {
+                    Some(message) if self.matches(&message.subject) => return Work::Deliver,
+                    _ => unmatched = true,
+                }
+            }
+        }
+        if unmatched { Work::Skip } else { Work::None }
+    }
+
     /// Delivers up to `max` messages to `member`: redelivery candidates first (oldest first), then new messages from
     /// the cursors, starting at a rotating partition. Returns the deliveries and the timers to set.
     pub fn fetch(
@@ -422,6 +501,13 @@ impl Consumer {
         let mut timers = Vec::new();
         let mut budget = max.min(self.config.max_in_flight.saturating_sub(self.n_pending));
         let deadline = at.plus(self.config.ack_wait_ms);
+        // The answer's bytes: a record that would take them past the budget (after the first) is left for the next
+        // fetch, neither delivered nor counted, so the answer always fits the wire.
+        let mut bytes = 0u64;
+        let mut fits = |record: &crate::command::Record, delivered: usize| {
+            bytes += record.size();
+            delivered == 0 || bytes <= crate::command::MAX_RESPONSE_BYTES
+        };
 
         let candidates: Vec<(u32, u64)> = self.ready.iter().copied().collect();
         for (partition, seq) in candidates {
@@ -434,6 +520,10 @@ impl Consumer {
                 continue;
             };
             let record = message.record(partition, seq);
+            if !fits(&record, deliveries.len()) {
+                budget = 0;
+                break;
+            }
             self.set_phase(partition, seq, Phase::Pending { deadline });
             let entry = self.outstanding.get_mut(&(partition, seq)).expect("just set");
             entry.delivery_count += 1;
@@ -486,6 +576,13 @@ impl Consumer {
                     timers.push((deliver_at, partition, seq));
                     continue;
                 }
+                let record = message.record(partition, seq);
+                if !fits(&record, deliveries.len()) {
+                    // Not taken: the cursor stays on it.
+                    *cursor = seq;
+                    budget = 0;
+                    break;
+                }
                 self.outstanding.insert(
                     (partition, seq),
                     Outstanding {
@@ -497,11 +594,7 @@ impl Consumer {
                 );
                 self.n_pending += 1;
                 self.n_delivered += 1;
-                deliveries.push(Delivery {
-                    record: message.record(partition, seq),
-                    delivery_count: 1,
-                    ack_deadline: deadline,
-                });
+                deliveries.push(Delivery { record, delivery_count: 1, ack_deadline: deadline });
                 timers.push((deadline, partition, seq));
                 budget -= 1;
             }

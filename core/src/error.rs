@@ -242,6 +242,49 @@ pub enum Rejection {
         /// The name asked for.
         principal: String,
     },
+    /// A cap on what clients grow in the replicated state is reached; nothing was changed.
+    #[error("{cap} is at its cap of {limit}")]
+    CapReached {
+        /// Which cap.
+        cap: Cap,
+        /// Its value.
+        limit: u64,
+    },
+}
+
+/// Which cap a [`Rejection::CapReached`] is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[strum(serialize_all = "kebab-case")]
+pub enum Cap {
+    /// Bytes of one message's key ([`crate::MAX_KEY_BYTES`]).
+    KeyBytes,
+    /// Transactional producers in the cell ([`crate::MAX_PRODUCERS`]).
+    Producers,
+    /// Open transactions in the cell ([`crate::MAX_OPEN_TRANSACTIONS`]).
+    OpenTransactions,
+    /// Message ids one stream's dedup index holds ([`crate::MAX_DEDUP_IDS`]).
+    DedupIds,
+}
+
+impl Cap {
+    /// Every cap.
+    pub const ALL: [Cap; 4] = [Cap::KeyBytes, Cap::Producers, Cap::OpenTransactions, Cap::DedupIds];
+
+    /// Its name (`key-bytes`, `dedup-ids`).
+    pub fn name(self) -> &'static str {
+        self.into()
+    }
+}
+
+impl std::fmt::Display for Cap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Cap::KeyBytes => "the message key's size in bytes",
+            Cap::Producers => "the number of transactional producers",
+            Cap::OpenTransactions => "the number of open transactions",
+            Cap::DedupIds => "the number of message ids in the stream's dedup window",
+        })
+    }
 }
 
 /// Why a snapshot could not be restored.

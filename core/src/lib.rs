@@ -40,14 +40,16 @@ mod route;
 mod snapshot;
 mod stream;
 pub mod subject;
+pub mod tenant;
 mod time;
 
 pub use auth::{Access, Actor, Grants, ROOT, SENDER_HEADER, TokenHash};
 pub use body::BodyRef;
 pub use cell::transaction::{MAX_TRANSACTION_BYTES, MAX_TRANSACTION_MESSAGES};
 pub use cell::{
-    Cell, MAX_COMMAND_BYTES, MAX_CONSUMERS_PER_STREAM, MAX_FETCH, MAX_HEADER_BYTES, MAX_ID_BYTES, MAX_PEERS_PER_STREAM,
-    MAX_READ, MAX_STREAMS, PIN_HEADER,
+    Cell, MAX_COMMAND_BYTES, MAX_CONSUMERS_PER_STREAM, MAX_DEDUP_IDS, MAX_FETCH, MAX_HEADER_BYTES, MAX_ID_BYTES,
+    MAX_KEY_BYTES, MAX_OPEN_TRANSACTIONS, MAX_PEERS_PER_STREAM, MAX_PRODUCERS, MAX_READ, MAX_RESPONSE_BYTES,
+    MAX_STREAMS, PIN_HEADER,
 };
 pub use command::{
     AbortReason, AckKind, AckState, Body, Command, Delivery, Effect, Headers, Outcome, ProducerRef, PublishAck,
@@ -57,13 +59,15 @@ pub use config::{
     ConsumerConfig, DeliverPolicy, DiscardPolicy, MAX_DURATION_MS, MAX_PARTITIONS, MAX_PAYLOAD_LIMIT, RateLimit,
     RetentionPolicy, StreamConfig,
 };
-pub use error::{NameKind, Quota, Rejection, SnapshotError};
+pub use consumer::Work;
+pub use error::{Cap, NameKind, Quota, Rejection, SnapshotError};
 pub use info::{
     ConsumerInfo, DeliveryInfo, DeliveryPhase, PartitionInfo, PartitionLag, PeerInfo, ProducerInfo, StreamInfo,
 };
 pub use memory::MemoryBodies;
 pub use snapshot::{SNAPSHOT_VERSION, StateDigest};
 pub use subject::SubjectError;
+pub use tenant::Scope;
 pub use time::Millis;
 
 /// The `tracing` target under which hosts report the cell's state transitions (applied entries, role and membership

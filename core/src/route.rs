@@ -2,10 +2,15 @@
 //! once per publish along the subject's tokens (a literal token, `*` for any one token, `>` for the rest). Streams'
 //! filters never overlap (the cell refuses a stream that would), so at most one stream matches.
 //!
+//! A tenant's scope token (`@acme`, see [`crate::subject`]) is matched only literally: the root's wildcards do not
+//! claim it.
+//!
 //! Derived from the streams' configs: never encoded, rebuilt after a snapshot is decoded.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+use crate::subject::is_scoped;
 
 /// A filter that ends at a node, and the stream that claims it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,19 +40,28 @@ impl Node {
     }
 
     /// The claim on the subject whose remaining tokens are `tokens` (an iterator, so a publish allocates nothing).
-    fn find<'a>(&'a self, mut tokens: std::str::Split<'_, char>) -> Option<&'a Claim> {
+    fn find<'a>(&'a self, mut tokens: std::str::Split<'_, char>, top: bool) -> Option<&'a Claim> {
         let Some(first) = tokens.next() else { return self.end.as_ref() };
         if let Some(child) = self.literal.get(first)
-            && let Some(found) = child.find(tokens.clone())
+            && let Some(found) = child.find(tokens.clone(), false)
         {
             return Some(found);
         }
+        if top && is_scoped(first) {
+            return None;
+        }
         if let Some(child) = &self.any
-            && let Some(found) = child.find(tokens)
+            && let Some(found) = child.find(tokens, false)
         {
             return Some(found);
         }
         self.rest.as_ref()
+    }
+
+    /// The children a wildcard at this node reaches: at the top, not the tenants' scope tokens.
+    fn wild_children(&self, top: bool) -> impl Iterator<Item = &Node> {
+        let literal = self.literal.iter().filter(move |(token, _)| !(top && is_scoped(token))).map(|(_, child)| child);
+        literal.chain(self.any.as_deref())
     }
 
     /// Every claim in this subtree.
@@ -57,24 +71,29 @@ impl Node {
     }
 
     /// The claims below this node whose filters overlap `tokens` (some subject matches both).
-    fn overlapping<'a>(&'a self, tokens: &[&str], out: &mut Vec<&'a Claim>) {
+    fn overlapping<'a>(&'a self, tokens: &[&str], out: &mut Vec<&'a Claim>, top: bool) {
         match tokens.split_first() {
             None => out.extend(self.end.iter()),
             Some((&">", [])) => {
                 out.extend(self.rest.iter());
-                self.children().for_each(|child| child.every(out));
+                self.wild_children(top).for_each(|child| child.every(out));
             }
             Some((&"*", rest)) => {
                 out.extend(self.rest.iter());
-                self.children().for_each(|child| child.overlapping(rest, out));
+                self.wild_children(top).for_each(|child| child.overlapping(rest, out, false));
+            }
+            Some((token, rest)) if top && is_scoped(token) => {
+                if let Some(child) = self.literal.get(*token) {
+                    child.overlapping(rest, out, false);
+                }
             }
             Some((token, rest)) => {
                 out.extend(self.rest.iter());
                 if let Some(child) = self.literal.get(*token) {
-                    child.overlapping(rest, out);
+                    child.overlapping(rest, out, false);
                 }
                 if let Some(child) = &self.any {
-                    child.overlapping(rest, out);
+                    child.overlapping(rest, out, false);
                 }
             }
         }
@@ -138,14 +157,14 @@ impl Router {
     /// The stream claiming `subject` (a valid subject, no wildcards), if any.
     #[inline]
     pub fn route(&self, subject: &str) -> Option<&Arc<str>> {
-        self.root.find(subject.split('.')).map(|claim| &claim.stream)
+        self.root.find(subject.split('.'), true).map(|claim| &claim.stream)
     }
 
     /// Every (stream, filter) claimed whose filter overlaps `filter` (a valid filter): some subject matches both.
     pub fn overlapping(&self, filter: &str) -> Vec<(&Arc<str>, &Arc<str>)> {
         let tokens: Vec<&str> = filter.split('.').collect();
         let mut out = Vec::new();
-        self.root.overlapping(&tokens, &mut out);
+        self.root.overlapping(&tokens, &mut out, true);
         out.into_iter().map(|claim| (&claim.stream, &claim.filter)).collect()
     }
 }
@@ -161,9 +180,17 @@ mod tests {
         prop_oneof![Just("a"), Just("b"), Just("c")].prop_map(String::from)
     }
 
+    /// A first token: now and then a tenant's scope token.
+    fn first_token() -> impl Strategy<Value = String> {
+        prop_oneof![6 => token(), 1 => Just("@t".to_string()), 1 => Just("@u".to_string())]
+    }
+
     fn filter() -> impl Strategy<Value = String> {
-        let part = prop_oneof![4 => token(), 1 => Just("*".to_string())];
-        (prop::collection::vec(part, 1..4), any::<bool>()).prop_map(|(mut parts, rest)| {
+        let part = || prop_oneof![4 => token(), 1 => Just("*".to_string())];
+        let first = prop_oneof![4 => first_token(), 1 => Just("*".to_string())];
+        (first, prop::collection::vec(part(), 0..3), any::<bool>()).prop_map(|(first, more, rest)| {
+            let mut parts = vec![first];
+            parts.extend(more);
             if rest {
                 parts.push(">".to_string());
             }
@@ -172,7 +199,11 @@ mod tests {
     }
 
     fn subject() -> impl Strategy<Value = String> {
-        prop::collection::vec(token(), 1..6).prop_map(|parts| parts.join("."))
+        (first_token(), prop::collection::vec(token(), 0..5)).prop_map(|(first, more)| {
+            let mut parts = vec![first];
+            parts.extend(more);
+            parts.join(".")
+        })
     }
 
     /// A router of those of `filters` that overlap none before them, each its own stream, and what it claims.

@@ -161,6 +161,11 @@ impl Stream {
         &self.partitions
     }
 
+    /// Its subject index.
+    pub(crate) fn subjects(&self) -> &BTreeMap<Arc<str>, SubjectState> {
+        &self.subjects
+    }
+
     /// The stored bodies of its messages, partition by partition in sequence order (recalled messages have none).
     pub fn bodies(&self) -> impl Iterator<Item = BodyRef> + '_ {
         self.partitions
@@ -259,6 +264,12 @@ impl Stream {
     /// Whether a publish with this message id is remembered.
     pub fn remembers(&self, msg_id: &str) -> bool {
         self.dedup.contains_key(msg_id)
+    }
+
+    /// How many message ids are within their dedup window (an id stays remembered after its window while its
+    /// message is retained, at the cost of the message itself).
+    pub fn n_window_ids(&self) -> usize {
+        self.dedup_expiry.len()
     }
 
     /// Forgets every remembered message id (a planted bug's snapshot).

@@ -3,6 +3,10 @@
 //! A subject is a hierarchy of tokens separated by `.` (`orders.eu.created`). A filter may use `*` for exactly one
 //! token and `>` as its last token for one or more tokens (`orders.*.created`, `orders.>`). Published subjects never
 //! contain wildcards.
+//!
+//! A first token that starts with `@` is a tenant's scope (`@acme.orders.created`, see [`crate::tenant`]): a wildcard
+//! in the first position never matches it, so `>` and `*.created` stay within the cell's own subjects and no filter
+//! reaches into a tenant's subjects without naming the tenant.
 
 use serde::{Deserialize, Serialize};
 
@@ -123,8 +127,24 @@ pub fn validate_filter(filter: &str) -> Result<(), SubjectError> {
     Ok(())
 }
 
+/// The character that starts a tenant's scope token.
+pub const SCOPE_SIGIL: char = '@';
+
+/// Whether a subject's or filter's first token is a tenant's scope token.
+pub fn is_scoped(subject: &str) -> bool {
+    subject.starts_with(SCOPE_SIGIL)
+}
+
+/// Whether a valid filter's first token is a wildcard (in a valid filter, a token holding `*` or `>` is nothing else).
+fn wildcard_first(filter: &str) -> bool {
+    matches!(filter.as_bytes().first(), Some(b'*' | b'>'))
+}
+
 /// Whether `subject` (no wildcards) matches `filter`. Both are assumed valid.
 pub fn filter_matches(filter: &str, subject: &str) -> bool {
+    if wildcard_first(filter) && is_scoped(subject) {
+        return false;
+    }
     let mut subject_tokens = subject.as_bytes().split(|byte| *byte == b'.');
     for filter_token in filter.as_bytes().split(|byte| *byte == b'.') {
         match (filter_token, subject_tokens.next()) {
@@ -140,6 +160,9 @@ pub fn filter_matches(filter: &str, subject: &str) -> bool {
 
 /// Whether some subject matches both filters. Used to keep streams from claiming the same subjects.
 pub fn filters_overlap(a: &str, b: &str) -> bool {
+    if (wildcard_first(a) && is_scoped(b)) || (wildcard_first(b) && is_scoped(a)) {
+        return false;
+    }
     let mut a_tokens = a.split('.');
     let mut b_tokens = b.split('.');
     loop {
@@ -156,6 +179,9 @@ pub fn filters_overlap(a: &str, b: &str) -> bool {
 /// Whether every subject `inner` matches is matched by `outer` (both valid filters): a grant of `outer` covers a
 /// stream that claims `inner`.
 pub fn filter_covers(outer: &str, inner: &str) -> bool {
+    if wildcard_first(outer) && is_scoped(inner) {
+        return false;
+    }
     let mut outer_tokens = outer.split('.');
     let mut inner_tokens = inner.split('.');
     loop {
@@ -183,6 +209,41 @@ pub fn validate_name(name: &str) -> Result<(), String> {
         return Err(format!("contains {ch:?}; only ASCII letters, digits, '-' and '_' are allowed"));
     }
     Ok(())
+}
+
+/// The character between a tenant and a name: `acme/alice`, `acme/orders`.
+pub const TENANT_SEPARATOR: char = '/';
+
+/// The tenant a principal, stream or transactional id belongs to, if any: what comes before its `/`.
+pub fn tenant_of(name: &str) -> Option<&str> {
+    name.split_once(TENANT_SEPARATOR).map(|(tenant, _)| tenant)
+}
+
+/// Checks a name that may belong to a tenant (a principal, or a stream named by one of the cell's principals): `NAME`
+/// or `TENANT/NAME`, each part a valid name.
+pub fn validate_scoped_name(name: &str) -> Result<(), String> {
+    match name.split_once(TENANT_SEPARATOR) {
+        Some((tenant, rest)) => {
+            validate_name(tenant).map_err(|reason| format!("its tenant {tenant:?} {reason}"))?;
+            validate_name(rest).map_err(|reason| format!("after the tenant, {rest:?} {reason}"))
+        }
+        None => validate_name(name),
+    }
+}
+
+/// The tenant a subject or filter belongs to, if its first token is a scope token (`@acme`).
+pub fn subject_tenant(subject: &str) -> Option<&str> {
+    subject.strip_prefix(SCOPE_SIGIL).map(|rest| rest.split('.').next().unwrap_or(rest))
+}
+
+/// A tenant's stored name of `name` (a stream, a transactional id): `TENANT/NAME`.
+pub fn scoped_name(tenant: &str, name: &str) -> String {
+    format!("{tenant}{TENANT_SEPARATOR}{name}")
+}
+
+/// A tenant's stored subject or filter of `subject`: `@TENANT.SUBJECT`.
+pub fn scoped_subject(tenant: &str, subject: &str) -> String {
+    format!("{SCOPE_SIGIL}{tenant}.{subject}")
 }
 
 /// The partition a key belongs to: crc32c (Castagnoli) of the key, modulo the partition count.

@@ -8,16 +8,8 @@ use bytes::Bytes;
 use cellog_core::subject::{filter_covers, filter_matches};
 use cellog_core::{
     AckKind, Actor, Cell, Command, ConsumerConfig, Grants, Outcome, ProducerRef, PublishRequest, ROOT, Rejection,
-    SENDER_HEADER, StreamConfig, TokenHash,
+    SENDER_HEADER, StreamConfig,
 };
-
-fn token(n: u8) -> TokenHash {
-    TokenHash([n; 32])
-}
-
-fn as_token(n: u8, command: Command) -> Command {
-    Command::As { actor: Actor::Token(token(n)), command: Box::new(command) }
-}
 
 fn publish(subject: &str) -> Command {
     Command::Publish(PublishRequest::new(subject, Bytes::from_static(b"x")))
@@ -89,16 +81,13 @@ fn each_command_needs_its_grant_and_a_refusal_changes_nothing() {
     ];
     for (who, command, refused) in table {
         let mut h = cell();
-        // Every part but the cell's counters (the applied count moves for a refusal too).
-        let parts =
-            |cell: &Cell| -> Vec<_> { cell.digest_parts().into_iter().filter(|(name, _)| name != "cell").collect() };
-        let before = parts(&h.cell);
+        let before = state_parts(&h.cell);
         let description = format!("principal with token {who}: {command:?}");
         let result = h.apply(as_token(who, command));
         match refused {
             Some(needs) => {
                 assert_eq!(denied(result).as_deref(), Some(needs), "{description}");
-                assert_eq!(parts(&h.cell), before, "{description}: a refusal changed the state");
+                assert_eq!(state_parts(&h.cell), before, "{description}: a refusal changed the state");
             }
             None => assert!(result.is_ok(), "{description}: {result:?}"),
         }

@@ -6,8 +6,9 @@ use common::*;
 
 use bytes::Bytes;
 use cellog_core::{
-    AckKind, AckState, Command, ConsumerConfig, DeliverPolicy, Delivery, DeliveryPhase, Effect, Millis, Outcome,
-    PublishRequest, Rejection, RemovalReason, RetentionPolicy, StreamConfig, subject::partition_for_key,
+    AckKind, AckState, Command, ConsumerConfig, DeliverPolicy, Delivery, DeliveryPhase, Effect, MAX_PAYLOAD_LIMIT,
+    MAX_RESPONSE_BYTES, Millis, Outcome, PublishRequest, Rejection, RemovalReason, RetentionPolicy, StreamConfig,
+    subject::partition_for_key,
 };
 
 // ----- shorthands -----
@@ -1318,4 +1319,43 @@ fn update_refuses_a_new_filter_or_deliver_policy_and_unknown_consumers() {
     assert!(matches!(h.apply(update("c", invalid)), Err(Rejection::InvalidConfig { .. })));
     assert!(matches!(h.apply(update("nobody", ConsumerConfig::default())), Err(Rejection::ConsumerNotFound { .. })));
     assert_eq!(h.cell.consumer_info("orders", "c", h.now).unwrap().config, ConsumerConfig::default());
+}
+
+#[test]
+fn a_fetch_and_a_read_answer_a_bounded_number_of_bytes_and_leave_the_rest_undelivered() {
+    let mut h = Harness::new();
+    let big = StreamConfig { max_payload_bytes: MAX_PAYLOAD_LIMIT, ..StreamConfig::with_subjects(["big.>"]) };
+    h.create_stream("big", big);
+    h.create_consumer("big", "c", ConsumerConfig::default());
+    let mib = 1024 * 1024;
+    // Five of 3 MiB, then one of the largest size a stream takes.
+    for n in 0..5 {
+        let payload = Bytes::from(vec![b'a' + n as u8; 3 * mib]);
+        h.publish_request(PublishRequest::new("big.x", payload)).unwrap();
+    }
+    h.publish_request(PublishRequest::new("big.x", Bytes::from(vec![b'z'; MAX_PAYLOAD_LIMIT as usize]))).unwrap();
+    let bytes = |deliveries: &[Delivery]| deliveries.iter().map(|d| d.record.size()).sum::<u64>();
+    // Two of 3 MiB fit the budget; the third is left, neither delivered nor counted.
+    let first = h.fetch("big", "c", 100);
+    assert_eq!((seqs(&first), counts(&first)), (vec![1, 2], vec![1, 1]));
+    assert!(bytes(&first) <= MAX_RESPONSE_BYTES);
+    let info = h.cell.consumer_info("big", "c", h.now).unwrap();
+    assert_eq!((info.n_pending, info.n_delivered), (2, 2));
+    assert_eq!(seqs(&h.fetch("big", "c", 100)), vec![3, 4]);
+    assert_eq!(seqs(&h.fetch("big", "c", 100)), vec![5]);
+    // A record over the budget on its own is answered alone.
+    let last = h.fetch("big", "c", 100);
+    assert_eq!(seqs(&last), vec![6]);
+    assert!(bytes(&last) > MAX_RESPONSE_BYTES);
+    // A redelivery is budgeted the same way: nack everything, and they come again two by two.
+    for seq in 1..=6 {
+        h.ack("big", "c", 0, seq, AckKind::Nack { delay_ms: 0 }).unwrap();
+    }
+    let again = h.fetch("big", "c", 100);
+    assert_eq!((seqs(&again), counts(&again)), (vec![1, 2], vec![2, 2]));
+    // A read stops at the budget too, and goes on from where it stopped.
+    let read = h.cell.read_from("big", 0, 1, 100).unwrap();
+    assert_eq!(read.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![1, 2]);
+    let read = h.cell.read_from("big", 0, 6, 100).unwrap();
+    assert_eq!(read.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![6]);
 }

@@ -14,8 +14,8 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use cellog_core::subject::partition_for_key;
 use cellog_core::{
-    AckKind, AckState, Cell, Command, ConsumerConfig, MemoryBodies, Millis, Outcome, ProducerRef, PublishRequest,
-    Rejection, StreamConfig,
+    AckKind, AckState, Cell, Command, ConsumerConfig, ConsumerInfo, MemoryBodies, Millis, Outcome, ProducerRef,
+    PublishRequest, Rejection, StreamConfig, Work,
 };
 use proptest::prelude::*;
 
@@ -704,7 +704,8 @@ fn step(cell: &mut Cell, model: &mut Model, op: &Op, counter: &mut u64) -> (Answ
                 member: "m".to_string(),
                 max,
             };
-            (answer_of(cell.apply(at, command)), model.fetch(consumer, max))
+            let answer = answer_of(cell.apply(at, command));
+            (answer, model.fetch(consumer, max))
         }
         Op::Ack { consumer, pick, kind } => {
             let (partition, seq) = model.ack_target(consumer, pick);
@@ -829,6 +830,52 @@ fn check_invariants(cell: &Cell, now: u64) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// What the cell said a fetch would do, and the consumer before it.
+struct Asked {
+    name: &'static str,
+    at: Millis,
+    work: Work,
+    before: ConsumerInfo,
+}
+
+/// Asks the cell what a fetch from the consumer would do at `now`, after the timers due by then fired (as the
+/// leader's tick makes them in a node).
+fn ask_work(cell: &mut Cell, bodies: &mut MemoryBodies, name: &'static str, now: u64) -> Asked {
+    let at = Millis(now);
+    cell.apply(at, Command::Tick).expect("a tick");
+    cell.drain_effects().for_each(|effect| bodies.apply(&effect));
+    let (work, n_pending) = cell.consumer_work(STREAM, name).expect("the consumer exists");
+    assert_eq!(n_pending, cell.consumer_info(STREAM, name, at).expect("the consumer exists").n_pending);
+    Asked { name, at, work, before: cell.consumer_info(STREAM, name, at).expect("the consumer exists") }
+}
+
+impl Asked {
+    /// A subscription proposes a fetch only as the cell says one would do something: a fetch it calls idle changes
+    /// nothing (a cursor behind the first retained message may catch up with it, its lag the same), one that would
+    /// only skip moves nothing but the cursors, and one that would deliver changes more.
+    fn check(self, cell: &Cell, answer: &Answer) {
+        let after = cell.consumer_info(STREAM, self.name, self.at).expect("the consumer exists");
+        let without_positions = |info: &ConsumerInfo| {
+            let mut info = info.clone();
+            info.partitions.iter_mut().for_each(|p| (p.cursor, p.ack_floor) = (0, 0));
+            info
+        };
+        let without_cursors = |info: &ConsumerInfo| {
+            let mut info = without_positions(info);
+            info.partitions.iter_mut().for_each(|p| p.lag = 0);
+            (info.lag_total, info.lag_max) = (0, 0);
+            info
+        };
+        let (work, before) = (self.work, &self.before);
+        let what = format!("{work:?}, and the fetch answered {answer:?}: {before:?} -> {after:?}");
+        match work {
+            Work::None => assert_eq!(without_positions(before), without_positions(&after), "{what}"),
+            Work::Skip => assert!(*before != after && without_cursors(before) == without_cursors(&after), "{what}"),
+            Work::Deliver => assert!(without_cursors(before) != without_cursors(&after), "{what}"),
+        }
+    }
+}
+
 fn run(ops: &[Op]) -> Result<Cell, TestCaseError> {
     let mut bodies = MemoryBodies::default();
     let mut cell = Cell::new();
@@ -836,8 +883,15 @@ fn run(ops: &[Op]) -> Result<Cell, TestCaseError> {
     let mut model = Model::new();
     let mut counter = 0;
     for (index, op) in ops.iter().enumerate() {
+        let asked = match op {
+            Op::Fetch { consumer, .. } => Some(ask_work(&mut cell, &mut bodies, CONSUMERS[*consumer].0, model.now)),
+            _ => None,
+        };
         let (actual, expected) = step(&mut cell, &mut model, op, &mut counter);
         cell.drain_effects().for_each(|effect| bodies.apply(&effect));
+        if let Some(asked) = asked {
+            asked.check(&cell, &actual);
+        }
         prop_assert_eq!(actual, expected, "step {} {:?} at {}ms", index, op, model.now);
         compare_state(&cell, &bodies, &model)?;
         check_invariants(&cell, cell.last_at().0)?;

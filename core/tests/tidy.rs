@@ -122,3 +122,29 @@ fn ci_runs_the_readme_test_command() {
     assert!(readme.contains("\nci/test\n"), "README.md must give `ci/test` as the test command");
     assert!(ci.contains("ci/test"), ".ci/run must call ci/test");
 }
+
+#[test]
+fn simulated_code_makes_no_std_hash_maps() {
+    // The code a simulated node runs (the node, Raft glue, mail, the client library) makes no std hash map or set,
+    // not even inside a dependency's type: making the first one on a thread draws std's random keys, which the
+    // simulator serves from its own random numbers, so a run would depend on what made a map before it and replay
+    // differently ("non-determinism detected"). clippy.toml bans the std types by name; a labelled metrics family
+    // holds one inside.
+    let root = crate_dir().join("..");
+    let mut offences = Vec::new();
+    for krate in ["net", "raft", "mail", "client"] {
+        for path in sources(&root.join(krate).join("src")) {
+            for (number, line) in read(&path).lines().enumerate() {
+                if line.trim_start().starts_with("//") {
+                    continue;
+                }
+                for banned in ["HashMap", "HashSet", "RandomState", "family::Family"] {
+                    if line.contains(banned) {
+                        offences.push(format!("{}:{}: {banned}", path.display(), number + 1));
+                    }
+                }
+            }
+        }
+    }
+    assert!(offences.is_empty(), "use BTreeMap, BTreeSet or plain counters instead:\n{}", offences.join("\n"));
+}

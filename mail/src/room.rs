@@ -3,13 +3,13 @@
 //! attempts for the loop in [`crate::deliver`].
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use cellog_client::status::{detail_of, failed};
-use cellog_client::{Client, ClientError, ClientOptions};
+use cellog_client::{Client, ClientError, ClientOptions, ClientTls};
 use cellog_core::{Command, Headers, Outcome, PIN_HEADER, PublishRequest, TRANSITIONS};
 use cellog_envelope::{CellKey, Direction, Envelope, Keyring, OpenError, ProvenanceRow, SealError, open, seal};
 use cellog_proto::v1::{self, DeliveryResult};
@@ -24,8 +24,9 @@ use crate::cell::MailCell;
 use crate::outbox::{Attempt, Outbox, RetryPolicy, Settled};
 use crate::schema::{
     ATTEMPTS_HEADER, DETAIL_HEADER, INBOX, MAX_DETAIL_CHARS, MAX_MAIL_PAYLOAD, MAX_RECIPIENTS, OUTBOX,
-    RECIPIENTS_HEADER, RESERVED, RESULT_HEADER, RESULTS, SENDER_HEADER, inbox_subject, outbox_subject, pin,
-    provenance_msg_id, provenance_subject, result_msg_id, result_name, result_status, result_subject, stream_configs,
+    RECIPIENTS_HEADER, RESERVED, RESULT_HEADER, RESULTS, SENDER_HEADER, check_fresh, inbox_msg_id, inbox_subject,
+    outbox_subject, pin, provenance_msg_id, provenance_subject, result_msg_id, result_name, result_status,
+    result_subject, stream_configs,
 };
 
 /// What a node needs to send and receive sealed mail.
@@ -40,6 +41,9 @@ pub struct MailConfig {
     pub keyring_dir: Option<PathBuf>,
     /// Where other cells are reached: cell name to client addresses of (some of) its nodes.
     pub homes: BTreeMap<String, Vec<String>>,
+    /// The CA certificate (PEM) of each other cell whose nodes serve TLS: its nodes are reached over TLS and verified
+    /// with it. A cell without one is reached in plaintext (the envelope is sealed and signed either way).
+    pub home_cas: BTreeMap<String, Vec<u8>>,
     /// Retries.
     pub retry: RetryPolicy,
     /// Seeds the envelope ids this node picks.
@@ -55,6 +59,7 @@ impl std::fmt::Debug for MailConfig {
             .field("keyring", &self.keyring.list().map(|peer| &peer.cell).collect::<Vec<_>>())
             .field("keyring_dir", &self.keyring_dir)
             .field("homes", &self.homes)
+            .field("home_cas", &self.home_cas.keys().collect::<Vec<_>>())
             .field("retry", &self.retry)
             .finish_non_exhaustive()
     }
@@ -74,7 +79,12 @@ pub struct Mailroom {
     key: CellKey,
     keyring: RwLock<Keyring>,
     keyring_dir: Option<PathBuf>,
+    /// The keyring directory's modification time when the keyring was last read from it. An unknown signer re-reads
+    /// the directory only when it changed since (a key file added, removed or renamed into place), so a flood of
+    /// envelopes from a cell nobody trusts costs a `stat` each, not a read of every key.
+    keyring_read_at: Mutex<Option<SystemTime>>,
     homes: BTreeMap<String, Vec<String>>,
+    home_cas: BTreeMap<String, Vec<u8>>,
     pub(crate) retry: RetryPolicy,
     ids: Mutex<ChaCha12Rng>,
     pub(crate) wake: Notify,
@@ -85,6 +95,11 @@ pub struct Mailroom {
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A directory's modification time, if it can be read.
+fn modified(dir: &Path) -> Option<SystemTime> {
+    std::fs::metadata(dir).and_then(|metadata| metadata.modified()).ok()
 }
 
 fn check_token(what: &str, text: &str) -> Result<(), String> {
@@ -104,8 +119,10 @@ impl Mailroom {
         Mailroom {
             key: config.key,
             keyring: RwLock::new(config.keyring),
+            keyring_read_at: Mutex::new(config.keyring_dir.as_deref().and_then(modified)),
             keyring_dir: config.keyring_dir,
             homes: config.homes,
+            home_cas: config.home_cas,
             retry: config.retry,
             ids: Mutex::new(ChaCha12Rng::seed_from_u64(config.id_seed)),
             wake: Notify::new(),
@@ -257,24 +274,29 @@ impl Mailroom {
             let keyring = self.keyring.read().unwrap_or_else(|poisoned| poisoned.into_inner());
             open(&self.key, &keyring, bytes, now_ms)
         };
-        match (&first, &self.keyring_dir) {
-            (Err(OpenError::UnknownSigner { .. }), Some(dir)) => match Keyring::open(dir) {
-                Ok(fresh) => {
-                    let mut keyring = self.keyring.write().unwrap_or_else(|poisoned| poisoned.into_inner());
-                    *keyring = fresh;
-                    open(&self.key, &keyring, bytes, now_ms)
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "the keyring could not be read again");
-                    first
-                }
-            },
-            _ => first,
+        let (Err(OpenError::UnknownSigner { .. }), Some(dir)) = (&first, &self.keyring_dir) else { return first };
+        let changed = modified(dir);
+        let mut read_at = lock(&self.keyring_read_at);
+        if changed.is_some() && changed == *read_at {
+            return first;
+        }
+        match Keyring::open(dir) {
+            Ok(fresh) => {
+                *read_at = changed;
+                let mut keyring = self.keyring.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+                *keyring = fresh;
+                open(&self.key, &keyring, bytes, now_ms)
+            }
+            Err(error) => {
+                tracing::warn!(%error, "the keyring could not be read again");
+                first
+            }
         }
     }
 
-    /// Takes in an envelope for this cell: opens and verifies it, stores it in the inbox (once per envelope id) and
-    /// records a verified provenance row.
+    /// Takes in an envelope for this cell: opens and verifies it, refuses it unless it is fresh
+    /// ([`crate::schema::check_fresh`]), stores it in the inbox (once per sender cell and envelope id) and records a
+    /// verified provenance row.
     pub async fn receive(&self, cell: &impl MailCell, bytes: Bytes) -> Result<v1::DeliverResponse, Status> {
         if bytes.len() > cellog_core::MAX_PAYLOAD_LIMIT as usize {
             return Err(failed(
@@ -292,9 +314,11 @@ impl Mailroom {
         for (what, text) in [("envelope id", &header.id), ("sender", &header.sender)] {
             check_token(what, text).map_err(|message| failed(Code::PermissionDenied, "DENIED", message))?;
         }
+        check_fresh(header.created_ms, cell.now_ms())
+            .map_err(|message| failed(Code::PermissionDenied, "STALE_ENVELOPE", message))?;
         let headers: Headers = BTreeMap::from([(SENDER_HEADER.to_string(), header.sender.clone())]);
         let publish = PublishRequest {
-            msg_id: Some(header.id.clone()),
+            msg_id: Some(inbox_msg_id(&header.sender, &header.id)),
             headers,
             ..PublishRequest::new(inbox_subject(&header.sender), bytes)
         };
@@ -448,8 +472,8 @@ impl Mailroom {
             retry_backpressure: true,
             // Another cell's `Deliver` takes an envelope on its signature, not on a credential.
             token: None,
-            // Another cell's TLS (its CA) is not known here: cross-cell delivery is plaintext for now.
-            tls: None,
+            // Over TLS when the other cell's CA is known; no client certificate, as no credential is needed.
+            tls: self.home_cas.get(cell).map(|ca_pem| ClientTls { ca_pem: ca_pem.clone(), identity: None }),
         };
         let client = Client::new(addrs.iter().cloned(), options);
         if let Ok(client) = &client {

@@ -35,6 +35,38 @@ const DAY_MS: u64 = 24 * 3600 * 1000;
 /// How long the inbox remembers an envelope id (and so how long a late repeat is still recognized).
 pub const INBOX_DEDUP_MS: u64 = 7 * DAY_MS;
 
+/// How old an envelope may be when it arrives: older ones are refused (`STALE_ENVELOPE`). Above the longest a sender
+/// keeps trying ([`crate::RetryPolicy::give_up_after`], a day by default) and below [`INBOX_DEDUP_MS`], so that a repeat
+/// the inbox no longer remembers is refused as stale instead of stored a second time.
+pub const ENVELOPE_FRESH_MS: u64 = 6 * DAY_MS;
+/// How far ahead of this cell's clock an envelope's creation may be (the two cells' clocks differ).
+pub const ENVELOPE_SKEW_MS: u64 = 10 * 60 * 1000;
+
+/// Refuses an envelope created at `created_ms` arriving at `now_ms` unless it is fresh: at most
+/// [`ENVELOPE_FRESH_MS`] old and at most [`ENVELOPE_SKEW_MS`] from the future.
+pub fn check_fresh(created_ms: u64, now_ms: u64) -> Result<(), String> {
+    if created_ms.saturating_add(ENVELOPE_FRESH_MS) < now_ms {
+        let days = (now_ms - created_ms) as f64 / DAY_MS as f64;
+        return Err(format!(
+            "the envelope was sealed {days:.1} days ago; envelopes older than {} days are refused",
+            ENVELOPE_FRESH_MS / DAY_MS
+        ));
+    }
+    if created_ms > now_ms.saturating_add(ENVELOPE_SKEW_MS) {
+        return Err(format!(
+            "the envelope was sealed {} ms ahead of this cell's clock; the most allowed is {ENVELOPE_SKEW_MS} ms",
+            created_ms - now_ms
+        ));
+    }
+    Ok(())
+}
+
+/// The inbox's message id of an envelope: its sender cell and its id, so that two cells choosing the same id do not
+/// take each other's place.
+pub fn inbox_msg_id(sender: &str, id: &str) -> String {
+    format!("{sender}/{id}")
+}
+
 /// Every subject of the mail streams: reserved for the node, which alone writes them.
 pub const RESERVED: &str = "mail.>";
 
@@ -134,6 +166,26 @@ pub fn result_status(cell: &str, record: &Record) -> v1::RecipientStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_envelope_is_fresh_between_its_window_and_the_allowed_skew() {
+        let now = 100 * DAY_MS;
+        let give_up = u64::try_from(crate::RetryPolicy::default().give_up_after.as_millis()).unwrap();
+        assert!(give_up < ENVELOPE_FRESH_MS && ENVELOPE_FRESH_MS < INBOX_DEDUP_MS);
+        for (created, fresh) in [
+            (now, true),
+            (now - give_up, true),
+            (now - ENVELOPE_FRESH_MS, true),
+            (now - ENVELOPE_FRESH_MS - 1, false),
+            (now - INBOX_DEDUP_MS, false),
+            (now + ENVELOPE_SKEW_MS, true),
+            (now + ENVELOPE_SKEW_MS + 1, false),
+            (0, false),
+        ] {
+            assert_eq!(check_fresh(created, now).is_ok(), fresh, "sealed at {created}, now {now}");
+        }
+        assert_ne!(inbox_msg_id("alpha", "e1"), inbox_msg_id("bravo", "e1"));
+    }
 
     #[test]
     fn every_subject_falls_in_its_stream() {

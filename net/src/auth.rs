@@ -1,10 +1,16 @@
 //! Who calls: the credential a call carries, as the [`Actor`] its commands run as. The node only establishes who the
 //! caller claims to be (a token's hash, or a principal it vouches for); the cell decides what that principal may do,
-//! and a read is authorized against this node's replica the same way.
+//! and a read is authorized against this node's replica the same way. The node also limits how many commands each
+//! principal sends it ([`PrincipalRate`]).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use cellog_client::status::failed;
 use cellog_client::token::{self, AUTHORIZATION, BEARER};
 use cellog_core::{Actor, ROOT, TokenHash};
+use tokio::time::Instant;
 use tonic::{Request, Status};
 
 /// How a node treats callers.
@@ -16,6 +22,84 @@ pub struct Callers {
     /// With TLS on, the cell whose principals client certificates name (`cellog://CELL/principal/NAME`); the node
     /// sets it.
     pub cell: Option<String>,
+    /// How many commands each principal but root may send this node, if limited.
+    pub rate: Option<PrincipalRate>,
+}
+
+/// How many commands a principal may send one node: a token bucket of `burst` refilled at `per_second`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PrincipalRate {
+    /// Commands per second, sustained.
+    pub per_second: u32,
+    /// Commands at once, after a quiet spell.
+    pub burst: u32,
+}
+
+impl PrincipalRate {
+    /// What `cellog node` limits each principal to unless told otherwise: well above what one client needs, well
+    /// below what lets one client take a cell from everyone else.
+    pub const DEFAULT: PrincipalRate = PrincipalRate { per_second: 20_000, burst: 40_000 };
+}
+
+/// Each principal's bucket on this node. Admission control, not authorization: it guards this node's resources, so it
+/// is the node's own (the leader's counts, as the leader proposes), and the cell's decisions do not depend on it.
+#[derive(Debug, Default)]
+pub(crate) struct Limiter {
+    rate: Option<PrincipalRate>,
+    buckets: Mutex<BTreeMap<Arc<str>, Bucket>>,
+}
+
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+/// Buckets not touched for this long are full again and are forgotten, so the map holds recent callers only.
+const IDLE: Duration = Duration::from_secs(60);
+
+impl Limiter {
+    pub(crate) fn new(rate: Option<PrincipalRate>) -> Self {
+        Limiter { rate: rate.filter(|rate| rate.per_second > 0 && rate.burst > 0), buckets: Mutex::default() }
+    }
+
+    /// Takes one command's token for `principal`, or says why not (`RESOURCE_EXHAUSTED RATE_LIMITED`, with when to
+    /// retry). Root is not limited: the operator must always reach the cell.
+    #[allow(clippy::disallowed_methods, reason = "a node-local admission limit, on the runtime's clock")]
+    pub(crate) fn take(&self, principal: &Arc<str>) -> Result<(), Status> {
+        let Some(rate) = self.rate else { return Ok(()) };
+        if **principal == *ROOT {
+            return Ok(());
+        }
+        let now = Instant::now();
+        let mut buckets = self.buckets.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if buckets.len() > 2 * cellog_core::auth::MAX_PRINCIPALS {
+            buckets.retain(|_, bucket| now.duration_since(bucket.at) < IDLE);
+        }
+        let (per_second, burst) = (f64::from(rate.per_second), f64::from(rate.burst));
+        let bucket = buckets.entry(principal.clone()).or_insert(Bucket { tokens: burst, at: now });
+        bucket.tokens = (bucket.tokens + now.duration_since(bucket.at).as_secs_f64() * per_second).min(burst);
+        bucket.at = now;
+        if bucket.tokens >= 1.0 {
+            bucket.tokens -= 1.0;
+            return Ok(());
+        }
+        let retry_after_ms = (((1.0 - bucket.tokens) / per_second) * 1000.0).ceil().max(1.0) as u64;
+        let message = format!(
+            "principal {principal:?} is over its rate of {} commands per second (burst {}) on this node; retry after \
+             {retry_after_ms} ms",
+            rate.per_second, rate.burst
+        );
+        Err(cellog_client::status::status(
+            tonic::Code::ResourceExhausted,
+            cellog_proto::v1::ErrorDetail {
+                reason: "RATE_LIMITED".to_string(),
+                message,
+                retry_after_ms,
+                ..Default::default()
+            },
+        ))
+    }
 }
 
 fn unauthenticated(message: impl Into<String>) -> Status {

@@ -15,6 +15,7 @@
 
 pub mod auth;
 pub mod convert;
+pub mod limits;
 mod listen;
 pub mod mail_cell;
 pub mod metrics;
@@ -24,4 +25,5 @@ pub mod status;
 pub mod tls;
 pub mod transport;
 
+pub use limits::Limits;
 pub use node::{NodeConfig, NodeError, Peer, RaftTiming, RunningNode};

@@ -15,6 +15,9 @@ use cellog_raft::storage::Storage;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::limits::Limits;
+#[cfg(not(madsim))]
+use crate::limits::{Connections, Counted};
 use crate::mail_cell::NodeCell;
 use crate::metrics::{Metered, Metrics};
 use crate::service::CellogService;
@@ -109,12 +112,21 @@ impl Listeners {
         metrics: Arc<Metrics>,
         stopped: watch::Receiver<bool>,
         tls: Option<&crate::tls::NodeTls>,
+        limits: &Limits,
     ) -> Result<Vec<JoinHandle<()>>, String> {
+        use futures::StreamExt;
         use tonic::transport::Server;
         use tonic::transport::server::TcpIncoming;
 
         let refused = |error: tonic::transport::Error| format!("the TLS configuration is refused: {error}");
-        let (mut client_server, mut raft_server) = (Server::builder(), Server::builder());
+        let keepalive = Some(limits.keepalive);
+        let mut client_server = Server::builder()
+            .timeout(limits.request_timeout)
+            .max_concurrent_streams(limits.max_calls_per_connection)
+            .http2_keepalive_interval(keepalive)
+            .http2_keepalive_timeout(keepalive);
+        // Peers are members of the cell: their calls (a snapshot sent in chunks among them) are not timed out.
+        let mut raft_server = Server::builder().http2_keepalive_interval(keepalive).http2_keepalive_timeout(keepalive);
         if let Some(tls) = tls {
             client_server = client_server.tls_config(tls.client_port()).map_err(refused)?;
             raft_server = raft_server.tls_config(tls.peer_port()).map_err(refused)?;
@@ -122,7 +134,20 @@ impl Listeners {
         let Services { client: client_service, mail: mail_service, raft: raft_service } = services;
         let mut servers = Vec::new();
         let client_stopped = stopped.clone();
-        let client = self.client;
+        // Every connection to the client port is counted while open; calls on one past the limit are refused.
+        let connections = Connections::new(limits.max_connections);
+        let admission = connections.clone();
+        let mut client_server =
+            client_server.layer(tonic::service::InterceptorLayer::new(move |request: tonic::Request<()>| {
+                admission.admit(request.remote_addr()).map(|()| request)
+            }));
+        let client =
+            TcpIncoming::from(self.client).with_nodelay(Some(true)).with_keepalive(keepalive).map(move |accepted| {
+                accepted.map(|stream| {
+                    let slot = connections.open(stream.peer_addr().ok());
+                    Counted { stream, _slot: slot }
+                })
+            });
         let (watched, watch_stopped) = (node.clone(), stopped.clone());
         servers.push(tokio::spawn(async move {
             let (health, health_service) = tonic_health::server::health_reporter();
@@ -131,7 +156,9 @@ impl Listeners {
             // the server as a whole (what a default probe asks). The watch ends with the node.
             let not_serving = health.clone();
             tokio::spawn(async move {
+                // `biased`: polled in this order, never in one drawn at random, so a simulated run repeats.
                 tokio::select! {
+                    biased;
                     _ = watched.wait_fatal() => {
                         not_serving.set_not_serving::<CellogServer<CellogService<Metered<S>>>>().await;
                         not_serving.set_service_status("", tonic_health::ServingStatus::NotServing).await;
@@ -150,10 +177,7 @@ impl Listeners {
                 .add_optional_service(reflection)
                 .add_service(client_service)
                 .add_service(mail_service)
-                .serve_with_incoming_shutdown(
-                    TcpIncoming::from(client).with_nodelay(Some(true)),
-                    until_stopped(client_stopped),
-                )
+                .serve_with_incoming_shutdown(client, until_stopped(client_stopped))
                 .await;
             if let Err(error) = result {
                 tracing::error!(%error, "client server failed");
@@ -165,7 +189,7 @@ impl Listeners {
             let result = raft_server
                 .add_service(raft_service)
                 .serve_with_incoming_shutdown(
-                    TcpIncoming::from(raft).with_nodelay(Some(true)),
+                    TcpIncoming::from(raft).with_nodelay(Some(true)).with_keepalive(keepalive),
                     until_stopped(raft_stopped),
                 )
                 .await;
@@ -242,6 +266,7 @@ impl Listeners {
         _metrics: Arc<Metrics>,
         stopped: watch::Receiver<bool>,
         tls: Option<&crate::tls::NodeTls>,
+        _limits: &Limits,
     ) -> Result<Vec<JoinHandle<()>>, String> {
         use tonic::transport::Server;
 

@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use cellog_core::Cap;
 use cellog_mail::MailMetrics;
 use cellog_raft::storage::{Space, Storage, StorageError};
 use cellog_raft::{CellNode, Replica};
@@ -44,6 +45,10 @@ pub struct Metrics {
     streams: Gauge,
     messages: Gauge,
     bodies_unreadable: Gauge,
+    /// Refusals for each cap, one counter a cap. Not a labelled family: a family's map is a std `HashMap`, whose
+    /// random keys would draw from the simulator's random numbers when the first one is made, and so make a simulated
+    /// run depend on what made a map before it.
+    caps_reached: [(Cap, Counter); Cap::ALL.len()],
 }
 
 fn latency_buckets() -> impl Iterator<Item = f64> {
@@ -63,6 +68,13 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Counts a command refused for `cap`.
+    pub fn cap_reached(&self, cap: Cap) {
+        if let Some((_, counter)) = self.caps_reached.iter().find(|(each, _)| *each == cap) {
+            counter.inc();
+        }
+    }
+
     /// A fresh set, registered under `cellog_`.
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("cellog");
@@ -88,10 +100,18 @@ impl Metrics {
             streams: Gauge::default(),
             messages: Gauge::default(),
             bodies_unreadable: Gauge::default(),
+            caps_reached: Cap::ALL.map(|cap| (cap, Counter::default())),
         };
         registry.register("published", "Messages published (appended or deduplicated)", metrics.published.clone());
         registry.register("publish_rejected", "Publishes the cell refused", metrics.publish_rejected.clone());
         registry.register("acked", "Deliveries answered by consumers", metrics.acked.clone());
+        for (cap, counter) in &metrics.caps_reached {
+            registry.register(
+                format!("caps_reached_{}", cap.name().replace('-', "_")),
+                format!("Commands refused for reaching the cap on {cap} (RESOURCE_EXHAUSTED CAP_REACHED)"),
+                counter.clone(),
+            );
+        }
         registry.register(
             "commit_latency_seconds",
             "From proposing a command to its answer (commit on a quorum, apply)",

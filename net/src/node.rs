@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::auth::Callers;
+use crate::limits::Limits;
 use crate::listen::{BindError, Listeners, Services};
 use crate::mail_cell::NodeCell;
 use crate::metrics::{Metered, Metrics};
@@ -100,6 +101,8 @@ pub struct NodeConfig {
     /// A token this node makes a token of the root principal, if the cell does not have it yet: the first credential
     /// of a new cell.
     pub root_token: Option<String>,
+    /// Bounds on connections, calls, subscriptions and call time, and keep-alive.
+    pub limits: Limits,
 }
 
 impl NodeConfig {
@@ -293,9 +296,10 @@ impl<S: Storage + Clone> RunningNode<S> {
             let token = TokenHash(cellog_client::token::hash(token));
             tasks.push(tokio::spawn(install_root_token(node.clone(), token, stopped.clone())));
         }
-        let client_service = CellogServer::new(CellogService::new(node.clone(), metrics.clone(), callers))
-            .max_decoding_message_size(MAX_CLIENT_MESSAGE)
-            .max_encoding_message_size(MAX_CLIENT_MESSAGE);
+        let client_service =
+            CellogServer::new(CellogService::new(node.clone(), metrics.clone(), callers, &config.limits))
+                .max_decoding_message_size(MAX_CLIENT_MESSAGE)
+                .max_encoding_message_size(MAX_CLIENT_MESSAGE);
         let mail_service = MailServer::new(MailService::new(mail_cell, mail))
             .max_decoding_message_size(MAX_CLIENT_MESSAGE)
             .max_encoding_message_size(MAX_CLIENT_MESSAGE);
@@ -305,7 +309,7 @@ impl<S: Storage + Clone> RunningNode<S> {
             .max_encoding_message_size(MAX_RAFT_MESSAGE);
         let services = Services { client: client_service, mail: mail_service, raft: raft_service };
         let mut servers = listeners
-            .serve(services, node.clone(), metrics.clone(), stopped, tls.as_ref())
+            .serve(services, node.clone(), metrics.clone(), stopped, tls.as_ref(), &config.limits)
             .map_err(NodeError::Config)?;
         servers.extend(tasks);
         tracing::info!(id = config.id, %client_addr, %raft_addr, ?metrics_addr, "node serving");
@@ -359,7 +363,9 @@ async fn install_root_token<S: Storage + Clone>(
             // Not the leader, or no leader yet: the leader's own attempt, or a later one here, lands.
             Err(_) => {}
         }
+        // `biased`: polled in this order, never in one drawn at random, so a simulated run repeats.
         tokio::select! {
+            biased;
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
             _ = stopped.changed() => return,
         }

@@ -7,16 +7,17 @@ use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
 
 use cellog_client::status::{failed, to_item_error};
-use cellog_core::{Access, Actor, Cell, Command, MAX_FETCH, MAX_READ, Outcome, Record, Rejection};
+use cellog_core::{Access, Actor, Cell, Command, MAX_FETCH, MAX_READ, Outcome, Record, Rejection, Scope, Work};
 use cellog_proto::v1::{self, cellog_server::Cellog};
 use cellog_raft::storage::Storage;
 use cellog_raft::{Answer, BodyError, CellNode, MembershipError, NodeAddrs, ProposeError, Replica};
 use futures::{Stream, StreamExt};
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::auth::Callers;
+use crate::auth::{Callers, Limiter};
 use crate::convert::{self, DEFAULT_TRANSACTION_TIMEOUT_MS};
+use crate::limits::{Limits, too_many_subscriptions};
 use crate::metrics::Metrics;
 use crate::status::{self, from_propose, from_rejection, invalid_argument, not_leader};
 
@@ -24,6 +25,10 @@ use crate::status::{self, from_propose, from_rejection, invalid_argument, not_le
 pub const BATCH_WINDOW: usize = 4096;
 /// Default window of a subscription.
 pub const DEFAULT_SUBSCRIBE_WINDOW: u32 = 256;
+/// Least time between two fetches of one subscription that would only move its consumer's cursors over messages its
+/// filter does not match. A match more than a thousand unmatched messages past the cursor waits for such a fetch, so
+/// a sparse filter on a busy stream is delivered within this, not at once.
+pub const SKIP_EVERY: Duration = Duration::from_secs(1);
 /// Member name used when a fetch names none.
 pub const DEFAULT_MEMBER: &str = "default";
 
@@ -34,11 +39,22 @@ pub struct CellogService<S> {
     node: Arc<CellNode<S>>,
     metrics: Arc<Metrics>,
     callers: Callers,
+    limiter: Arc<Limiter>,
+    /// A permit per open subscription.
+    subscriptions: Arc<Semaphore>,
+    max_subscriptions: usize,
 }
 
 impl<S> Clone for CellogService<S> {
     fn clone(&self) -> Self {
-        CellogService { node: self.node.clone(), metrics: self.metrics.clone(), callers: self.callers.clone() }
+        CellogService {
+            node: self.node.clone(),
+            metrics: self.metrics.clone(),
+            callers: self.callers.clone(),
+            limiter: self.limiter.clone(),
+            subscriptions: self.subscriptions.clone(),
+            max_subscriptions: self.max_subscriptions,
+        }
     }
 }
 
@@ -112,8 +128,10 @@ fn membership_error(error: MembershipError) -> Status {
 
 impl<S: Storage + Clone> CellogService<S> {
     /// The API of `node`, recording into `metrics`, treating callers as `callers` says.
-    pub fn new(node: Arc<CellNode<S>>, metrics: Arc<Metrics>, callers: Callers) -> Self {
-        CellogService { node, metrics, callers }
+    pub fn new(node: Arc<CellNode<S>>, metrics: Arc<Metrics>, callers: Callers, limits: &Limits) -> Self {
+        let limiter = Arc::new(Limiter::new(callers.rate));
+        let subscriptions = Arc::new(Semaphore::new(limits.max_subscriptions));
+        CellogService { node, metrics, callers, limiter, subscriptions, max_subscriptions: limits.max_subscriptions }
     }
 
     /// `command` run as `actor`, if this node's replica finds the actor's credential and grants allow it: a command
@@ -121,7 +139,10 @@ impl<S: Storage + Clone> CellogService<S> {
     fn admit(&self, actor: &Actor, command: Command) -> Result<Command, Status> {
         let decision = lock(&self.node)?.cell.authorize_command(actor, &command);
         match decision {
-            Ok(_) => Ok(run_as(actor, command)),
+            Ok(principal) => {
+                self.limiter.take(&principal)?;
+                Ok(run_as(actor, command))
+            }
             Err(rejection) => {
                 cellog_raft::transition::refused(command.kind(), &rejection);
                 Err(from_rejection(&rejection))
@@ -129,12 +150,20 @@ impl<S: Storage + Clone> CellogService<S> {
         }
     }
 
+    /// The answer to a proposal as a status, counting a cap the cell refused it for.
+    fn answered(&self, result: Result<Result<Outcome, Rejection>, ProposeError>) -> Result<Outcome, Status> {
+        if let Ok(Err(Rejection::CapReached { cap, .. })) = &result {
+            self.metrics.cap_reached(*cap);
+        }
+        answered(result)
+    }
+
     /// Proposes a command as `actor` and waits for its outcome.
     #[allow(clippy::disallowed_methods, reason = "measures commit latency on the runtime's clock")]
     async fn write(&self, actor: &Actor, command: Command) -> Result<Outcome, Status> {
         let command = self.admit(actor, command)?;
         let started = tokio::time::Instant::now();
-        let result = answered(self.node.propose_now(command).await);
+        let result = self.answered(self.node.propose_now(command).await);
         self.metrics.commit_latency.observe(started.elapsed().as_secs_f64());
         result
     }
@@ -147,11 +176,28 @@ impl<S: Storage + Clone> CellogService<S> {
         authorize: impl FnOnce(&Cell, &str) -> Result<(), Rejection>,
         read: impl FnOnce(&Cell) -> Result<T, Rejection>,
     ) -> Result<T, Status> {
+        self.read_in(Scope::cell(), actor, authorize, read).await
+    }
+
+    /// The same for a caller in `scope`, whose refusal names what it named (the reading is done in stored names).
+    async fn read_in<T>(
+        &self,
+        scope: Scope<'_>,
+        actor: &Actor,
+        authorize: impl FnOnce(&Cell, &str) -> Result<(), Rejection>,
+        read: impl FnOnce(&Cell) -> Result<T, Rejection>,
+    ) -> Result<T, Status> {
         self.node.read_barrier().await.map_err(from_propose)?;
         let replica = lock(&self.node)?;
         authorized(&replica.cell, actor, authorize)
             .and_then(|()| read(&replica.cell))
-            .map_err(|rejection| from_rejection(&rejection))
+            .map_err(|rejection| from_rejection(&scope.rejection_out(rejection)))
+    }
+
+    /// The principal `actor` is on this node's replica: whose scope the call's names are in (see
+    /// [`cellog_core::tenant`]).
+    fn principal(&self, actor: &Actor) -> Result<Arc<str>, Status> {
+        lock(&self.node)?.cell.authenticate(actor).map_err(|rejection| from_rejection(&rejection))
     }
 
     /// Refuses a call unless `actor` passes `authorize` on this node's replica (for what is not a command: a local
@@ -307,12 +353,14 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         let streams = self
             .read(&actor, anyone, |cell| {
                 let principal = cell.authenticate(&actor)?;
-                // What the caller may see: every stream for an admin, else the streams it may read.
-                let visible = |name: &str| sees_stream(name)(cell, &principal).is_ok();
+                let scope = Scope::of(&principal);
+                // What the caller may see: the streams of its scope; every one for an admin, else those it may read.
+                let visible =
+                    |name: &str| scope.name_out(name).is_some() && sees_stream(name)(cell, &principal).is_ok();
                 cell.stream_names()
                     .iter()
                     .filter(|name| visible(name))
-                    .map(|name| cell.stream_info(name))
+                    .map(|name| cell.stream_info(name).map(|info| scope.stream_info_out(info)))
                     .collect::<Result<Vec<_>, _>>()
             })
             .await?;
@@ -323,9 +371,11 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
 
     async fn get_stream(&self, request: Request<v1::GetStreamRequest>) -> Result<Response<v1::StreamInfo>, Status> {
         let actor = self.callers.actor(&request)?;
-        let name = request.into_inner().name;
-        let info = self.read(&actor, sees_stream(&name), |cell| cell.stream_info(&name)).await?;
-        Ok(Response::new(convert::stream_info_to_wire(info)))
+        let principal = self.principal(&actor)?;
+        let scope = Scope::of(&principal);
+        let name = scope.name_in(&request.into_inner().name);
+        let info = self.read_in(scope, &actor, sees_stream(&name), |cell| cell.stream_info(&name)).await?;
+        Ok(Response::new(convert::stream_info_to_wire(scope.stream_info_out(info))))
     }
 
     async fn publish(&self, request: Request<v1::PublishRequest>) -> Result<Response<v1::PublishAck>, Status> {
@@ -375,7 +425,7 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
             let service = service.clone();
             async move {
                 let outcome = match next {
-                    Pending::Submitted(answer) => answered(answer.wait().await),
+                    Pending::Submitted(answer) => service.answered(answer.wait().await),
                     Pending::Refused(status) => Err(status),
                 };
                 let result = match service.publish_answer(outcome) {
@@ -390,7 +440,10 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
 
     async fn read(&self, request: Request<v1::ReadRequest>) -> Result<Response<v1::ReadResponse>, Status> {
         let actor = self.callers.actor(&request)?;
-        let request = request.into_inner();
+        let principal = self.principal(&actor)?;
+        let scope = Scope::of(&principal);
+        let mut request = request.into_inner();
+        request.stream = scope.name_in(&request.stream);
         let max = match request.max {
             0 => 256,
             max => usize::try_from(max).unwrap_or(MAX_READ).min(MAX_READ),
@@ -398,17 +451,19 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         let read = |cell: &Cell| cell.read_from(&request.stream, request.partition, request.from_seq, max);
         let authorize = |cell: &Cell, principal: &str| cell.authorize_read(principal, &request.stream);
         let records = if request.local {
-            self.check(&actor, authorize)?;
-            read(&lock(&self.node)?.cell).map_err(|rejection| from_rejection(&rejection))?
+            let replica = lock(&self.node)?;
+            authorized(&replica.cell, &actor, authorize)
+                .and_then(|()| read(&replica.cell))
+                .map_err(|rejection| from_rejection(&scope.rejection_out(rejection)))?
         } else {
-            self.read(&actor, authorize, read).await?
+            self.read_in(scope, &actor, authorize, read).await?
         };
         let applied_index = lock(&self.node)?.last_applied.map_or(0, |log_id| log_id.index);
         let mut messages = Vec::with_capacity(records.len());
         for record in records {
             // A message removed since it was read is one the read no longer finds.
             if let Some(payload) = self.payload(&request.stream, &record)? {
-                messages.push(convert::record_to_wire(record, payload));
+                messages.push(convert::record_to_wire(scope.record_out(record), payload));
             }
         }
         Ok(Response::new(v1::ReadResponse { messages, applied_index }))
@@ -469,16 +524,22 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         request: Request<v1::ListConsumersRequest>,
     ) -> Result<Response<v1::ListConsumersResponse>, Status> {
         let actor = self.callers.actor(&request)?;
-        let stream = request.into_inner().stream;
+        let principal = self.principal(&actor)?;
+        let scope = Scope::of(&principal);
+        let named = request.into_inner().stream;
+        let stream = scope.name_in(&named);
         let consumers = self
-            .read(&actor, sees_stream(&stream), |cell| {
+            .read_in(scope, &actor, sees_stream(&stream), |cell| {
                 let now = cell.last_at();
                 let info = cell.stream_info(&stream)?;
                 info.consumers.iter().map(|name| cell.consumer_info(&stream, name, now)).collect::<Result<Vec<_>, _>>()
             })
             .await?;
         Ok(Response::new(v1::ListConsumersResponse {
-            consumers: consumers.into_iter().map(|info| convert::consumer_info_to_wire(&stream, info)).collect(),
+            consumers: consumers
+                .into_iter()
+                .map(|info| convert::consumer_info_to_wire(&named, scope.consumer_info_out(info)))
+                .collect(),
         }))
     }
 
@@ -487,13 +548,16 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         request: Request<v1::GetConsumerRequest>,
     ) -> Result<Response<v1::ConsumerInfo>, Status> {
         let actor = self.callers.actor(&request)?;
+        let principal = self.principal(&actor)?;
+        let scope = Scope::of(&principal);
         let request = request.into_inner();
+        let stream = scope.name_in(&request.stream);
         let info = self
-            .read(&actor, sees_consumer(&request.stream, &request.name), |cell| {
-                cell.consumer_info(&request.stream, &request.name, cell.last_at())
+            .read_in(scope, &actor, sees_consumer(&stream, &request.name), |cell| {
+                cell.consumer_info(&stream, &request.name, cell.last_at())
             })
             .await?;
-        Ok(Response::new(convert::consumer_info_to_wire(&request.stream, info)))
+        Ok(Response::new(convert::consumer_info_to_wire(&request.stream, scope.consumer_info_out(info))))
     }
 
     async fn fetch(&self, request: Request<v1::FetchRequest>) -> Result<Response<v1::FetchResponse>, Status> {
@@ -506,11 +570,14 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
             member,
             max: request.max.max(1),
         };
-        match self.write(&actor, command).await? {
+        let outcome = self.write(&actor, command).await?;
+        // The deliveries come back in the caller's terms; the bodies are read under the stored name.
+        let stored = Scope::of(&self.principal(&actor)?).name_in(&request.stream);
+        match outcome {
             Outcome::Fetched(deliveries) => {
                 let mut wire = Vec::with_capacity(deliveries.len());
                 for delivery in deliveries {
-                    if let Some(payload) = self.payload(&request.stream, &delivery.record)? {
+                    if let Some(payload) = self.payload(&stored, &delivery.record)? {
                         wire.push(convert::delivery_to_wire(delivery, payload));
                     }
                 }
@@ -522,6 +589,7 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
 
     type SubscribeStream = ServerStream<v1::Delivery>;
 
+    #[allow(clippy::disallowed_methods, reason = "spaces a subscription's skip-only fetches on the runtime's clock")]
     async fn subscribe(
         &self,
         request: Request<v1::SubscribeRequest>,
@@ -533,81 +601,108 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
             window => window.min(MAX_FETCH),
         };
         let member = if request.member.is_empty() { DEFAULT_MEMBER.to_string() } else { request.member };
+        // The fetches name the stream in the caller's terms (the cell translates them); this node reads the
+        // consumer's state and the bodies under the stored name.
+        let principal = self.principal(&actor)?;
+        let scope = Scope::of(&principal);
         let (stream, consumer) = (request.stream, request.consumer);
+        let stored = scope.name_in(&stream);
         // Fail at once on an unknown consumer or a node that does not lead.
         let may_consume = |cell: &Cell, principal: &str| {
-            cell.authorize(principal, &Access::Consume { stream: &stream, consumer: &consumer })
+            cell.authorize(principal, &Access::Consume { stream: &stored, consumer: &consumer })
         };
-        self.read(&actor, may_consume, |cell| cell.consumer_info(&stream, &consumer, cell.last_at())).await?;
+        self.read_in(scope, &actor, may_consume, |cell| cell.consumer_info(&stored, &consumer, cell.last_at())).await?;
+        // Held by the subscription's task, so released when it ends (its subscriber gone, or an error sent).
+        let permit = self
+            .subscriptions
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| too_many_subscriptions(self.max_subscriptions))?;
         let (sender, mut receiver) = mpsc::channel(usize::try_from(window).unwrap_or(256));
         let service = self.clone();
+        // Pushed, not polled: the subscription proposes a fetch only when this node's replica says one would deliver
+        // something, and otherwise waits for the replica to change (a publish, an ack, the leader's tick that makes a
+        // redelivery due) without writing anything to the log.
         tokio::spawn(async move {
-            let mut idle = Duration::from_millis(5);
+            let _permit = permit;
+            let mut skipped_at: Option<tokio::time::Instant> = None;
             loop {
-                let info = lock(&service.node)
-                    .map(|replica| replica.cell.consumer_info(&stream, &consumer, replica.cell.last_at()));
-                let info = match info {
-                    Ok(info) => info,
+                let applied = service.node.applied();
+                let mut changed = std::pin::pin!(applied.notified());
+                changed.as_mut().enable();
+                let state = lock(&service.node).map(|replica| replica.cell.consumer_work(&stored, &consumer));
+                let (work, pending) = match state {
+                    Ok(Ok(state)) => state,
+                    Ok(Err(rejection)) => {
+                        let rejection = Scope::of(&principal).rejection_out(rejection);
+                        let _ = sender.send(Err(from_rejection(&rejection))).await;
+                        return;
+                    }
                     Err(status) => {
                         let _ = sender.send(Err(status)).await;
                         return;
                     }
                 };
-                let pending = match info {
-                    Ok(info) => info.n_pending,
-                    Err(rejection) => {
-                        let _ = sender.send(Err(from_rejection(&rejection))).await;
+                let room = window.saturating_sub(pending);
+                // A fetch that would only move the cursors over unmatched messages (so that the consumer's lag
+                // reads true) waits its turn, so a filter on a busy stream does not propose one per applied batch.
+                let skip_wait = skipped_at.map_or(Duration::ZERO, |at| SKIP_EVERY.saturating_sub(at.elapsed()));
+                let fetch = room > 0 && (work == Work::Deliver || (work == Work::Skip && skip_wait.is_zero()));
+                if !fetch {
+                    let skip_later = room > 0 && work == Work::Skip;
+                    tokio::select! {
+                        biased;
+                        () = sender.closed() => return,
+                        () = &mut changed => {}
+                        () = tokio::time::sleep(skip_wait), if skip_later => {}
+                    }
+                    continue;
+                }
+                if work == Work::Skip {
+                    skipped_at = Some(tokio::time::Instant::now());
+                }
+                let command = Command::Fetch {
+                    stream: stream.clone(),
+                    consumer: consumer.clone(),
+                    member: member.clone(),
+                    max: room,
+                };
+                let delivered = match service.write(&actor, command).await {
+                    Ok(Outcome::Fetched(deliveries)) => {
+                        let n = deliveries.len();
+                        for delivery in deliveries {
+                            // A body this node cannot read ends the stream with its error; the delivery comes
+                            // again after its ack wait.
+                            let item = match service.payload(&stored, &delivery.record) {
+                                Ok(Some(payload)) => Ok(convert::delivery_to_wire(delivery, payload)),
+                                Ok(None) => continue,
+                                Err(status) => Err(status),
+                            };
+                            let failed = item.is_err();
+                            if sender.send(item).await.is_err() || failed {
+                                return;
+                            }
+                        }
+                        n
+                    }
+                    Ok(other) => {
+                        let _ = sender.send(Err(unexpected(&other))).await;
+                        return;
+                    }
+                    Err(status) => {
+                        let _ = sender.send(Err(status)).await;
                         return;
                     }
                 };
-                let room = window.saturating_sub(pending);
-                let delivered = if room == 0 {
-                    0
-                } else {
-                    let command = Command::Fetch {
-                        stream: stream.clone(),
-                        consumer: consumer.clone(),
-                        member: member.clone(),
-                        max: room,
-                    };
-                    match service.write(&actor, command).await {
-                        Ok(Outcome::Fetched(deliveries)) => {
-                            let n = deliveries.len();
-                            for delivery in deliveries {
-                                // A body this node cannot read ends the stream with its error; the delivery comes
-                                // again after its ack wait.
-                                let item = match service.payload(&stream, &delivery.record) {
-                                    Ok(Some(payload)) => Ok(convert::delivery_to_wire(delivery, payload)),
-                                    Ok(None) => continue,
-                                    Err(status) => Err(status),
-                                };
-                                let failed = item.is_err();
-                                if sender.send(item).await.is_err() || failed {
-                                    return;
-                                }
-                            }
-                            n
-                        }
-                        Ok(other) => {
-                            let _ = sender.send(Err(unexpected(&other))).await;
-                            return;
-                        }
-                        Err(status) => {
-                            let _ = sender.send(Err(status)).await;
-                            return;
-                        }
+                if delivered == 0 && work == Work::Deliver {
+                    // Another member took it first (or it started a delayed message's wait): ask again only once
+                    // something else is applied, so that nothing can make this loop propose fetch after fetch.
+                    let mut next = std::pin::pin!(applied.notified());
+                    tokio::select! {
+                        biased;
+                        () = sender.closed() => return,
+                        () = &mut next => {}
                     }
-                };
-                if sender.is_closed() {
-                    return;
-                }
-                if delivered > 0 {
-                    idle = Duration::from_millis(5);
-                } else {
-                    // Nothing to deliver (or the window is full): back off while it stays so, so that an idle
-                    // subscription does not fill the log with empty fetches.
-                    tokio::time::sleep(idle).await;
-                    idle = (idle * 2).min(Duration::from_secs(1));
                 }
             }
         });
@@ -657,7 +752,7 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         let mut results = Vec::with_capacity(pending.len());
         for next in pending {
             let outcome = match next {
-                Pending::Submitted(answer) => answered(answer.wait().await),
+                Pending::Submitted(answer) => self.answered(answer.wait().await),
                 Pending::Refused(status) => Err(status),
             };
             results.push(match outcome {
@@ -788,8 +883,10 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         request: Request<v1::ClusterStatusRequest>,
     ) -> Result<Response<v1::ClusterStatusResponse>, Status> {
         let actor = self.callers.actor(&request)?;
-        self.check(&actor, anyone)?;
-        Ok(Response::new(self.status_with(request.into_inner().digest_parts)?))
+        let with_parts = request.into_inner().digest_parts;
+        // The parts name every stream and consumer of the cell, every tenant's included: cluster admin only.
+        self.check(&actor, if with_parts { cluster_admin } else { anyone })?;
+        Ok(Response::new(self.status_with(with_parts)?))
     }
 
     async fn add_learner(

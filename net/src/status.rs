@@ -112,6 +112,7 @@ pub fn rejection_parts(rejection: &Rejection) -> (Code, ErrorDetail) {
         Rejection::Unauthenticated { .. } => (Code::Unauthenticated, "UNAUTHENTICATED"),
         Rejection::PermissionDenied { .. } => (Code::PermissionDenied, "PERMISSION_DENIED"),
         Rejection::PrincipalNotFound { .. } => (Code::NotFound, "PRINCIPAL_NOT_FOUND"),
+        Rejection::CapReached { .. } => (Code::ResourceExhausted, "CAP_REACHED"),
     };
     let mut detail = detail(reason, message);
     match rejection {

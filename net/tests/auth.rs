@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use cellog_client::proto as v1;
 use cellog_client::{Client, ClientError, ClientOptions, token};
-use cellog_net::auth::Callers;
+use cellog_net::auth::{Callers, PrincipalRate};
 use cellog_net::{NodeConfig, RaftTiming, RunningNode};
 use cellog_raft::SystemClock;
 use cellog_raft::storage::SimDisk;
@@ -19,6 +19,11 @@ use cellog_raft::storage::SimDisk;
 const ROOT_TOKEN: &str = "cellog_root-token-of-the-auth-test-0123456789abcdef";
 
 async fn secure_node() -> RunningNode<SimDisk> {
+    secure_node_with(None).await
+}
+
+/// The same, limiting each principal but root to `rate`.
+async fn secure_node_with(rate: Option<PrincipalRate>) -> RunningNode<SimDisk> {
     let any = "127.0.0.1:0".parse().expect("an address");
     let config = NodeConfig {
         cell: "auth".to_string(),
@@ -35,9 +40,10 @@ async fn secure_node() -> RunningNode<SimDisk> {
         mail: None,
         past: cellog_raft::Past::Unknown,
         cell_id: None,
-        callers: Callers { insecure: false, cell: None },
+        callers: Callers { insecure: false, cell: None, rate },
         root_token: Some(ROOT_TOKEN.to_string()),
         tls: None,
+        limits: cellog_net::Limits::DEFAULT,
     };
     RunningNode::start(&config, SimDisk::new(11), Arc::new(SystemClock)).await.expect("the node starts")
 }
@@ -154,5 +160,108 @@ async fn every_call_runs_as_a_principal_with_its_grants() {
 
     let listed: Vec<String> = root.list_principals().await.expect("listed").into_iter().map(|p| p.name).collect();
     assert_eq!(listed, ["alice", "bob", "carol", "root"]);
+    node.stop().await.expect("stops");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_keep_to_their_own_names() {
+    let node = secure_node().await;
+    let root = client(&node, Some(ROOT_TOKEN));
+    for _ in 0..200 {
+        if root.who_am_i().await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    // Two tenants' admins, each with every grant of its tenant, make the same stream and consumer.
+    let mut tenants = Vec::new();
+    for tenant in ["acme", "beta"] {
+        let all = v1::Grants { admin: true, ..grants(&[">"], &[">"], &["*/*"]) };
+        let made = principal(&root, &format!("{tenant}/ops"), all).await;
+        let admin = client(&node, Some(&made));
+        let config = v1::StreamConfig { subjects: vec!["orders.>".into()], ..Default::default() };
+        admin.create_stream("orders", config).await.expect("the tenant's stream");
+        let config = v1::ConsumerConfig { ack_wait_ms: Some(60_000), ..Default::default() };
+        admin.create_consumer("orders", "work", config).await.expect("the tenant's consumer");
+        tenants.push(admin);
+    }
+    let (acme, beta) = (&tenants[0], &tenants[1]);
+    assert_eq!(acme.who_am_i().await.expect("who").name, "acme/ops");
+
+    // A message of one tenant is that tenant's alone, named as the tenant names it.
+    let ack = acme.publish(publish("orders.1")).await.expect("acme publishes");
+    assert_eq!(ack.stream, "orders");
+    let listed = |streams: Vec<v1::StreamInfo>| -> Vec<(String, u64)> {
+        streams.into_iter().map(|s| (s.name, s.messages)).collect()
+    };
+    assert_eq!(listed(acme.list_streams().await.expect("listed")), [("orders".to_string(), 1)]);
+    assert_eq!(listed(beta.list_streams().await.expect("listed")), [("orders".to_string(), 0)]);
+    let info = acme.stream_info("orders").await.expect("info");
+    assert_eq!(info.config.expect("a config").subjects, ["orders.>"]);
+    let read = acme.read("orders", ack.partition, ack.seq, 1, false).await.expect("acme reads").messages;
+    assert_eq!(read[0].subject, "orders.1");
+    assert_eq!(read[0].headers.get("Cellog-Sender").map(String::as_str), Some("acme/ops"));
+    let fetched = acme.fetch("orders", "work", "m", 10).await.expect("acme fetches");
+    assert_eq!(fetched[0].message.as_ref().expect("a message").subject, "orders.1");
+    assert!(beta.fetch("orders", "work", "m", 10).await.expect("beta fetches").is_empty());
+    let consumers = acme.list_consumers("orders").await.expect("consumers");
+    assert_eq!(consumers.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["work"]);
+
+    // Another tenant's stream cannot be named: the name is taken in the caller's own tenant.
+    assert_eq!(reason(beta.stream_info("acme/orders").await), "STREAM_NOT_FOUND");
+    assert_eq!(reason(beta.read("acme/orders", 0, 1, 10, false).await), "STREAM_NOT_FOUND");
+    assert_eq!(reason(beta.publish(publish("@acme.orders.2")).await), "NO_STREAM_FOR_SUBJECT");
+    assert_eq!(reason(beta.delete_stream("acme/orders").await), "STREAM_NOT_FOUND");
+    // A tenant's principal holds no cluster admin.
+    assert_eq!(reason(acme.remove_node(1).await), "PERMISSION_DENIED");
+
+    // The cell's operator sees both by their stored names, and root's `>` reaches no tenant's subjects.
+    let all = listed(root.list_streams().await.expect("listed"));
+    assert_eq!(all, [("acme/orders".to_string(), 1), ("beta/orders".to_string(), 0)]);
+    assert_eq!(reason(root.publish(publish("@acme.orders.3")).await), "PERMISSION_DENIED");
+    assert_eq!(root.stream_info("acme/orders").await.expect("info").messages, 1);
+    node.stop().await.expect("stops");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_principal_but_root_is_held_to_its_rate() {
+    let node = secure_node_with(Some(PrincipalRate { per_second: 4, burst: 5 })).await;
+    let root = client(&node, Some(ROOT_TOKEN));
+    for _ in 0..200 {
+        if root.who_am_i().await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let config = v1::StreamConfig { subjects: vec!["orders.>".into()], ..Default::default() };
+    root.create_stream("orders", config).await.expect("a stream");
+    let token = principal(&root, "busy", grants(&["orders.>"], &["orders.>"], &[])).await;
+    // A caller that sheds load itself gets the refusal at once: the burst goes through, the next is refused with
+    // when to retry, and writes nothing.
+    let shedding = Client::new(
+        [node.client_addr.to_string()],
+        ClientOptions { token: Some(token.clone()), retry_backpressure: false, ..ClientOptions::default() },
+    )
+    .expect("a client");
+    for n in 0..5 {
+        shedding.publish(publish(&format!("orders.{n}"))).await.expect("within the burst");
+    }
+    let refused = shedding.publish(publish("orders.5")).await.expect_err("over the rate");
+    assert_eq!(refused.reason(), Some("RATE_LIMITED"), "{refused}");
+    match &refused {
+        ClientError::Status { code, detail } => {
+            assert_eq!(*code, tonic::Code::ResourceExhausted);
+            assert!(detail.retry_after_ms > 0 && detail.retry_after_ms <= 250, "{detail:?}");
+            assert!(detail.message.contains("\"busy\""), "{detail:?}");
+        }
+        other => panic!("expected a status, got {other:?}"),
+    }
+    assert_eq!(root.stream_info("orders").await.expect("info").messages, 5);
+    // Root is never limited, and a client that retries is let through as the bucket refills.
+    for n in 0..20 {
+        root.publish(publish(&format!("orders.root.{n}"))).await.expect("root is not limited");
+    }
+    client(&node, Some(&token)).publish(publish("orders.6")).await.expect("admitted after the advised pause");
+    assert_eq!(root.stream_info("orders").await.expect("info").messages, 26);
     node.stop().await.expect("stops");
 }

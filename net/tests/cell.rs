@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use cellog_client::proto as v1;
 use cellog_client::{Client, ClientOptions};
-use cellog_net::{NodeConfig, RaftTiming, RunningNode};
+use cellog_net::{Limits, NodeConfig, RaftTiming, RunningNode};
 use cellog_raft::SystemClock;
 use cellog_raft::storage::SimDisk;
 
@@ -37,9 +37,10 @@ fn config(id: u64, bootstrap: bool) -> NodeConfig {
         mail: None,
         past: cellog_raft::Past::Unknown,
         cell_id: None,
-        callers: cellog_net::auth::Callers { insecure: true, cell: None },
+        callers: cellog_net::auth::Callers { insecure: true, cell: None, rate: None },
         root_token: None,
         tls: None,
+        limits: Limits::DEFAULT,
     }
 }
 
@@ -201,6 +202,110 @@ async fn subscriptions_respect_their_window_and_transactions_commit_whole() {
     assert_eq!(committed.messages.iter().map(|ack| ack.seq).collect::<Vec<_>>(), vec![101, 102]);
     // A retried commit gets the first commit's answer.
     assert_eq!(client.commit(producer).await.expect("the same answer").messages, committed.messages);
+    node.stop().await.expect("a clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_subscriptions_write_nothing_and_a_publish_is_pushed_to_them() {
+    let node = start(&config(1, true)).await;
+    let client = client_of(&node);
+    leader_ready(&client).await;
+    client.create_stream("events", stream_config("events.>")).await.expect("created");
+    let mut subscriptions = Vec::new();
+    for n in 0..20 {
+        let name = format!("c{n}");
+        client.create_consumer("events", &name, consumer_config()).await.expect("consumer");
+        subscriptions.push(client.subscribe("events", &name, "m", 16).await.expect("subscribed"));
+    }
+    // One more whose filter matches nothing that will be published.
+    let only_b = v1::ConsumerConfig { filter_subject: Some("events.b".into()), ..consumer_config() };
+    client.create_consumer("events", "only-b", only_b).await.expect("consumer");
+    let mut filtered = client.subscribe("events", "only-b", "m", 16).await.expect("subscribed");
+
+    // Three seconds idle: at most the leader's idle ticks (one per two seconds) reach the log, and no fetch.
+    let applied = async || client.cluster_status().await.expect("status").applied_index.expect("an index");
+    let before = applied().await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let idle_entries = applied().await - before;
+    assert!(idle_entries <= 2, "21 idle subscriptions wrote {idle_entries} entries in 3 s");
+
+    // A publish reaches every subscription of a consumer it matches, once, without polling.
+    client.publish(message("events.a", "hello")).await.expect("published");
+    for subscription in &mut subscriptions {
+        let delivery = tokio::time::timeout(Duration::from_secs(10), subscription.message())
+            .await
+            .expect("pushed within 10 s")
+            .expect("a delivery")
+            .expect("open");
+        assert_eq!(delivery.message.expect("a message").payload, Bytes::from("hello"));
+    }
+    // The filtered consumer gets nothing, and its cursor moves past what it does not match all the same.
+    wait_for("the filtered consumer's lag to clear", async || {
+        client.consumer_info("events", "only-b").await.expect("info").lag_total == 0
+    })
+    .await;
+    let nothing = tokio::time::timeout(Duration::from_millis(300), filtered.message()).await;
+    assert!(nothing.is_err(), "the filtered subscription got a message it does not match: {nothing:?}");
+    node.stop().await.expect("a clean stop");
+}
+
+/// A client on a connection of its own (it looks for no other members) that takes a refusal as final.
+fn impatient_client_of(node: &RunningNode<SimDisk>) -> Client {
+    let options = ClientOptions {
+        retry_backpressure: false,
+        discover: false,
+        retry_for: Duration::from_secs(2),
+        ..ClientOptions::default()
+    };
+    Client::new([node.client_addr.to_string()], options).expect("a client")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_bounds_its_connections_and_the_calls_on_each() {
+    let limits = Limits { max_connections: 2, max_calls_per_connection: 1, ..Limits::DEFAULT };
+    let node = start(&NodeConfig { limits, ..config(1, true) }).await;
+    let first = impatient_client_of(&node);
+    leader_ready(&first).await;
+    first.create_stream("jobs", stream_config("jobs.>")).await.expect("created");
+    first.create_consumer("jobs", "workers", consumer_config()).await.expect("consumer");
+
+    // Two connections are served; a third is refused on every call, typed, until it closes and one comes in under
+    // the limit.
+    let second = impatient_client_of(&node);
+    second.stream_info("jobs").await.expect("the second connection is served");
+    let third = impatient_client_of(&node);
+    let refused = third.stream_info("jobs").await.expect_err("a third connection is past two");
+    assert_eq!(refused.reason(), Some("TOO_MANY_CONNECTIONS"), "{refused}");
+    first.stream_info("jobs").await.expect("the first connection is still served");
+    drop((second, third));
+    wait_for("a new connection under the limit", async || impatient_client_of(&node).stream_info("jobs").await.is_ok())
+        .await;
+
+    // One call at a time on a connection: with a subscription open, the connection's next call waits for it.
+    let subscription = first.subscribe("jobs", "workers", "w1", 8).await.expect("subscribed");
+    let waiting = tokio::time::timeout(Duration::from_millis(300), first.stream_info("jobs")).await;
+    assert!(waiting.is_err(), "a second call ran beside an open subscription: {waiting:?}");
+    drop(subscription);
+    first.stream_info("jobs").await.expect("served once the subscription closed");
+    node.stop().await.expect("a clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_bounds_its_subscriptions() {
+    let node =
+        start(&NodeConfig { limits: Limits { max_subscriptions: 2, ..Limits::DEFAULT }, ..config(1, true) }).await;
+    let client = impatient_client_of(&node);
+    leader_ready(&client).await;
+    client.create_stream("jobs", stream_config("jobs.>")).await.expect("created");
+    client.create_consumer("jobs", "workers", consumer_config()).await.expect("consumer");
+    let first = client.subscribe("jobs", "workers", "a", 8).await.expect("the first subscription");
+    let _second = client.subscribe("jobs", "workers", "b", 8).await.expect("the second subscription");
+    let refused = client.subscribe("jobs", "workers", "c", 8).await.expect_err("a third subscription is past two");
+    assert_eq!(refused.reason(), Some("TOO_MANY_SUBSCRIPTIONS"), "{refused}");
+    // A subscription's place is freed when its subscriber leaves.
+    drop(first);
+    wait_for("a subscription under the limit", async || client.subscribe("jobs", "workers", "c", 8).await.is_ok())
+        .await;
     node.stop().await.expect("a clean stop");
 }
 

@@ -6,6 +6,8 @@
 #![cfg(not(madsim))]
 #![allow(clippy::disallowed_methods, reason = "waits on the real clock for delivery")]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,11 +22,8 @@ use cellog_mail::{MailConfig, RetryPolicy};
 use cellog_net::{NodeConfig, RaftTiming, RunningNode};
 use cellog_raft::SystemClock;
 use cellog_raft::storage::SimDisk;
+use common::free_addr;
 use tonic::Code;
-
-fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("an address")
-}
 
 /// A cell of one node at `client_addr`, with `key`, knowing `peers`' keys and `homes`, serving callers without a
 /// credential as root.
@@ -70,12 +69,21 @@ async fn cell_as(
             keep_logs: 1000,
             ..RaftTiming::default()
         },
-        mail: Some(MailConfig { key: key.clone(), keyring, keyring_dir: None, homes, retry, id_seed: 7 }),
+        mail: Some(MailConfig {
+            key: key.clone(),
+            keyring,
+            keyring_dir: None,
+            homes,
+            home_cas: BTreeMap::new(),
+            retry,
+            id_seed: 7,
+        }),
         past: cellog_raft::Past::Unknown,
         cell_id: None,
-        callers: cellog_net::auth::Callers { insecure: root_token.is_none(), cell: None },
+        callers: cellog_net::auth::Callers { insecure: root_token.is_none(), cell: None, rate: None },
         root_token: root_token.map(str::to_string),
         tls: None,
+        limits: cellog_net::Limits::DEFAULT,
     };
     let node = RunningNode::start(&config, SimDisk::new(7), Arc::new(SystemClock)).await.expect("the node starts");
     let options = ClientOptions { token: root_token.map(str::to_string), ..ClientOptions::default() };
@@ -143,7 +151,7 @@ async fn a_multicast_says_which_recipients_it_reached_and_how_the_others_ended()
     let (_alpha_node, alpha_client) =
         cell(&alpha, &everyone, homes, free_addr(), quick_retry(Duration::from_secs(2))).await;
     let (bravo_node, bravo_client) =
-        cell(&bravo, &[&alpha], BTreeMap::new(), bravo_addr, quick_retry(Duration::from_secs(2))).await;
+        cell(&bravo, &[&alpha, &charlie], BTreeMap::new(), bravo_addr, quick_retry(Duration::from_secs(2))).await;
     let (_charlie_node, charlie_client) =
         cell(&charlie, &[&alpha], BTreeMap::new(), charlie_addr, quick_retry(Duration::from_secs(2))).await;
     let (_foxtrot_node, foxtrot_client) =
@@ -246,6 +254,31 @@ async fn a_multicast_says_which_recipients_it_reached_and_how_the_others_ended()
         assert!(matches!(refused, Err(ClientError::Status { code: Code::PermissionDenied, .. })), "{refused:?}");
     }
     assert_eq!(read(&bravo_client, INBOX).await.len(), 2);
+
+    // An envelope older than the freshness window, or from too far in the future, is refused as stale.
+    let sealed_at = bravo_client.read_mail(0, 1).await.expect("reads")[0].created_ms;
+    let mut to_bravo = Keyring::in_memory();
+    to_bravo.import(bravo.public_armored().as_bytes(), Some(&alpha)).expect("bravo's key imports");
+    let sealed = |sender: &CellKey, id: &str, at: u64| {
+        let sealed = cellog_envelope::seal(sender, &to_bravo, &["bravo"], id.to_string(), at, b"x").expect("sealed");
+        Bytes::from(sealed.envelope.encode())
+    };
+    let day = 24 * 3600 * 1000;
+    for at in [sealed_at - 7 * day, sealed_at + day] {
+        let refused = bravo_client.deliver(sealed(&alpha, "late", at)).await;
+        assert!(
+            matches!(&refused, Err(ClientError::Status { code: Code::PermissionDenied, detail }) if detail.reason == "STALE_ENVELOPE"),
+            "{refused:?}"
+        );
+    }
+    assert_eq!(read(&bravo_client, INBOX).await.len(), 2);
+    // Two senders choosing the same envelope id are two envelopes: the inbox tells them apart by their sender.
+    let taken = sent.envelope_id.clone();
+    let from_charlie = bravo_client.deliver(sealed(&charlie, &taken, sealed_at)).await.expect("charlie's envelope");
+    assert!(!from_charlie.duplicate);
+    let mail = bravo_client.read_mail(0, 10).await.expect("reads");
+    let with_id: Vec<&str> = mail.iter().filter(|m| m.envelope_id == taken).map(|m| m.sender.as_str()).collect();
+    assert_eq!(with_id, ["alpha", "charlie"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,20 +1,27 @@
 //! Mutual TLS over real loopback sockets, on a three-node cell under one CA: clients authenticate by certificate (or
 //! token) and verify the nodes; a client without a certificate and token, one whose certificate another CA signed,
 //! and a plaintext one get nowhere; the nodes reach each other only with certificates naming members of their cell.
+//! Sealed mail reaches another cell over TLS, verified with that cell's CA.
 
 // Real sockets and tokio: not a simulation test.
 #![cfg(not(madsim))]
 
+mod common;
+
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use cellog_client::proto as v1;
 use cellog_client::{Client, ClientOptions, ClientTls};
+use cellog_envelope::{CellKey, Keyring};
+use cellog_mail::{MailConfig, RetryPolicy};
 use cellog_net::auth::Callers;
 use cellog_net::tls::{TlsFiles, node_uri, principal_uri};
 use cellog_net::{NodeConfig, Peer, RaftTiming, RunningNode};
 use cellog_raft::storage::SimDisk;
 use cellog_raft::{NodeAddrs, SystemClock};
+use common::free_addr;
 use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, SanType};
 
 const CELL: &str = "tls";
@@ -50,10 +57,6 @@ fn issue_with(ca: &Ca, uri: &str, edit: impl FnOnce(&mut CertificateParams)) -> 
     (params.signed_by(&key, &ca.issuer).expect("signed").pem(), key.serialize_pem())
 }
 
-fn free_addr() -> std::net::SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("a port").local_addr().expect("an address")
-}
-
 async fn node(
     dir: &std::path::Path,
     ca: &Ca,
@@ -61,11 +64,24 @@ async fn node(
     cert_uri: &str,
     addrs: &[(std::net::SocketAddr, std::net::SocketAddr)],
 ) -> RunningNode<SimDisk> {
+    node_of(CELL, dir, ca, id, cert_uri, addrs, None).await
+}
+
+/// Node `id` of `cell` over TLS under `ca`, with `mail`.
+async fn node_of(
+    cell: &str,
+    dir: &std::path::Path,
+    ca: &Ca,
+    id: u64,
+    cert_uri: &str,
+    addrs: &[(std::net::SocketAddr, std::net::SocketAddr)],
+    mail: Option<MailConfig>,
+) -> RunningNode<SimDisk> {
     let (cert, key) = issue(ca, cert_uri);
     let files = TlsFiles {
-        ca: dir.join("ca.pem"),
-        cert: dir.join(format!("node-{id}.pem")),
-        key: dir.join(format!("node-{id}.key")),
+        ca: dir.join(format!("{cell}-ca.pem")),
+        cert: dir.join(format!("{cell}-node-{id}.pem")),
+        key: dir.join(format!("{cell}-node-{id}.key")),
     };
     std::fs::write(&files.ca, &ca.pem).expect("written");
     std::fs::write(&files.cert, cert).expect("written");
@@ -79,7 +95,7 @@ async fn node(
         })
         .collect();
     let config = NodeConfig {
-        cell: CELL.to_string(),
+        cell: cell.to_string(),
         id,
         data_dir: std::env::temp_dir(),
         client_addr,
@@ -90,12 +106,13 @@ async fn node(
         peers,
         bootstrap: true,
         timing: RaftTiming { heartbeat_ms: 50, election_timeout_ms: 300, ..RaftTiming::default() },
-        mail: None,
+        mail,
         past: cellog_raft::Past::Unknown,
         cell_id: None,
-        callers: Callers { insecure: false, cell: None },
+        callers: Callers { insecure: false, cell: None, rate: None },
         root_token: None,
         tls: Some(files),
+        limits: cellog_net::Limits::DEFAULT,
     };
     RunningNode::start(&config, SimDisk::new(id), Arc::new(SystemClock)).await.expect("the node starts")
 }
@@ -194,6 +211,74 @@ async fn a_cell_under_mutual_tls() {
     assert_eq!(peer_call(node_uri(CELL, 2)).await, tonic::Code::InvalidArgument, "a member's garbage is read");
     assert!(root.list_streams().await.is_ok(), "the cell goes on");
     for node in nodes {
+        node.stop().await.expect("stops");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mail_reaches_a_cell_under_tls_verified_by_its_ca() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let (alpha, bravo) = (CellKey::generate("alpha").expect("a key"), CellKey::generate("bravo").expect("a key"));
+    let keyring = |own: &CellKey, other: &CellKey| {
+        let mut keyring = Keyring::in_memory();
+        keyring.import(other.public_armored().as_bytes(), Some(own)).expect("a key imports");
+        keyring
+    };
+    let retry = RetryPolicy {
+        first: Duration::from_millis(50),
+        max: Duration::from_millis(400),
+        give_up_after: Duration::from_secs(20),
+        attempt_timeout: Duration::from_millis(1000),
+        poll: Duration::from_millis(50),
+    };
+    let mail = |key: &CellKey, keyring: Keyring, homes: Vec<(String, String)>, home_cas| MailConfig {
+        key: key.clone(),
+        keyring,
+        keyring_dir: None,
+        homes: homes.into_iter().map(|(cell, addr)| (cell, vec![addr])).collect(),
+        home_cas,
+        retry: retry.clone(),
+        id_seed: 3,
+    };
+    // Root of `cell` by certificate, at its one node's client address.
+    let root_of = |cell: &str, ca: &Ca, addrs: &[(std::net::SocketAddr, std::net::SocketAddr)]| {
+        let identity = Some(issue(ca, &principal_uri(cell, "root")));
+        client(&[addrs[0].0.to_string()], &ca.pem, identity, Duration::from_secs(20))
+    };
+    // bravo serves over TLS under its own CA; alpha is told that CA for bravo.
+    let bravo_ca = ca("bravo's CA");
+    let bravo_addrs = [(free_addr(), free_addr())];
+    let bravo_mail = mail(&bravo, keyring(&bravo, &alpha), Vec::new(), BTreeMap::new());
+    let bravo_node =
+        node_of("bravo", dir.path(), &bravo_ca, 1, &node_uri("bravo", 1), &bravo_addrs, Some(bravo_mail)).await;
+    let bravo_root = root_of("bravo", &bravo_ca, &bravo_addrs);
+    let alpha_ca = ca("alpha's CA");
+    let alpha_addrs = [(free_addr(), free_addr())];
+    let homes = vec![("bravo".to_string(), bravo_addrs[0].0.to_string())];
+    let home_cas = BTreeMap::from([("bravo".to_string(), bravo_ca.pem.as_bytes().to_vec())]);
+    let alpha_mail = mail(&alpha, keyring(&alpha, &bravo), homes, home_cas);
+    let alpha_node =
+        node_of("alpha", dir.path(), &alpha_ca, 1, &node_uri("alpha", 1), &alpha_addrs, Some(alpha_mail)).await;
+    let alpha_root = root_of("alpha", &alpha_ca, &alpha_addrs);
+
+    let sent = alpha_root
+        .send_sealed(&["bravo".to_string()], bytes::Bytes::from_static(b"over TLS"), None)
+        .await
+        .expect("sent");
+    let mut delivered = None;
+    for _ in 0..200 {
+        let status = alpha_root.delivery_status(&sent.envelope_id).await.expect("a status");
+        if status.pending == 0 {
+            delivered = Some(status);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let status = delivered.expect("the delivery settled");
+    assert_eq!(status.delivered, 1, "{status:?}");
+    let inbox = bravo_root.read_mail(0, 10).await.expect("bravo reads its inbox");
+    assert_eq!((inbox.len(), &inbox[0].payload[..]), (1, &b"over TLS"[..]));
+    for node in [alpha_node, bravo_node] {
         node.stop().await.expect("stops");
     }
 }

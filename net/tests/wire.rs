@@ -38,9 +38,10 @@ async fn one_node() -> (RunningNode<SimDisk>, Client) {
         mail: None,
         past: cellog_raft::Past::Unknown,
         cell_id: None,
-        callers: cellog_net::auth::Callers { insecure: true, cell: None },
+        callers: cellog_net::auth::Callers { insecure: true, cell: None, rate: None },
         root_token: None,
         tls: None,
+        limits: cellog_net::Limits::DEFAULT,
     };
     let node = RunningNode::start(&config, SimDisk::new(7), Arc::new(SystemClock)).await.expect("the node starts");
     let client = Client::new([node.client_addr.to_string()], ClientOptions::default()).expect("a client");
@@ -220,6 +221,10 @@ async fn health_reflection_and_metrics_answer() {
     let (node, client) = one_node().await;
     client.create_stream("m", stream_config(&["m.>"])).await.expect("created");
     client.publish(publish("m.1", b"x")).await.expect("published");
+    // A message key over its cap: RESOURCE_EXHAUSTED naming the cap, counted by cap.
+    let long_key = v1::PublishRequest { key: Some(Bytes::from(vec![b'k'; 1025])), ..publish("m.2", b"x") };
+    let detail = expect_error(client.publish(long_key).await, Code::ResourceExhausted, "CAP_REACHED");
+    assert!(detail.message.contains("key") && detail.message.contains("1024"), "{detail:?}");
 
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", node.client_addr))
         .expect("an endpoint")
@@ -269,6 +274,8 @@ async fn health_reflection_and_metrics_answer() {
         "cellog_consumer_lag_max",
         "cellog_oldest_unacked_age_seconds",
         "cellog_raft_applied_index",
+        "cellog_caps_reached_key_bytes_total 1",
+        "cellog_caps_reached_dedup_ids_total 0",
     ] {
         assert!(text.contains(metric), "{metric} missing from:\n{text}");
     }
@@ -327,4 +334,42 @@ async fn a_lagging_peer_holds_retention_back_until_it_reports_progress() {
         client.read("feed", 0, 1, 100, false).await.expect("read").messages.iter().map(|m| m.seq).collect();
     assert_eq!(seqs, vec![4, 5, 6]);
     node.stop().await.expect("a clean stop");
+}
+
+#[tokio::test]
+async fn large_messages_are_answered_within_the_wire_limit_and_none_is_counted_unsent() {
+    let (node, client) = one_node().await;
+    let config = v1::StreamConfig { max_payload_bytes: Some(8 * 1024 * 1024), ..stream_config(&["big.>"]) };
+    client.create_stream("big", config).await.expect("a stream");
+    let consumer = v1::ConsumerConfig { ack_wait_ms: Some(60_000), ..Default::default() };
+    client.create_consumer("big", "c", consumer).await.expect("a consumer");
+    // Seven messages of 7 MiB: 49 MiB, three times what one answer may carry.
+    for n in 0..7u8 {
+        client.publish(publish("big.x", &vec![n; 7 * 1024 * 1024])).await.expect("published");
+    }
+    // Each fetch answers what fits and leaves the rest undelivered: every message arrives once, in order, and the
+    // consumer counts exactly the deliveries it answered.
+    let mut seen = Vec::new();
+    for _ in 0..20 {
+        let deliveries = client.fetch("big", "c", "m", 100).await.expect("a fetch within the wire limit");
+        if deliveries.is_empty() {
+            break;
+        }
+        seen.extend(deliveries.iter().map(|d| {
+            let message = d.message.as_ref().expect("a message");
+            assert_eq!(d.delivery_count, 1);
+            (message.seq, message.payload[0])
+        }));
+    }
+    assert_eq!(seen, (1..=7).map(|seq| (seq, (seq - 1) as u8)).collect::<Vec<_>>());
+    let info = client.consumer_info("big", "c").await.expect("info");
+    assert_eq!((info.delivered, info.pending), (7, 7));
+    // A read goes on from where the last answer stopped.
+    let mut next = 1;
+    while next <= 7 {
+        let messages = client.read("big", 0, next, 100, false).await.expect("a read within the wire limit").messages;
+        assert!(!messages.is_empty());
+        next = messages.last().expect("a message").seq + 1;
+    }
+    node.stop().await.expect("stops");
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 
 use bytes::Bytes;
 use cellog_core::{Command, Millis, Outcome, Record, Rejection, StateDigest};
@@ -201,6 +201,8 @@ pub struct CellNode<S> {
     keep_log_bytes: Arc<AtomicU64>,
     /// The cell's name and id, shared with the node's network.
     identity: CellIdentity,
+    /// Notified after every batch of entries applied and every snapshot installed.
+    applied: Arc<Notify>,
 }
 
 /// Most bytes of log entries a node keeps behind its snapshot, whatever the count openraft's config allows: entries are
@@ -335,6 +337,7 @@ impl<S: Storage + Clone> CellNode<S> {
         recovery.format_migrated_from = recovery.format_migrated_from.or(format.migrated_from);
         let replica = state_machine.replica();
         let bodies = state_machine.bodies();
+        let applied = state_machine.applied();
         // A repairing node must not campaign, from its very first election timeout on.
         let config = match recovery.repair_target {
             Some(_) => Arc::new(Config { enable_elect: false, ..(*config).clone() }),
@@ -400,7 +403,14 @@ impl<S: Storage + Clone> CellNode<S> {
             proposals,
             keep_log_bytes,
             identity,
+            applied,
         })
+    }
+
+    /// Notified (`notify_waiters`) after every batch of entries this node applies and every snapshot it installs. To
+    /// wait for the replica to change from what it was read as, make and enable a `Notified` before reading it.
+    pub fn applied(&self) -> &Notify {
+        &self.applied
     }
 
     /// The cell's name and id as this node knows them.

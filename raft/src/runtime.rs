@@ -92,15 +92,15 @@ impl AsyncRuntime for CellRuntime {
     }
 
     fn sleep(duration: Duration) -> Self::Sleep {
-        Box::pin(tokio::time::sleep(duration))
+        sleep(duration)
     }
 
     fn sleep_until(deadline: Self::Instant) -> Self::Sleep {
-        Box::pin(tokio::time::sleep(until(deadline)))
+        sleep(until(deadline))
     }
 
     fn timeout<R, F: Future<Output = R> + OptionalSend>(duration: Duration, future: F) -> Self::Timeout<R, F> {
-        Timeout { future: Box::pin(future), sleep: Box::pin(tokio::time::sleep(duration)), output: PhantomData }
+        Timeout { future: Box::pin(future), sleep: sleep(duration), output: PhantomData }
     }
 
     fn timeout_at<R, F: Future<Output = R> + OptionalSend>(deadline: Self::Instant, future: F) -> Self::Timeout<R, F> {
@@ -121,6 +121,90 @@ impl AsyncRuntime for CellRuntime {
     {
         let (sender, receiver) = tokio::sync::oneshot::channel();
         (OneshotSender(sender), receiver)
+    }
+}
+
+#[cfg(not(madsim))]
+fn sleep(duration: Duration) -> Sleep {
+    Box::pin(tokio::time::sleep(duration))
+}
+
+#[cfg(madsim)]
+fn sleep(duration: Duration) -> Sleep {
+    Box::pin(set_once::Sleep::new(duration))
+}
+
+#[cfg(madsim)]
+#[allow(clippy::disallowed_methods, reason = "this is the runtime's clock: madsim's simulated one")]
+mod set_once {
+    //! A sleep whose timer is set once, when it is made, however often (or whether) it is polled.
+    //!
+    //! madsim sets a timer on every pending poll of its sleep, and timers due at one instant fire in an order that
+    //! depends on every timer set before them. openraft waits out a backoff in a `tokio::select!` of a sleep and its
+    //! event channel, whose branches are polled in an order drawn from tokio's per-thread generator; that generator is
+    //! seeded from a process-wide counter no simulation can reset, so whether the sleep was polled (and set a timer)
+    //! differed between two runs of one seed in one process, and so did what ran next. Written here, not taken from a
+    //! crate, because it exists only to make the simulator's timers independent of polling order.
+
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::{Arc, Mutex, PoisonError};
+    use std::task::{Context, Poll, Wake, Waker};
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    /// Where the timer's wake goes: the waker of the sleep's last poll, until the sleep is dropped.
+    #[derive(Default)]
+    struct Slot(Mutex<Option<Waker>>);
+
+    impl Slot {
+        fn put(&self, waker: Option<Waker>) -> Option<Waker> {
+            std::mem::replace(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner), waker)
+        }
+    }
+
+    impl Wake for Slot {
+        fn wake(self: Arc<Self>) {
+            if let Some(waker) = self.put(None) {
+                waker.wake();
+            }
+        }
+    }
+
+    pub(super) struct Sleep {
+        deadline: Instant,
+        slot: Arc<Slot>,
+    }
+
+    impl Sleep {
+        pub(super) fn new(duration: Duration) -> Sleep {
+            let deadline = Instant::now() + duration;
+            let slot = Arc::new(Slot::default());
+            // One poll now sets the one timer; madsim keeps it (and the slot's waker) after its sleep is dropped.
+            let waker = Waker::from(slot.clone());
+            let _ = Box::pin(tokio::time::sleep_until(deadline)).as_mut().poll(&mut Context::from_waker(&waker));
+            Sleep { deadline, slot }
+        }
+    }
+
+    impl Future for Sleep {
+        type Output = ();
+        fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            if Instant::now() >= self.deadline {
+                return Poll::Ready(());
+            }
+            self.slot.put(Some(cx.waker().clone()));
+            Poll::Pending
+        }
+    }
+
+    impl Drop for Sleep {
+        /// A sleep dropped unfinished (the other branch of a select won) wakes nobody when its timer fires, polled
+        /// before or not.
+        fn drop(&mut self) {
+            self.slot.put(None);
+        }
     }
 }
 

@@ -16,6 +16,7 @@ use openraft::{
     EntryPayload, OptionalSend, RaftSnapshotBuilder, Snapshot, SnapshotMeta, StorageIOError, StoredMembership,
 };
 use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
 
 use crate::bodies::{self, BodyError, BodyReadError, BodyWork, StoredBodies};
 use crate::runtime::off_the_workers;
@@ -153,6 +154,8 @@ pub struct StateMachineStore<S> {
     /// built or installed. openraft 0.9.25 asks first when the node starts (`get_initial_state`, after re-applying
     /// the committed log), for the meta alone; answering with it spares the start reading every body.
     initial_meta: Arc<Mutex<Option<SnapshotMeta<NodeId, NodeAddrs>>>>,
+    /// Notified after every batch of entries applied and every snapshot installed.
+    applied: Arc<Notify>,
 }
 
 fn state_error(error: impl std::fmt::Display) -> RaftStorageError {
@@ -178,7 +181,8 @@ impl<S: Storage + Clone> StateMachineStore<S> {
         }
         let stored = Arc::new(Mutex::new(replica.last_applied));
         let initial_meta = Arc::new(Mutex::new(replica.last_applied.map(|_| replica.meta())));
-        Ok(StateMachineStore { storage, bodies, replica: Arc::new(Mutex::new(replica)), stored, initial_meta })
+        let applied = Arc::new(Notify::new());
+        Ok(StateMachineStore { storage, bodies, replica: Arc::new(Mutex::new(replica)), stored, initial_meta, applied })
     }
 
     fn take_initial_meta(&self) -> Option<SnapshotMeta<NodeId, NodeAddrs>> {
@@ -193,6 +197,12 @@ impl<S: Storage + Clone> StateMachineStore<S> {
     /// The applied state, shared with the host for reads.
     pub fn replica(&self) -> Arc<Mutex<Replica>> {
         self.replica.clone()
+    }
+
+    /// Notified (`notify_waiters`) after every batch of entries applied and every snapshot installed: what waits for
+    /// the state to change registers first, then reads the replica, then waits.
+    pub fn applied(&self) -> Arc<Notify> {
+        self.applied.clone()
     }
 
     fn lock(&self) -> MutexGuard<'_, Replica> {
@@ -340,6 +350,7 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
         // sync makes them durable). Not synced here: the log holds these bodies until a snapshot covers them, and
         // that snapshot is stored only after a sync.
         self.bodies.write(work).map_err(state_error)?;
+        self.applied.notify_waiters();
         Ok(responses)
     }
 
@@ -357,7 +368,9 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
         snapshot: Box<SnapshotData>,
     ) -> Result<(), RaftStorageError> {
         let (store, meta) = (self.clone(), meta.clone());
-        off_the_workers(move || store.install(&meta, snapshot)).await
+        off_the_workers(move || store.install(&meta, snapshot)).await?;
+        self.applied.notify_waiters();
+        Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, RaftStorageError> {

@@ -545,3 +545,58 @@ async fn the_log_kept_behind_a_snapshot_stays_within_its_byte_budget() {
         assert!(snapshot - purged.index >= 3, "node {id} keeps what fits: {} entries", snapshot - purged.index);
     }
 }
+
+/// openraft waits out a replication backoff in a `tokio::select!` of a sleep and its event channel, polling the two in
+/// an order tokio draws from a per-thread generator seeded by a process-wide counter, so two runs of one seed in one
+/// process poll them in different orders. Whether the sleep was polled must not change which task runs first when
+/// several are due at one instant (it did, and a node far behind a leader replayed differently from the same seed).
+#[cfg(madsim)]
+#[test]
+fn timers_do_not_depend_on_the_order_a_select_polls_its_branches() {
+    use openraft::AsyncRuntime;
+
+    async fn race() -> Vec<u32> {
+        use cellog_raft::runtime::CellRuntime;
+
+        let due = <openraft::TokioInstant as openraft::Instant>::now() + Duration::from_millis(10);
+        let (ready, mut events) = tokio::sync::mpsc::unbounded_channel();
+        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut sleepers = Vec::new();
+        for task in 0..8 {
+            // Selects that find their channel ready, each with a sleep due at one instant: tokio's generator says
+            // which of them poll their sleep first.
+            for event in 0..20 {
+                ready.send(event).expect("the receiver is here");
+            }
+            for _ in 0..20 {
+                tokio::select! {
+                    () = CellRuntime::sleep_until(due) => {}
+                    _ = events.recv() => {}
+                }
+            }
+            // Then a sleeper due at the same instant, its timer set.
+            let order = order.clone();
+            sleepers.push(tokio::spawn(async move {
+                CellRuntime::sleep_until(due).await;
+                order.lock().unwrap().push(task);
+            }));
+            tokio::task::yield_now().await;
+        }
+        for sleeper in sleepers {
+            sleeper.await.expect("a sleeper finishes");
+        }
+        order.lock().unwrap().clone()
+    }
+
+    let run = || {
+        std::thread::spawn(|| {
+            madsim::runtime::Runtime::with_seed_and_config(11, madsim::Config::default()).block_on(race())
+        })
+        .join()
+        .expect("the run finishes")
+    };
+    let first = run();
+    for _ in 0..4 {
+        assert_eq!(run(), first, "the same seed woke the sleepers in another order");
+    }
+}

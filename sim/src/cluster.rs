@@ -153,9 +153,10 @@ fn config(
         mail,
         past: cellog_raft::Past::Unknown,
         cell_id: None,
-        callers: cellog_net::auth::Callers { insecure: true, cell: None },
+        callers: cellog_net::auth::Callers { insecure: true, cell: None, rate: None },
         root_token: None,
         tls: None,
+        limits: cellog_net::Limits::DEFAULT,
     }
 }
 
@@ -197,7 +198,16 @@ fn mail_setup(members: &BTreeMap<String, Vec<SimNodeId>>) -> BTreeMap<String, Ma
                 let addrs = ids.iter().map(|&id| SocketAddr::new(ip(id), CLIENT_PORT).to_string()).collect();
                 homes.insert(other.clone(), addrs);
             }
-            let config = MailConfig { key, keyring, keyring_dir: None, homes, retry: sim_retry(), id_seed: 0 };
+            let config = MailConfig {
+                key,
+                keyring,
+                keyring_dir: None,
+                homes,
+                // No TLS in simulation.
+                home_cas: BTreeMap::new(),
+                retry: sim_retry(),
+                id_seed: 0,
+            };
             (cell.clone(), config)
         })
         .collect()

@@ -30,6 +30,8 @@ pub enum AuthCommand {
 pub enum PrincipalCommand {
     /// Create a principal, or replace an existing one's grants (its tokens stay).
     Put {
+        /// Its name: NAME, or TENANT/NAME for a principal of a tenant, whose names (streams, subjects, consumers,
+        /// transactional ids) and grants are all relative to its tenant and reach no other tenant's.
         name: String,
         /// A subject filter it may publish to (repeat).
         #[arg(long)]

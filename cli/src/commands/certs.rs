@@ -42,7 +42,7 @@ pub enum IssueCommand {
         #[arg(long, default_value = "certs")]
         dir: PathBuf,
     },
-    /// A client's certificate naming its principal (NAME.pem, NAME.key).
+    /// A client's certificate naming its principal (NAME.pem, NAME.key; a tenant's TENANT/NAME gets TENANT.NAME.pem).
     Client {
         /// The principal it authenticates as.
         #[arg(long)]
@@ -107,7 +107,7 @@ pub fn issue_node(ca: &Issued, cell: &str, id: u64, hosts: &[String]) -> anyhow:
 
 /// A client authenticating as `principal` of `cell`.
 pub fn issue_client(ca: &Issued, cell: &str, principal: &str) -> anyhow::Result<Issued> {
-    cellog_core::subject::validate_name(principal)
+    cellog_core::tenant::validate_scoped_name(principal)
         .map_err(|reason| anyhow::anyhow!("principal name {principal:?} {reason}"))?;
     issue(ca, principal, &principal_uri(cell, principal), &[], false)
 }
@@ -166,11 +166,13 @@ pub fn run(command: CertsCommand) -> anyhow::Result<()> {
             println!("node {id} of cell {cell}: {}/node-{id}.pem and .key, for {}", dir.display(), hosts.join(", "));
         }
         CertsCommand::Issue(IssueCommand::Client { principal, dir }) => {
+            // A tenant's principal (`TENANT/NAME`) gets files named `TENANT.NAME`.
+            let file = principal.replace(cellog_core::tenant::TENANT_SEPARATOR, ".");
             let (ca, cell) = load_ca(&dir)?;
             let issued = issue_client(&ca, &cell, &principal)?;
-            write_new(&dir.join(format!("{principal}.key")), &issued.key, true)?;
-            write_new(&dir.join(format!("{principal}.pem")), &issued.cert, false)?;
-            println!("principal {principal} of cell {cell}: {}/{principal}.pem and .key", dir.display());
+            write_new(&dir.join(format!("{file}.key")), &issued.key, true)?;
+            write_new(&dir.join(format!("{file}.pem")), &issued.cert, false)?;
+            println!("principal {principal} of cell {cell}: {}/{file}.pem and .key", dir.display());
         }
     }
     Ok(())

@@ -2,32 +2,50 @@
 
 use std::sync::Arc;
 
-use super::Cell;
+use super::{Cell, PIN_HEADER};
 use crate::auth::{Access, Actor, Grants, SENDER_HEADER, TokenHash};
 use crate::command::{Command, Effect, Outcome};
 use crate::error::Rejection;
+use crate::tenant::Scope;
 use crate::time::Millis;
 
 impl Cell {
-    /// Runs `command` as `actor`: refused as [`Cell::authorize_command`] refuses it, else with the sender stamped on
-    /// what it publishes. A refusal changes nothing.
-    pub(super) fn run_as(&mut self, at: Millis, actor: &Actor, mut command: Command) -> Result<Outcome, Rejection> {
-        let principal = self.authorize_command(actor, &command)?;
-        if let Command::Publish(request) = &mut command {
-            request.headers.insert(SENDER_HEADER.to_string(), principal.to_string());
-        }
-        let outcome = self.dispatch(at, command)?;
+    /// Runs `command` as `actor`: in stored names when the actor is a tenant's principal (see [`crate::tenant`]),
+    /// refused as [`Cell::authorize_command`] refuses it, else with the sender stamped on what it publishes; the
+    /// outcome or rejection comes back in the actor's terms. A refusal changes nothing.
+    pub(super) fn run_as(&mut self, at: Millis, actor: &Actor, command: Command) -> Result<Outcome, Rejection> {
+        let principal = self.auth.authenticate(actor)?;
+        let scope = Scope::of(&principal);
+        let mut command = scope.command_in(command);
+        let result = self.authorize_stored(&principal, &command).and_then(|()| {
+            if let Command::Publish(request) = &mut command {
+                request.headers.insert(SENDER_HEADER.to_string(), principal.to_string());
+            }
+            self.dispatch(at, command)
+        });
+        let outcome = result.map_err(|rejection| scope.rejection_out(rejection))?;
         if let Outcome::ProducerInitialized(r) = &outcome {
-            self.auth.own_producer(r.producer_id, principal);
+            self.auth.own_producer(r.producer_id, principal.clone());
         }
-        Ok(outcome)
+        Ok(scope.outcome_out(outcome))
     }
 
-    /// The principal `actor` is, if its grants allow `command` in this state; else the rejection. Changes nothing: a
-    /// node asks its replica before proposing, so that a command refused for its credential or grants costs the log
-    /// nothing, and the cell asks again when it applies the command, which decides.
+    /// The principal `actor` is, if its grants allow `command` (in the actor's own terms) in this state; else the
+    /// rejection. Changes nothing: a node asks its replica before proposing, so that a command refused for its
+    /// credential or grants costs the log nothing, and the cell asks again when it applies the command, which decides.
     pub fn authorize_command(&self, actor: &Actor, command: &Command) -> Result<Arc<str>, Rejection> {
         let principal = self.auth.authenticate(actor)?;
+        let scope = Scope::of(&principal);
+        let decision = match scope.tenant() {
+            None => self.authorize_stored(&principal, command),
+            Some(_) => self.authorize_stored(&principal, &scope.command_in(command.clone())),
+        };
+        decision.map_err(|rejection| scope.rejection_out(rejection))?;
+        Ok(principal)
+    }
+
+    /// Whether `principal`'s grants allow `command`, in stored names.
+    fn authorize_stored(&self, principal: &str, command: &Command) -> Result<(), Rejection> {
         let auth = &self.auth;
         match command {
             Command::Publish(request) => {
@@ -36,20 +54,28 @@ impl Cell {
                 #[cfg(not(madsim))]
                 let skip = false;
                 if !skip {
-                    auth.authorize(&principal, &Access::Publish(&request.subject))?;
+                    auth.authorize(principal, &Access::Publish(&request.subject))?;
                 }
                 if let Some(r) = request.transaction {
-                    auth.authorize_producer(&principal, r.producer_id)?;
+                    auth.authorize_producer(principal, r.producer_id)?;
                 }
                 if let Some(filter) = auth.reserved_for(&request.subject) {
-                    return Err(reserved(&principal, filter));
+                    return Err(reserved(principal, filter));
+                }
+                if request.headers.contains_key(PIN_HEADER) {
+                    // A pin holds another stream's message against retention and recall: the node's provenance rows
+                    // only, never a principal's message (which could hold what it may not even read).
+                    return Err(Rejection::PermissionDenied {
+                        principal: principal.to_string(),
+                        needs: format!("the node's own authority (the {PIN_HEADER} header is the node's)"),
+                    });
                 }
             }
             Command::Recall { stream, .. } | Command::DeleteStream { name: stream } => {
-                auth.authorize(&principal, &Access::Admin)?;
+                auth.authorize(principal, &Access::Admin)?;
                 let subjects = self.streams.get(stream.as_str()).map(|s| &s.config().subjects[..]).unwrap_or(&[]);
                 if let Some(filter) = auth.reserved_overlap(subjects) {
-                    return Err(reserved(&principal, filter));
+                    return Err(reserved(principal, filter));
                 }
             }
             Command::CreateStream { .. }
@@ -59,21 +85,21 @@ impl Cell {
             | Command::DeleteConsumer { .. }
             | Command::RegisterPeer { .. }
             | Command::PeerProgress { .. }
-            | Command::UnregisterPeer { .. } => auth.authorize(&principal, &Access::Admin)?,
+            | Command::UnregisterPeer { .. } => auth.authorize(principal, &Access::Admin)?,
             Command::Fetch { stream, consumer, .. }
             | Command::Ack { stream, consumer, .. }
             | Command::CommitCursor { stream, consumer, .. } => {
-                auth.authorize(&principal, &Access::Consume { stream, consumer })?
+                auth.authorize(principal, &Access::Consume { stream, consumer })?
             }
-            Command::InitProducer { .. } => auth.authorize(&principal, &Access::AnyPublish)?,
+            Command::InitProducer { .. } => auth.authorize(principal, &Access::AnyPublish)?,
             Command::BeginTransaction(r)
             | Command::PrepareTransaction(r)
             | Command::CommitTransaction(r)
-            | Command::AbortTransaction(r) => auth.authorize_producer(&principal, r.producer_id)?,
+            | Command::AbortTransaction(r) => auth.authorize_producer(principal, r.producer_id)?,
             Command::PutPrincipal { .. }
             | Command::DeletePrincipal { .. }
             | Command::AddToken { .. }
-            | Command::RevokeToken { .. } => auth.authorize(&principal, &Access::ClusterAdmin)?,
+            | Command::RevokeToken { .. } => auth.authorize(principal, &Access::ClusterAdmin)?,
             Command::Tick | Command::As { .. } | Command::ReserveSubjects { .. } => {
                 return Err(Rejection::PermissionDenied {
                     principal: principal.to_string(),
@@ -81,7 +107,7 @@ impl Cell {
                 });
             }
         }
-        Ok(principal)
+        Ok(())
     }
 
     pub(super) fn put_principal(&mut self, name: &str, grants: Grants) -> Result<Outcome, Rejection> {

@@ -3,8 +3,9 @@
 use crate::auth::Actor;
 use crate::command::{AckKind, Command, PublishRequest};
 use crate::config::{MAX_DURATION_MS, MAX_PAYLOAD_LIMIT};
-use crate::error::{NameKind, Rejection};
+use crate::error::{Cap, NameKind, Rejection};
 use crate::subject::{validate_name, validate_subject};
+use crate::tenant::validate_scoped_name;
 
 /// Most streams in a cell.
 pub const MAX_STREAMS: usize = 10_000;
@@ -12,8 +13,19 @@ pub const MAX_STREAMS: usize = 10_000;
 pub const MAX_CONSUMERS_PER_STREAM: usize = 1024;
 /// Most registered peers on one stream.
 pub const MAX_PEERS_PER_STREAM: usize = 64;
+/// Most bytes of one message's key.
+pub const MAX_KEY_BYTES: usize = 1024;
+/// Most transactional producers a cell holds.
+pub const MAX_PRODUCERS: usize = 10_000;
+/// Most transactions open (or prepared) at once in a cell.
+pub const MAX_OPEN_TRANSACTIONS: usize = 1024;
+/// Most message ids within their dedup window in one stream: a publish with a new id beyond it is refused until the
+/// window lets older ids go (a committed transaction may take it over by at most its own messages). After its window
+/// an id is remembered only while its message is retained, which the stream's own limits bound.
+pub const MAX_DEDUP_IDS: usize = 1_000_000;
 /// Most messages one fetch may ask for.
 pub const MAX_FETCH: u32 = 10_000;
+pub use crate::command::MAX_RESPONSE_BYTES;
 /// Longest message id or transactional id, in bytes.
 pub const MAX_ID_BYTES: usize = 256;
 /// Most header bytes (names plus values) on one message.
@@ -30,6 +42,15 @@ pub(super) fn invalid(reason: impl Into<String>) -> Rejection {
 
 pub(super) fn check_name(kind: NameKind, name: &str) -> Result<(), Rejection> {
     validate_name(name).map_err(|reason| Rejection::InvalidName { kind, name: name.to_string(), reason })
+}
+
+/// A principal's name: `NAME`, or `TENANT/NAME` for a tenant's (see [`crate::tenant`]).
+pub(super) fn check_principal(name: &str) -> Result<(), Rejection> {
+    validate_scoped_name(name).map_err(|reason| Rejection::InvalidName {
+        kind: NameKind::Principal,
+        name: name.to_string(),
+        reason,
+    })
 }
 
 pub(super) fn check_id(kind: NameKind, id: &str) -> Result<(), Rejection> {
@@ -59,6 +80,11 @@ pub(super) fn check_request(request: &PublishRequest) -> Result<(), Rejection> {
         .map_err(|reason| Rejection::InvalidSubject { subject: request.subject.clone(), reason })?;
     if let Some(msg_id) = &request.msg_id {
         check_id(NameKind::MessageId, msg_id)?;
+    }
+    if let Some(key) = &request.key
+        && key.len() > MAX_KEY_BYTES
+    {
+        return Err(Rejection::CapReached { cap: Cap::KeyBytes, limit: MAX_KEY_BYTES as u64 });
     }
     let mut header_bytes = 0usize;
     for (name, value) in &request.headers {
@@ -122,7 +148,7 @@ impl Command {
             Command::RegisterPeer { peer, .. } => check_name(NameKind::Peer, peer),
             Command::As { actor, command } => {
                 if let Actor::Vouched(name) = actor {
-                    check_name(NameKind::Principal, name)?;
+                    check_principal(name)?;
                 }
                 if matches!(**command, Command::As { .. }) {
                     return Err(invalid("a command runs as one principal; As inside As is refused"));
@@ -130,12 +156,10 @@ impl Command {
                 command.check()
             }
             Command::PutPrincipal { name, grants } => {
-                check_name(NameKind::Principal, name)?;
+                check_principal(name)?;
                 grants.validate()
             }
-            Command::DeletePrincipal { name } | Command::AddToken { principal: name, .. } => {
-                check_name(NameKind::Principal, name)
-            }
+            Command::DeletePrincipal { name } | Command::AddToken { principal: name, .. } => check_principal(name),
             Command::ReserveSubjects { filter } => crate::subject::validate_filter(filter)
                 .map_err(|reason| Rejection::InvalidSubject { subject: filter.clone(), reason }),
             _ => Ok(()),

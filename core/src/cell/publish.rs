@@ -5,12 +5,12 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::limits::invalid;
+use super::limits::{MAX_DEDUP_IDS, invalid};
 use super::timers::{Timer, Timers};
 use super::{Cell, stream_in};
 use crate::body::BodyRef;
 use crate::command::{Effect, Outcome, PublishAck, PublishRequest};
-use crate::error::Rejection;
+use crate::error::{Cap, Rejection};
 use crate::partition::Message;
 use crate::route::Router;
 use crate::stream::{Append, Incoming, RoomMode, Stream, Tally};
@@ -94,10 +94,13 @@ impl Cell {
                 max: stream.config().max_payload_bytes.into(),
             });
         }
-        if let Some(msg_id) = &request.msg_id
-            && let Some(ack) = stream.duplicate_of(msg_id)
-        {
-            return Ok(Outcome::Published(ack));
+        if let Some(msg_id) = &request.msg_id {
+            if let Some(ack) = stream.duplicate_of(msg_id) {
+                return Ok(Outcome::Published(ack));
+            }
+            if stream.n_window_ids() >= MAX_DEDUP_IDS {
+                return Err(Rejection::CapReached { cap: Cap::DedupIds, limit: MAX_DEDUP_IDS as u64 });
+            }
         }
         let partition = stream.partition_of(&request.subject, request.key.as_ref());
         if let Some(expected) = request.expected_last_seq {

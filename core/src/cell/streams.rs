@@ -11,6 +11,7 @@ use crate::command::{Effect, Outcome, PublishRequest};
 use crate::config::StreamConfig;
 use crate::error::Rejection;
 use crate::stream::Stream;
+use crate::tenant::{subject_tenant, tenant_of};
 use crate::time::Millis;
 
 /// The header that makes a message pin another: `STREAM/PARTITION/SEQ` of a stored message in another stream.
@@ -33,6 +34,25 @@ pub(super) fn unpin(streams: &mut BTreeMap<Arc<str>, Stream>, target: MessageRef
 impl Cell {
     pub(super) fn check_stream_config(&self, name: &str, config: &StreamConfig) -> Result<(), Rejection> {
         config.validate()?;
+        // A tenant's stream claims its tenant's subjects and no others; the cell's own, none of a tenant's.
+        let tenant = tenant_of(name);
+        let whose = |tenant: Option<&str>| tenant.map_or("the cell's own".to_string(), |t| format!("tenant {t:?}'s"));
+        if let Some(subject) = config.subjects.iter().find(|subject| subject_tenant(subject) != tenant) {
+            return Err(Rejection::InvalidConfig {
+                reason: format!(
+                    "stream {name:?} is {} and cannot claim {subject:?}, {} subjects",
+                    whose(tenant),
+                    whose(subject_tenant(subject))
+                ),
+            });
+        }
+        if let Some(dead_letter) = &config.dead_letter_stream
+            && tenant_of(dead_letter) != tenant
+        {
+            return Err(Rejection::InvalidConfig {
+                reason: format!("dead-letter stream {dead_letter:?} is not in the scope of stream {name:?}"),
+            });
+        }
         // The overlap named is the first in (other stream's name, this config's filter, the other's filter) order,
         // found through the router rather than by comparing with every filter of every stream.
         // ((other stream, this filter's index, the other filter's index), this filter, the other filter)

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::Cell;
-use super::limits::invalid;
+use super::limits::{MAX_DEDUP_IDS, MAX_OPEN_TRANSACTIONS, MAX_PRODUCERS, invalid};
 use super::timers::Timer;
 use crate::command::{AbortReason, Effect, Outcome, ProducerRef, PublishAck, PublishRequest};
-use crate::error::{Quota, Rejection};
+use crate::error::{Cap, Quota, Rejection};
 use crate::partition::Message;
 use crate::snapshot::v3;
 use crate::stream::{Incoming, RoomMode, Tally};
@@ -187,6 +187,9 @@ impl Cell {
             // Epochs are exhausted: retire the id (its instances are fenced for good) and start a new one.
             self.producers.remove(&producer_id);
         }
+        if self.producers.len() >= MAX_PRODUCERS {
+            return Err(Rejection::CapReached { cap: Cap::Producers, limit: MAX_PRODUCERS as u64 });
+        }
         let producer_id = self.next_producer_id;
         self.next_producer_id += 1;
         let transactional_id: Arc<str> = Arc::from(transactional_id);
@@ -206,9 +209,13 @@ impl Cell {
     }
 
     pub(super) fn begin_transaction(&mut self, at: Millis, r: ProducerRef) -> Result<Outcome, Rejection> {
+        let open = self.producers.values().filter(|producer| producer.transaction.is_some()).count();
         let producer = current_producer(&mut self.producers, r)?;
         if producer.transaction.is_some() {
             return Err(Rejection::TransactionState { reason: "a transaction is already open".to_string() });
+        }
+        if open >= MAX_OPEN_TRANSACTIONS {
+            return Err(Rejection::CapReached { cap: Cap::OpenTransactions, limit: MAX_OPEN_TRANSACTIONS as u64 });
         }
         let number = producer.next_transaction_number;
         producer.next_transaction_number += 1;
@@ -262,6 +269,9 @@ impl Cell {
                 .position(|s| s.stream == name && s.request.msg_id.as_deref() == Some(msg_id.as_str()))
             {
                 return Ok(Outcome::Staged { index: index as u32, duplicate: true });
+            }
+            if stream.n_window_ids() >= MAX_DEDUP_IDS {
+                return Err(Rejection::CapReached { cap: Cap::DedupIds, limit: MAX_DEDUP_IDS as u64 });
             }
         }
         let partition = stream.partition_of(&request.subject, request.key.as_ref());

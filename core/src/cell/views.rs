@@ -3,10 +3,11 @@
 use std::sync::Arc;
 
 use super::Cell;
-use super::limits::{MAX_READ, invalid};
+use super::limits::{MAX_READ, MAX_RESPONSE_BYTES, invalid};
 use super::transaction::TransactionState;
 use crate::auth::{Access, Actor, Grants};
 use crate::command::Record;
+use crate::consumer::Work;
 use crate::error::Rejection;
 use crate::info::{ConsumerInfo, DeliveryInfo, ProducerInfo, StreamInfo};
 use crate::snapshot::{StateDigest, digest_of};
@@ -67,6 +68,15 @@ impl Cell {
         Ok(stream.consumer(consumer)?.info(stream.partitions(), now))
     }
 
+    /// What a fetch from the consumer would do now (see [`Work`]), and how many of its deliveries await an ack;
+    /// read-only and cheap (unlike [`Cell::consumer_info`], which scans for the oldest unacknowledged message), for
+    /// a subscription to ask after every applied batch before it proposes a fetch.
+    pub fn consumer_work(&self, stream: &str, consumer: &str) -> Result<(Work, u32), Rejection> {
+        let stream = self.stream(stream)?;
+        let consumer = stream.consumer(consumer)?;
+        Ok((consumer.work(stream.partitions(), stream.subjects()), consumer.n_pending()))
+    }
+
     /// A consumer's outstanding deliveries, in (partition, sequence) order, at most `max`.
     pub fn deliveries(&self, stream: &str, consumer: &str, max: usize) -> Result<Vec<DeliveryInfo>, Rejection> {
         Ok(self.stream(stream)?.consumer(consumer)?.deliveries(max.min(MAX_READ)))
@@ -82,17 +92,27 @@ impl Cell {
         })
     }
 
-    /// Up to `max` retained messages of a partition from sequence `from` on, skipping removed ones.
+    /// Up to `max` retained messages of a partition from sequence `from` on, skipping removed ones, and no more than
+    /// [`MAX_RESPONSE_BYTES`] of them after the first: a reader continues from the last sequence it got.
     pub fn read_from(&self, stream: &str, partition: u32, from: u64, max: usize) -> Result<Vec<Record>, Rejection> {
         let s = self.stream(stream)?;
         let log = s
             .partitions()
             .get(partition as usize)
             .ok_or_else(|| invalid(format!("stream {stream:?} has no partition {partition}")))?;
-        Ok((from.max(log.first_seq)..log.next_seq())
+        let mut records = Vec::new();
+        let mut bytes = 0u64;
+        for record in (from.max(log.first_seq)..log.next_seq())
             .filter_map(|seq| log.get(seq).map(|message| message.record(partition, seq)))
             .take(max.min(MAX_READ))
-            .collect())
+        {
+            bytes += record.size();
+            if !records.is_empty() && bytes > MAX_RESPONSE_BYTES {
+                break;
+            }
+            records.push(record);
+        }
+        Ok(records)
     }
 
     /// The newest retained message on a subject (for newest-wins, key-value use).

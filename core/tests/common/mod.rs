@@ -175,6 +175,22 @@ pub fn removals(h: &mut Harness) -> Vec<(u32, u64, RemovalReason)> {
 }
 
 /// How many messages a stream retains.
+/// A token's hash, from one byte.
+pub fn token(n: u8) -> cellog_core::TokenHash {
+    cellog_core::TokenHash([n; 32])
+}
+
+/// `command` run as the bearer of `token(n)`.
+pub fn as_token(n: u8, command: Command) -> Command {
+    Command::As { actor: cellog_core::Actor::Token(token(n)), command: Box::new(command) }
+}
+
+/// Every part of the state but the cell's counters (the applied count moves for a refusal too): what a refusal must
+/// leave unchanged.
+pub fn state_parts(cell: &Cell) -> Vec<(String, cellog_core::StateDigest)> {
+    cell.digest_parts().into_iter().filter(|(name, _)| name != "cell").collect()
+}
+
 pub fn n_messages(h: &Harness, stream: &str) -> u64 {
     h.cell.stream_info(stream).unwrap().n_messages
 }

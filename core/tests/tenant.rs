@@ -1,0 +1,185 @@
+//! Tenants: two tenants use the same names without meeting, neither can name the other's streams, subjects,
+//! consumers or producers, and the cell's own principals reach a tenant's subjects only through grants that name it.
+
+mod common;
+use common::*;
+
+use bytes::Bytes;
+use cellog_core::{
+    Command, ConsumerConfig, Grants, Outcome, PublishRequest, ROOT, Rejection, SENDER_HEADER, StreamConfig,
+};
+
+fn publish(subject: &str) -> Command {
+    Command::Publish(PublishRequest::new(subject, Bytes::from_static(b"x")))
+}
+
+fn fetch(stream: &str) -> Command {
+    Command::Fetch { stream: stream.into(), consumer: "work".into(), member: "m".into(), max: 10 }
+}
+
+fn orders() -> Command {
+    Command::CreateStream { name: "orders".into(), config: StreamConfig::with_subjects(["orders.>"]) }
+}
+
+fn consumer() -> Command {
+    Command::CreateConsumer { stream: "orders".into(), name: "work".into(), config: ConsumerConfig::default() }
+}
+
+/// Root (token 9); tenant admins `acme/ops` (token 1) and `beta/ops` (token 2), each with every grant of its tenant;
+/// `acme/alice` (token 3), who publishes `orders.eu.*` and consumes `orders/work`; each tenant has stream `orders`
+/// (`orders.>`) with consumer `work`.
+fn cell() -> Harness {
+    let mut h = Harness::new();
+    h.ok(Command::AddToken { principal: ROOT.into(), token: token(9) });
+    let tenant_admin = Grants { cluster_admin: false, ..Grants::all() };
+    let alice = Grants {
+        publish: vec!["orders.eu.*".into()],
+        subscribe: vec![],
+        consume: vec!["orders/work".into()],
+        admin: false,
+        cluster_admin: false,
+    };
+    for (name, n, grants) in
+        [("acme/ops", 1, tenant_admin.clone()), ("beta/ops", 2, tenant_admin), ("acme/alice", 3, alice)]
+    {
+        h.ok(as_token(9, Command::PutPrincipal { name: name.into(), grants }));
+        h.ok(as_token(9, Command::AddToken { principal: name.into(), token: token(n) }));
+    }
+    for admin in [1, 2] {
+        h.ok(as_token(admin, orders()));
+        h.ok(as_token(admin, consumer()));
+    }
+    h
+}
+
+#[test]
+fn two_tenants_use_the_same_names_apart() {
+    let mut h = cell();
+    let names: Vec<String> = h.cell.stream_names().iter().map(|name| name.to_string()).collect();
+    assert_eq!(names, ["acme/orders", "beta/orders"]);
+    let Outcome::Published(ack) = h.ok(as_token(1, publish("orders.1"))) else { panic!("a publish") };
+    assert_eq!(&*ack.stream, "orders", "the ack names the stream as the tenant does");
+    let stored = h.cell.read("acme/orders", ack.partition, ack.seq).unwrap();
+    assert_eq!(&*stored.subject, "@acme.orders.1");
+    assert_eq!(stored.headers.get(SENDER_HEADER).map(String::as_str), Some("acme/ops"));
+    assert_eq!(n_messages(&h, "beta/orders"), 0);
+    // Each tenant's consumer sees its own tenant's message alone, named as the tenant names it.
+    let Outcome::Fetched(acme) = h.ok(as_token(1, fetch("orders"))) else { panic!("deliveries") };
+    assert_eq!(acme.iter().map(|d| &*d.record.subject).collect::<Vec<_>>(), ["orders.1"]);
+    let Outcome::Fetched(beta) = h.ok(as_token(2, fetch("orders"))) else { panic!("deliveries") };
+    assert!(beta.is_empty());
+    // Transactional ids are the tenant's too: the same id in two tenants fences nothing.
+    let init = || Command::InitProducer { transactional_id: "tx".into(), transaction_timeout_ms: 10_000 };
+    let Outcome::ProducerInitialized(a) = h.ok(as_token(1, init())) else { panic!("a producer") };
+    let Outcome::ProducerInitialized(b) = h.ok(as_token(2, init())) else { panic!("a producer") };
+    assert_ne!(a.producer_id, b.producer_id);
+    h.ok(as_token(1, Command::BeginTransaction(a)));
+    // And the state, tenants and their derived grants included, survives a snapshot.
+    stored_state_holds(&h.cell, &h.bodies).unwrap();
+    let restored = cellog_core::Cell::restore(&h.cell.snapshot()).unwrap();
+    let mut again = Harness { cell: restored, ..Harness::new() };
+    again.now = h.now;
+    assert!(again.apply(as_token(3, publish("orders.us.1"))).is_err(), "alice's grants are still her tenant's");
+    again.ok(as_token(3, publish("orders.eu.1")));
+}
+
+#[test]
+fn a_tenant_cannot_name_another_tenant_s_things() {
+    let mut h = cell();
+    h.ok(as_token(2, publish("orders.1")));
+    let before = state_parts(&h.cell);
+    // (who, command): every one refused, and nothing changes.
+    let table: Vec<(u8, Command)> = vec![
+        (1, Command::DeleteStream { name: "beta/orders".into() }),
+        (1, fetch("beta/orders")),
+        (1, Command::Recall { stream: "beta/orders".into(), partition: 0, seq: 1 }),
+        (1, publish("@beta.orders.2")),
+        (1, Command::CreateStream { name: "beta/x".into(), config: StreamConfig::with_subjects(["x.>"]) }),
+        (3, publish("orders.us.1")),
+        (3, Command::DeleteStream { name: "orders".into() }),
+    ];
+    for (who, command) in table {
+        let description = format!("token {who}: {command:?}");
+        let result = h.apply(as_token(who, command));
+        assert!(result.is_err(), "{description}: {result:?}");
+        assert_eq!(state_parts(&h.cell), before, "{description}: the state changed");
+    }
+    // Another tenant's scope token in a tenant's subject is only a token of the caller's own subject
+    // (`@acme.@beta.orders.>`): the stream it makes claims nothing of beta's.
+    let own = Command::CreateStream { name: "x".into(), config: StreamConfig::with_subjects(["@beta.orders.>"]) };
+    h.ok(as_token(1, own));
+    h.ok(as_token(1, publish("@beta.orders.2")));
+    assert_eq!((n_messages(&h, "beta/orders"), n_messages(&h, "acme/x")), (1, 1));
+}
+
+#[test]
+fn refusals_name_what_the_tenant_named() {
+    let mut h = cell();
+    let result = h.apply(as_token(3, publish("orders.us.1")));
+    assert!(
+        matches!(&result, Err(Rejection::PermissionDenied { needs, .. }) if needs == "publish on \"orders.us.1\""),
+        "{result:?}"
+    );
+    let result = h.apply(as_token(1, fetch("nope")));
+    assert_eq!(result, Err(Rejection::StreamNotFound { stream: "nope".into() }));
+    let result = h.apply(as_token(1, publish("nothing.here")));
+    assert_eq!(result, Err(Rejection::NoStreamForSubject { subject: "nothing.here".into() }));
+    let other = Command::CreateStream { name: "more".into(), config: StreamConfig::with_subjects(["orders.eu"]) };
+    let result = h.apply(as_token(1, other));
+    assert!(
+        matches!(&result, Err(Rejection::SubjectOverlap { subject, other, owner })
+            if subject == "orders.eu" && other == "orders.>" && owner == "stream \"orders\""),
+        "{result:?}"
+    );
+    let result = h.apply(as_token(3, fetch("orders")));
+    assert!(result.is_ok(), "alice consumes her tenant's orders/work: {result:?}");
+    let result = h.apply(as_token(
+        3,
+        Command::Fetch { stream: "orders".into(), consumer: "other".into(), member: "m".into(), max: 1 },
+    ));
+    assert!(
+        matches!(&result, Err(Rejection::PermissionDenied { needs, .. }) if needs == "consume orders/other"),
+        "{result:?}"
+    );
+}
+
+#[test]
+fn the_cell_s_wildcards_do_not_reach_a_tenant() {
+    let mut h = cell();
+    // A catch-all stream of the cell's own claims none of a tenant's subjects, and does not stop a tenant's stream.
+    h.ok(as_token(9, Command::CreateStream { name: "all".into(), config: StreamConfig::with_subjects([">"]) }));
+    h.ok(as_token(1, Command::CreateStream { name: "more".into(), config: StreamConfig::with_subjects(["more.>"]) }));
+    h.ok(as_token(1, publish("orders.1")));
+    h.ok(as_token(9, publish("orders.1")));
+    assert_eq!((n_messages(&h, "all"), n_messages(&h, "acme/orders")), (1, 1));
+    // Root's `>` does not cover a tenant's subjects; a grant that names the tenant does.
+    let result = h.apply(as_token(9, publish("@acme.orders.2")));
+    assert!(matches!(result, Err(Rejection::PermissionDenied { .. })), "{result:?}");
+    let auditor = Grants { publish: vec!["@acme.>".into()], ..Grants::default() };
+    h.ok(as_token(9, Command::PutPrincipal { name: "auditor".into(), grants: auditor }));
+    h.ok(as_token(9, Command::AddToken { principal: "auditor".into(), token: token(5) }));
+    h.ok(as_token(5, publish("@acme.orders.2")));
+    assert_eq!(n_messages(&h, "acme/orders"), 2);
+    // The cell's own streams claim no tenant's subjects, and a tenant's stream no other scope's.
+    let claim = Command::CreateStream { name: "spy".into(), config: StreamConfig::with_subjects(["@acme.x.>"]) };
+    assert!(matches!(h.apply(as_token(9, claim)), Err(Rejection::InvalidConfig { .. })));
+    // An operator administers a tenant's streams by their stored names.
+    h.ok(as_token(9, Command::DeleteStream { name: "acme/more".into() }));
+}
+
+#[test]
+fn a_tenant_s_principal_holds_no_cluster_admin_and_sets_no_pins() {
+    let mut h = cell();
+    let put = Command::PutPrincipal { name: "acme/boss".into(), grants: Grants::all() };
+    assert!(matches!(h.apply(as_token(9, put)), Err(Rejection::InvalidConfig { .. })));
+    for bad in ["acme/", "/boss", "a/b/c"] {
+        let put = Command::PutPrincipal { name: bad.into(), grants: Grants::default() };
+        assert!(matches!(h.apply(as_token(9, put)), Err(Rejection::InvalidName { .. })), "{bad}");
+    }
+    // A pin holds a message against retention: the node's provenance rows set them, no principal does.
+    h.ok(as_token(2, publish("orders.1")));
+    let mut pinning = PublishRequest::new("orders.2", Bytes::from_static(b"x"));
+    pinning.headers.insert(cellog_core::PIN_HEADER.into(), "beta/orders/0/1".into());
+    let result = h.apply(as_token(1, Command::Publish(pinning)));
+    assert!(matches!(result, Err(Rejection::PermissionDenied { .. })), "{result:?}");
+}
