@@ -15,7 +15,7 @@ pub fn invariant(mutant: Mutant) -> &'static str {
         Mutant::CommitReversesOrder => "order",
         Mutant::NackForgets | Mutant::AckWaitNeverExpires => "processed",
         Mutant::RedeliveryAfterAck => "redelivery",
-        Mutant::CrcNotChecked => "replicas",
+        Mutant::CrcNotChecked => "intact",
         Mutant::DedupNotInSnapshot | Mutant::SnapshotSkipsConsumers => "state",
         Mutant::RetentionIgnoresPeerWatermark => "watermark",
         Mutant::DelayedVisibleEarly => "delayed",

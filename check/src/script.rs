@@ -13,7 +13,13 @@
 use bytes::Bytes;
 
 use crate::evidence::{Evidence, Held, NodeId};
-use crate::history::{Completion, Event, EventKind, Op, OpId, Seen, Value, operations};
+use crate::history::{Completion, Event, EventKind, Fingerprint, Op, OpId, Seen, Value, operations};
+
+/// A publish of `msg_id` whose body is the id's bytes.
+fn publish_op(msg_id: &str, subject: &str, txn: Option<(u64, u32)>, delay_ms: Option<u64>) -> Op {
+    let payload = Fingerprint::of(msg_id.as_bytes());
+    Op::Publish { msg_id: msg_id.to_string(), subject: subject.to_string(), txn, delay_ms, payload }
+}
 
 /// A history being written, with what the nodes hold and what the workload promised.
 #[derive(Clone, Debug, Default)]
@@ -57,7 +63,7 @@ impl Call<'_> {
         self.ok(at_ms, Value::Staged);
     }
 
-    /// A fetch or read handed out `(partition, seq, msg_id, delivery_count)`.
+    /// A fetch or read handed out `(partition, seq, msg_id, delivery_count)`, each body its id's bytes.
     pub fn messages(self, at_ms: u64, messages: &[(u32, u64, &str, u32)]) {
         let seen = messages
             .iter()
@@ -66,9 +72,22 @@ impl Call<'_> {
                 seq,
                 msg_id: Some(msg_id.to_string()),
                 delivery_count,
+                payload: Some(Fingerprint::of(msg_id.as_bytes())),
             })
             .collect();
         self.ok(at_ms, Value::Messages(seen));
+    }
+
+    /// A fetch or read handed out one message, `msg_id` at `partition`/`seq`, with `body`.
+    pub fn message_with_body(self, at_ms: u64, (partition, seq, msg_id): (u32, u64, &str), body: &[u8]) {
+        let seen = Seen {
+            partition,
+            seq,
+            msg_id: Some(msg_id.to_string()),
+            delivery_count: 0,
+            payload: Some(Fingerprint::of(body)),
+        };
+        self.ok(at_ms, Value::Messages(vec![seen]));
     }
 
     /// A producer was registered as `producer_id` at `epoch`.
@@ -96,30 +115,24 @@ impl Script {
         Call { script: self, op_id, process: process.to_string() }
     }
 
-    /// A publish of `msg_id`, outside a transaction.
+    /// A publish of `msg_id` (its body the id's bytes), outside a transaction.
     pub fn publish(&mut self, at_ms: u64, process: &str, msg_id: &str) -> Call<'_> {
-        let op = Op::Publish { msg_id: msg_id.to_string(), subject: "s".to_string(), txn: None, delay_ms: None };
-        self.call(at_ms, process, op)
+        self.call(at_ms, process, publish_op(msg_id, "s", None, None))
     }
 
     /// A publish of `msg_id` to `subject`, outside a transaction.
     pub fn publish_to(&mut self, at_ms: u64, process: &str, msg_id: &str, subject: &str) -> Call<'_> {
-        let op = Op::Publish { msg_id: msg_id.to_string(), subject: subject.to_string(), txn: None, delay_ms: None };
-        self.call(at_ms, process, op)
+        self.call(at_ms, process, publish_op(msg_id, subject, None, None))
     }
 
     /// A publish of `msg_id` delayed by `delay_ms`.
     pub fn publish_delayed(&mut self, at_ms: u64, process: &str, msg_id: &str, delay_ms: u64) -> Call<'_> {
-        let op =
-            Op::Publish { msg_id: msg_id.to_string(), subject: "s".to_string(), txn: None, delay_ms: Some(delay_ms) };
-        self.call(at_ms, process, op)
+        self.call(at_ms, process, publish_op(msg_id, "s", None, Some(delay_ms)))
     }
 
     /// A publish of `msg_id` staged in a transaction of `producer` (id, epoch).
     pub fn stage(&mut self, at_ms: u64, process: &str, msg_id: &str, producer: (u64, u32)) -> Call<'_> {
-        let op =
-            Op::Publish { msg_id: msg_id.to_string(), subject: "s".to_string(), txn: Some(producer), delay_ms: None };
-        self.call(at_ms, process, op)
+        self.call(at_ms, process, publish_op(msg_id, "s", Some(producer), None))
     }
 
     /// A transaction step (`begin`, `prepare`, `commit`, `abort`) of `producer` (id, epoch).

@@ -158,7 +158,42 @@ const ROWS: &[Row] = &[
             s.hold(2, "orders", "m-1", 0, 1, 1);
             s.hold_body(3, "orders", "m-1", (0, 1, 1), Bytes::from_static(b"flipped"));
         },
-        fails: &["replicas"],
+        fails: &["replicas", "intact"],
+    },
+    Row {
+        name: "every replica holds a body no publish carried (a corrupt entry its leader passed on)",
+        history: |s| {
+            s.publish(0, "producer", "m-1").published(2, "orders", 0, 1);
+            for node in NODES {
+                s.hold_body(node, "orders", "m-1", (0, 1, 1), Bytes::from_static(b"flipped"));
+            }
+        },
+        fails: &["intact"],
+    },
+    Row {
+        name: "a consumer handed a corrupt body that a replica served and later repaired",
+        history: |s| {
+            s.drained("orders", "audit");
+            acked(s, 0, "m-1", "orders", 1);
+            s.fetch(10, "audit").message_with_body(11, (0, 1, "m-1"), b"m-0");
+            s.ack(12, "audit", "ack", 0, 1).done(13);
+        },
+        fails: &["intact"],
+    },
+    Row {
+        name: "a reader handed a corrupt body",
+        history: |s| {
+            acked(s, 0, "m-1", "orders", 1);
+            s.read(10, "reader", "orders", 0, 1).message_with_body(11, (0, 1, "m-1"), b"");
+        },
+        fails: &["intact"],
+    },
+    Row {
+        name: "a message id no publish in the history carried is not judged by its body",
+        history: |s| {
+            s.read(10, "reader", "orders", 0, 1).message_with_body(11, (0, 1, "other"), b"anything");
+        },
+        fails: &[],
     },
     Row {
         name: "a torn transaction",
@@ -424,10 +459,26 @@ fn a_violation_says_where_it_is() {
     script.publish(0, "producer", "m-1").published(2, "orders", 0, 1);
     script.hold(1, "orders", "m-1", 0, 1, 1);
     script.hold_body(2, "orders", "m-1", (0, 1, 1), Bytes::from_static(b"flipped"));
-    let violations = check_all(&script.evidence());
-    assert_eq!(violations.len(), 1);
+    let found: Vec<(&str, String)> =
+        check_all(&script.evidence()).into_iter().map(|violation| (violation.checker, violation.found)).collect();
     assert_eq!(
-        violations[0].found,
-        "nodes 1 and 2 differ in orders at 0/1: m-1 (3 bytes) against m-1 (7 bytes) with other bytes"
+        found,
+        [
+            (
+                "replicas",
+                "nodes 1 and 2 differ in orders at 0/1: m-1 (3 bytes) against m-1 (7 bytes) with other bytes".into()
+            ),
+            ("intact", "node 2 holds m-1 in orders at 0/1 with a body no publish of it carried (7 bytes)".into()),
+        ]
+    );
+    let mut script = Script::default();
+    script.publish(0, "producer", "m-1").published(2, "orders", 0, 1);
+    script.read(3, "reader", "orders", 0, 1).message_with_body(4, (0, 1, "m-1"), b"m-0");
+    let found: Vec<String> = check_all(&script.evidence()).into_iter().map(|violation| violation.found).collect();
+    assert!(
+        found
+            .iter()
+            .any(|found| found.starts_with("reader was handed m-1 at 0/1 with a body no publish of it carried")),
+        "{found:?}"
     );
 }

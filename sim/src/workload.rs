@@ -17,7 +17,7 @@ use rand_chacha::ChaCha8Rng;
 
 #[cfg(madsim)]
 use crate::cluster::Cluster;
-use crate::history::{Completion, History, Op, OpId, Seen, Value, completion};
+use crate::history::{Completion, Fingerprint, History, Op, OpId, Seen, Value, completion};
 
 /// Where a workload client runs: the client library it calls the cell with, and the history it records into. A
 /// simulated cluster gives one (`&Cluster` converts); so does a test of real processes.
@@ -71,6 +71,7 @@ impl Producer {
             subject: request.subject.clone(),
             txn,
             delay_ms: request.deliver_after_ms.filter(|&delay| delay > 0),
+            payload: Fingerprint::of(&request.payload),
         };
         self.history.invoke(&self.process, op)
     }
@@ -172,6 +173,7 @@ impl Consumer {
                             seq: message.seq,
                             msg_id: message.msg_id.clone(),
                             delivery_count: delivery.delivery_count,
+                            payload: Some(Fingerprint::of(&message.payload)),
                         })
                     })
                     .collect(),
@@ -273,7 +275,13 @@ impl TxnProducer {
                 response
                     .messages
                     .iter()
-                    .map(|ack| Seen { partition: ack.partition, seq: ack.seq, msg_id: None, delivery_count: 0 })
+                    .map(|ack| Seen {
+                        partition: ack.partition,
+                        seq: ack.seq,
+                        msg_id: None,
+                        delivery_count: 0,
+                        payload: None,
+                    })
                     .collect(),
             ),
             _ => Value::Done,
@@ -360,7 +368,13 @@ impl Mirror {
                     response
                         .messages
                         .iter()
-                        .map(|m| Seen { partition, seq: m.seq, msg_id: m.msg_id.clone(), delivery_count: 0 })
+                        .map(|m| Seen {
+                            partition,
+                            seq: m.seq,
+                            msg_id: m.msg_id.clone(),
+                            delivery_count: 0,
+                            payload: Some(Fingerprint::of(&m.payload)),
+                        })
                         .collect(),
                 )
             });

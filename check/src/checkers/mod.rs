@@ -11,6 +11,7 @@ mod delivery;
 mod duplicate;
 mod fenced;
 mod grants;
+mod intact;
 mod lost;
 mod monotonic;
 mod order;
@@ -51,6 +52,7 @@ pub const ALL: &[Checker] = &[
     duplicate::CHECKER,
     position::CHECKER,
     replicas::CHECKER,
+    intact::CHECKER,
     state::CHECKER,
     order::CHECKER,
     monotonic::CHECKER,
