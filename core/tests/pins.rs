@@ -142,13 +142,18 @@ fn a_duplicate_pinning_publish_pins_once() {
 fn bad_pins_are_refused_with_typed_errors() {
     let mut h = setup(None, DiscardPolicy::Old);
     h.publish("material.x", "a").unwrap();
-    for value in ["material", "material/0", "material/x/1", "material/0/1/2", "", "material/-1/1"] {
+    for value in ["material", "material/0", "material/x/1", "a/b/c/0/1", "", "material/-1/1", "mat.erial/0/1"] {
         let refused = pin(&mut h, "rows.x", value).unwrap_err();
         assert!(matches!(refused, Rejection::Invalid { .. }), "{value:?}: {refused}");
     }
     assert_eq!(
         pin(&mut h, "rows.x", "nowhere/0/1").unwrap_err(),
         Rejection::StreamNotFound { stream: "nowhere".to_string() }
+    );
+    // A tenant's stream is named TENANT/NAME: the pin is read from the right.
+    assert_eq!(
+        pin(&mut h, "rows.x", "material/0/1/2").unwrap_err(),
+        Rejection::StreamNotFound { stream: "material/0".to_string() }
     );
     assert_eq!(
         pin(&mut h, "rows.x", "material/0/7").unwrap_err(),

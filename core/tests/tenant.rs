@@ -183,3 +183,27 @@ fn a_tenant_s_principal_holds_no_cluster_admin_and_sets_no_pins() {
     let result = h.apply(as_token(1, Command::Publish(pinning)));
     assert!(matches!(result, Err(Rejection::PermissionDenied { .. })), "{result:?}");
 }
+
+/// The node itself (a command not run as a principal) may make a tenant's stream by its full name, with subjects in
+/// the tenant's scope only (the mailroom makes a tenant's inbox so); no principal may, root included.
+#[test]
+fn only_the_node_makes_a_tenant_s_stream_by_its_full_name() {
+    let mut h = cell();
+    let inbox = |subject: &str| Command::CreateStream {
+        name: "acme/mail-inbox".into(),
+        config: StreamConfig::with_subjects([subject]),
+    };
+    for who in [9, 1, 2] {
+        let refused = h.apply(as_token(who, inbox("@acme.mail.in.>")));
+        assert!(matches!(refused, Err(Rejection::InvalidName { .. })), "token {who}: {refused:?}");
+    }
+    assert!(h.apply(inbox("mail.in.>")).is_err(), "a tenant's stream claims nothing outside its scope");
+    assert!(h.apply(inbox("@beta.mail.in.>")).is_err(), "nor another tenant's");
+    assert!(
+        h.apply(Command::CreateStream { name: "a/b/c".into(), config: StreamConfig::with_subjects(["@a.x"]) }).is_err()
+    );
+    h.ok(inbox("@acme.mail.in.>"));
+    // The tenant sees it as its own.
+    h.ok(as_token(1, publish("mail.in.alpha")));
+    assert_eq!(n_messages(&h, "acme/mail-inbox"), 1);
+}

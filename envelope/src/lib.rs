@@ -2,8 +2,8 @@
 //!
 //! An [`Envelope`] carries a payload encrypted once, under one session key, with that key wrapped separately for each
 //! recipient cell (one OpenPGP key packet per recipient), and signed once, inside the encryption, by the sending
-//! cell's key. Its clear [`Header`] (id, sender, recipients, time) is repeated inside the signed plaintext, so changing
-//! it is detected when the envelope is opened.
+//! cell's key. Its clear [`Header`] (id, sender cell and principal, recipients, time) is repeated inside the signed
+//! plaintext, so changing it is detected when the envelope is opened.
 //!
 //! - [`keys`]: the cell's own key pair, kept in its data directory, and the keyring of other cells' public keys.
 //! - [`seal`] and [`open`]: all-or-nothing sealing (a recipient whose key is unknown aborts the whole send, naming it)

@@ -15,7 +15,7 @@ use openpgp::serialize::stream::{Encryptor, LiteralWriter, Message, Signer};
 use openpgp::types::SymmetricAlgorithm;
 use openpgp::{Cert, KeyHandle};
 
-use crate::envelope::{DecodeError, Envelope, EnvelopeId, Header, Inner, Recipient, decode_all};
+use crate::envelope::{DecodeError, ENVELOPE_VERSION, Envelope, EnvelopeId, Header, Inner, Recipient};
 use crate::keys::{CellKey, Keyring};
 use crate::provenance::{Direction, ProvenanceRow};
 
@@ -116,10 +116,10 @@ fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-/// Seals `payload` from `sender` for `recipients` (cell names; `sender`'s own cell may be one of them). Every
-/// recipient's key is resolved before anything is encrypted: one unknown recipient refuses the whole send.
+/// Seals `payload` from `principal` of `sender`'s cell for `recipients` (cell names; `sender`'s own cell may be one of
+/// them). Every recipient's key is resolved before anything is encrypted: one unknown recipient refuses the whole send.
 pub fn seal(
-    sender: &CellKey,
+    (sender, principal): (&CellKey, &str),
     keyring: &Keyring,
     recipients: &[&str],
     id: EnvelopeId,
@@ -147,6 +147,7 @@ pub fn seal(
         sender_fingerprint: sender.fingerprint(),
         recipients: certs.iter().map(|(recipient, _)| recipient.clone()).collect(),
         created_ms,
+        principal: principal.to_string(),
     };
     let inner = postcard::to_stdvec(&Inner { header: header.clone(), payload: Bytes::copy_from_slice(payload) })
         .expect("encoding into memory does not fail");
@@ -194,7 +195,7 @@ pub fn seal(
         literal.write_all(&inner).map_err(|error| crypto(error.into()))?;
         literal.finalize().map_err(crypto)?;
     }
-    let envelope = Envelope { header: header.clone(), sealed: Bytes::from(sealed) };
+    let envelope = Envelope { version: ENVELOPE_VERSION, header: header.clone(), sealed: Bytes::from(sealed) };
     let provenance = ProvenanceRow {
         envelope_id: header.id.clone(),
         direction: Direction::Sent,
@@ -254,7 +255,7 @@ pub fn open(receiver: &CellKey, keyring: &Keyring, bytes: &[u8], now_ms: u64) ->
         Some(Err(reason)) => return Err(OpenError::BadSignature { id, reason }),
         _ => return Err(OpenError::BadSignature { id, reason: "the signature was not checked".to_string() }),
     }
-    let inner: Inner = decode_all(&plaintext)
+    let inner = Inner::decode(envelope.version, &plaintext)
         .map_err(|error| OpenError::Tampered { id: id.clone(), reason: format!("sealed contents: {error}") })?;
     if &inner.header != header {
         return Err(OpenError::Tampered { id, reason: "the clear header differs from the sealed one".to_string() });

@@ -34,7 +34,10 @@ fn world() -> &'static World {
 
 fn sealed_by_alpha(recipients: &[&str], payload: &[u8]) -> Vec<u8> {
     let w = world();
-    seal(&w.keys[0], &w.keyrings[0], recipients, "env-1".to_string(), 1_000, payload).expect("sealed").envelope.encode()
+    seal((&w.keys[0], "ops"), &w.keyrings[0], recipients, "env-1".to_string(), 1_000, payload)
+        .expect("sealed")
+        .envelope
+        .encode()
 }
 
 fn open_as(index: usize, bytes: &[u8]) -> Result<cellog_envelope::Opened, OpenError> {
@@ -49,6 +52,7 @@ fn every_recipient_opens_it_alone_and_others_cannot() {
         let opened = open_as(index, &bytes).unwrap_or_else(|error| panic!("{cell} opens: {error}"));
         assert_eq!(&opened.payload[..], b"the payload");
         assert_eq!(opened.header.sender, "alpha");
+        assert_eq!(opened.header.principal, "ops");
         assert_eq!(opened.header.recipients.len(), 3);
     }
     // Echo is not a recipient; alpha (the sender) did not seal it for itself.
@@ -71,13 +75,16 @@ fn a_recipient_listed_in_a_forged_header_still_cannot_decrypt() {
 #[test]
 fn an_unknown_recipient_aborts_the_whole_send_naming_it() {
     let w = world();
-    let error =
-        seal(&w.keys[0], &w.keyrings[0], &["bravo", "zulu", "charlie"], "e".to_string(), 0, b"x").expect_err("refused");
+    let error = seal((&w.keys[0], "ops"), &w.keyrings[0], &["bravo", "zulu", "charlie"], "e".to_string(), 0, b"x")
+        .expect_err("refused");
     assert!(matches!(&error, SealError::UnknownRecipient { cell } if cell == "zulu"), "{error}");
     assert!(error.to_string().contains("zulu"));
-    assert!(matches!(seal(&w.keys[0], &w.keyrings[0], &[], "e".to_string(), 0, b"x"), Err(SealError::NoRecipients)));
     assert!(matches!(
-        seal(&w.keys[0], &w.keyrings[0], &["bravo", "bravo"], "e".to_string(), 0, b"x"),
+        seal((&w.keys[0], "ops"), &w.keyrings[0], &[], "e".to_string(), 0, b"x"),
+        Err(SealError::NoRecipients)
+    ));
+    assert!(matches!(
+        seal((&w.keys[0], "ops"), &w.keyrings[0], &["bravo", "bravo"], "e".to_string(), 0, b"x"),
         Err(SealError::DuplicateRecipient { .. })
     ));
 }
@@ -105,7 +112,7 @@ fn tampering_with_any_part_is_refused() {
     for position in (0..n).step_by(7).chain([n - 1]) {
         let mut sealed = clean.sealed.to_vec();
         sealed[position] ^= 0x20;
-        let tampered = Envelope { header: clean.header.clone(), sealed: sealed.into() };
+        let tampered = Envelope { header: clean.header.clone(), sealed: sealed.into(), ..clean.clone() };
         let result = open_as(1, &tampered.encode());
         assert!(result.is_err(), "a flipped byte at {position} of {n} was accepted");
     }
@@ -124,15 +131,18 @@ fn tampering_with_any_part_is_refused() {
     let mut h = clean.header.clone();
     h.sender = "zulu".to_string();
     headers.push(("sender", h));
+    let mut h = clean.header.clone();
+    h.principal = "root".to_string();
+    headers.push(("principal", h));
     for (field, header) in headers {
-        let tampered = Envelope { header, sealed: clean.sealed.clone() };
+        let tampered = Envelope { header, ..clean.clone() };
         let error = open_as(1, &tampered.encode()).expect_err(field);
         assert!(matches!(error, OpenError::Tampered { .. } | OpenError::UnknownSigner { .. }), "{field}: {error}");
     }
     // A recipient's fingerprint changed: no longer addressed to this cell's key.
     let mut header = clean.header.clone();
     header.recipients[0].fingerprint = header.recipients[0].fingerprint.to_lowercase();
-    let tampered = Envelope { header, sealed: clean.sealed.clone() };
+    let tampered = Envelope { header, ..clean.clone() };
     assert!(matches!(open_as(1, &tampered.encode()), Err(OpenError::NotForUs { .. })));
 
     // The wire form itself: truncated, a newer version, garbage.
@@ -150,7 +160,7 @@ fn a_signature_by_anyone_but_the_known_sender_is_refused() {
     let impostor = CellKey::generate("alpha").expect("a key");
     let mut keyring = Keyring::in_memory();
     keyring.import(w.keys[1].public_armored().as_bytes(), None).expect("bravo's key");
-    let forged = seal(&impostor, &keyring, &["bravo"], "env-f".to_string(), 0, b"x").expect("sealed").envelope;
+    let forged = seal((&impostor, "ops"), &keyring, &["bravo"], "env-f".to_string(), 0, b"x").expect("sealed").envelope;
     let error = open_as(1, &forged.encode()).expect_err("refused");
     assert!(matches!(error, OpenError::UnknownSigner { .. }), "{error}");
 
@@ -162,7 +172,7 @@ fn a_signature_by_anyone_but_the_known_sender_is_refused() {
 
     // A sender bravo does not know at all.
     let stranger = CellKey::generate("foxtrot").expect("a key");
-    let sealed = seal(&stranger, &keyring, &["bravo"], "env-s".to_string(), 0, b"x").expect("sealed").envelope;
+    let sealed = seal((&stranger, "ops"), &keyring, &["bravo"], "env-s".to_string(), 0, b"x").expect("sealed").envelope;
     assert!(matches!(open_as(1, &sealed.encode()), Err(OpenError::UnknownSigner { .. })));
 }
 
@@ -170,7 +180,8 @@ fn a_signature_by_anyone_but_the_known_sender_is_refused() {
 fn provenance_rows_hold_fingerprints_and_hashes_only() {
     let w = world();
     let payload = b"an order";
-    let sealed = seal(&w.keys[0], &w.keyrings[0], &["bravo", "charlie"], "env-p".to_string(), 5, payload).unwrap();
+    let sealed =
+        seal((&w.keys[0], "ops"), &w.keyrings[0], &["bravo", "charlie"], "env-p".to_string(), 5, payload).unwrap();
     let sent = &sealed.provenance;
     assert_eq!((sent.direction, sent.verified, sent.scheme.as_str()), (Direction::Sent, false, SCHEME));
     assert_eq!(sent.signer_fingerprint, w.keys[0].fingerprint());

@@ -7,7 +7,6 @@ use bytes::Bytes;
 use cellog_core::{Command, Outcome, Record};
 use tonic::Status;
 
-/// This node's view of its cell, as mail uses it.
 /// What a mail call needs of its caller's principal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Need<'a> {
@@ -17,10 +16,12 @@ pub enum Need<'a> {
     Read(&'a str),
 }
 
+/// This node's view of its cell, as mail uses it.
 pub trait MailCell: Send + Sync + 'static {
-    /// Refuses a call unless its caller's credential names a principal whose grants meet `need` on this node's
-    /// replica (UNAUTHENTICATED, PERMISSION_DENIED).
-    fn authorize<T>(&self, request: &tonic::Request<T>, need: Need<'_>) -> Result<(), Status>;
+    /// The principal a call's credential names, if its grants meet `need` on this node's replica; refuses the call
+    /// otherwise (UNAUTHENTICATED, PERMISSION_DENIED). A tenant's principal needs its grants on the mail subjects in
+    /// its own scope (`mail.>` as it names them), and reads its tenant's inbox rather than the cell's.
+    fn authorize<T>(&self, request: &tonic::Request<T>, need: Need<'_>) -> Result<std::sync::Arc<str>, Status>;
 
     /// Proposes `command` and waits for the cell's answer. A rejection comes back as the status a client would get
     /// for it (its stable name in the detail); so does a proposal that never reached the log.
@@ -42,7 +43,15 @@ pub trait MailCell: Send + Sync + 'static {
     fn is_reserved(&self, filter: &str) -> bool;
 
     /// Whether `stream` exists.
-    fn has_stream(&self, stream: &str) -> bool;
+    fn has_stream(&self, stream: &str) -> bool {
+        self.stream_subjects(stream).is_some()
+    }
+
+    /// The subject filters of `stream`, if it exists.
+    fn stream_subjects(&self, stream: &str) -> Option<Vec<String>>;
+
+    /// Whether some principal of this cell belongs to `tenant`.
+    fn has_tenant(&self, tenant: &str) -> bool;
 
     /// Up to `max` records of `stream`'s only partition from `from_seq` on; a stream that does not exist reads as
     /// empty.

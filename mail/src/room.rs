@@ -23,11 +23,12 @@ use tonic::{Code, Status};
 use crate::cell::MailCell;
 use crate::outbox::{Attempt, Outbox, RetryPolicy, Settled};
 use crate::schema::{
-    ATTEMPTS_HEADER, DETAIL_HEADER, INBOX, MAX_DETAIL_CHARS, MAX_MAIL_PAYLOAD, MAX_RECIPIENTS, OUTBOX,
-    RECIPIENTS_HEADER, RESERVED, RESULT_HEADER, RESULTS, SENDER_HEADER, check_fresh, inbox_msg_id, inbox_subject,
-    outbox_subject, pin, provenance_msg_id, provenance_subject, result_msg_id, result_name, result_status,
-    result_subject, stream_configs,
+    ATTEMPTS_HEADER, DETAIL_HEADER, MAX_DETAIL_CHARS, MAX_MAIL_PAYLOAD, MAX_RECIPIENTS, OUTBOX, RECIPIENTS_HEADER,
+    RESERVED, RESULT_HEADER, RESULTS, SENDER_HEADER, check_fresh, inbox_msg_id, inbox_stream, inbox_subject, mail_key,
+    outbox_subject, pin, provenance_msg_id, provenance_subject, reserved, result_msg_id, result_name, result_status,
+    result_subject, stream_configs, tenant_inbox_config,
 };
+use cellog_core::tenant::{tenant_of, validate_scoped_name};
 
 /// What a node needs to send and receive sealed mail.
 #[derive(Clone)]
@@ -170,10 +171,48 @@ impl Mailroom {
         Ok(())
     }
 
-    /// Seals `request.payload` for its recipients and stores the envelope in the outbox; the leader delivers it.
+    /// Creates `tenant`'s inbox stream unless it exists, its subjects (`mail.>` in the tenant's scope) reserved for
+    /// the node first, so that no principal of the tenant writes, recalls or deletes its mail. A stream of that name
+    /// the tenant made itself is not an inbox: mail for the tenant is refused until it is removed.
+    async fn ensure_tenant_inbox(&self, cell: &impl MailCell, tenant: &str) -> Result<(), Status> {
+        let filter = reserved(Some(tenant));
+        if !cell.is_reserved(&filter) {
+            cell.propose(Command::ReserveSubjects { filter: filter.clone() }).await?;
+        }
+        let name = inbox_stream(Some(tenant));
+        let config = tenant_inbox_config(tenant);
+        if cell.stream_subjects(&name).is_none() {
+            let command = Command::CreateStream { name: name.clone(), config: config.clone() };
+            match cell.propose(command).await {
+                Ok(_) => {}
+                Err(status) if detail_of(&status).reason == "CONFLICT" => {}
+                Err(status) if matches!(status.code(), Code::Unavailable | Code::Unknown) => return Err(status),
+                Err(status) => {
+                    return Err(failed(
+                        Code::FailedPrecondition,
+                        "MAIL_STREAMS",
+                        format!("tenant {tenant:?}'s inbox {name:?} cannot be created: {}", status.message()),
+                    ));
+                }
+            }
+        }
+        match cell.stream_subjects(&name) {
+            Some(subjects) if subjects == config.subjects => Ok(()),
+            _ => Err(failed(
+                Code::FailedPrecondition,
+                "MAIL_STREAMS",
+                format!("the stream {name:?} is not tenant {tenant:?}'s inbox (its subjects are not {filter})"),
+            )),
+        }
+    }
+
+    /// Seals `request.payload` from `principal` for its recipients and stores the envelope in the outbox; the leader
+    /// delivers it. A tenant's principal's envelope is known by its tenant and id ([`mail_key`]), and is delivered
+    /// to the same tenant's inbox in each recipient cell.
     pub async fn send(
         &self,
         cell: &impl MailCell,
+        principal: &str,
         request: v1::SendSealedRequest,
     ) -> Result<v1::SendSealedResponse, Status> {
         if request.payload.len() > MAX_MAIL_PAYLOAD {
@@ -198,7 +237,8 @@ impl Mailroom {
         check_token("envelope id", &id).map_err(|message| failed(Code::InvalidArgument, "INVALID_NAME", message))?;
         cell.lead()?;
         self.ensure_streams(cell).await?;
-        let subject = outbox_subject(&id);
+        let key = mail_key(tenant_of(principal), &id);
+        let subject = outbox_subject(&key);
         if let Some(record) = cell.last(OUTBOX, &subject) {
             let envelope = cell.payload(OUTBOX, &record).ok().flatten();
             return Ok(v1::SendSealedResponse {
@@ -212,7 +252,7 @@ impl Mailroom {
         let now_ms = cell.now_ms();
         let sealed = {
             let keyring = self.keyring.read().unwrap_or_else(|poisoned| poisoned.into_inner());
-            seal(&self.key, &keyring, &recipients, id.clone(), now_ms, &request.payload)
+            seal((&self.key, principal), &keyring, &recipients, id.clone(), now_ms, &request.payload)
         }
         .map_err(|error| match &error {
             SealError::UnknownRecipient { .. } => failed(Code::NotFound, "UNKNOWN_RECIPIENT", error.to_string()),
@@ -224,21 +264,21 @@ impl Mailroom {
         let wire = Bytes::from(sealed.envelope.encode());
         let envelope_bytes = wire.len() as u64;
         let headers: Headers = BTreeMap::from([(RECIPIENTS_HEADER.to_string(), request.recipients.join(","))]);
-        let publish = PublishRequest { msg_id: Some(id.clone()), headers, ..PublishRequest::new(subject, wire) };
+        let publish = PublishRequest { msg_id: Some(key.clone()), headers, ..PublishRequest::new(subject, wire) };
         let ack = published(cell.propose(Command::Publish(publish)).await?)?;
         if !ack.duplicate {
-            self.record_row(cell, &sealed.provenance, ack.seq).await;
+            self.record_row(cell, &sealed.provenance, &key, (OUTBOX, ack.seq)).await;
         }
         self.wake.notify_one();
         Ok(v1::SendSealedResponse { envelope_id: id, outbox_seq: ack.seq, duplicate: ack.duplicate, envelope_bytes })
     }
 
-    /// Records a provenance row pinning its envelope (outbox sequence for a sent row, inbox for a received one).
-    /// Fail-soft: a failure is logged and counted, never returned.
-    async fn record_row(&self, cell: &impl MailCell, row: &ProvenanceRow, seq: u64) {
-        let (direction, stream) = match row.direction {
-            Direction::Sent => ("sent", OUTBOX),
-            Direction::Received => ("received", INBOX),
+    /// Records a provenance row under `key` pinning its envelope at `seq` of `stream` (the outbox for a sent row, an
+    /// inbox for a received one). Fail-soft: a failure is logged and counted, never returned.
+    async fn record_row(&self, cell: &impl MailCell, row: &ProvenanceRow, key: &str, (stream, seq): (&str, u64)) {
+        let direction = match row.direction {
+            Direction::Sent => "sent",
+            Direction::Received => "received",
         };
         let text = match toml::to_string(row) {
             Ok(text) => text,
@@ -249,9 +289,9 @@ impl Mailroom {
         };
         let headers: Headers = BTreeMap::from([(PIN_HEADER.to_string(), pin(stream, seq))]);
         let publish = PublishRequest {
-            msg_id: Some(provenance_msg_id(direction, &row.envelope_id)),
+            msg_id: Some(provenance_msg_id(direction, key)),
             headers,
-            ..PublishRequest::new(provenance_subject(direction, &row.envelope_id), Bytes::from(text))
+            ..PublishRequest::new(provenance_subject(direction, key), Bytes::from(text))
         };
         if let Err(error) = cell.propose(Command::Publish(publish)).await {
             self.provenance_failed(row, error.message());
@@ -314,13 +354,30 @@ impl Mailroom {
         for (what, text) in [("envelope id", &header.id), ("sender", &header.sender)] {
             check_token(what, text).map_err(|message| failed(Code::PermissionDenied, "DENIED", message))?;
         }
+        if !header.principal.is_empty() {
+            validate_scoped_name(&header.principal).map_err(|reason| {
+                failed(Code::PermissionDenied, "DENIED", format!("sending principal {:?} {reason}", header.principal))
+            })?;
+        }
         check_fresh(header.created_ms, cell.now_ms())
             .map_err(|message| failed(Code::PermissionDenied, "STALE_ENVELOPE", message))?;
+        // A tenant's mail goes to the same tenant's inbox here, which must have a principal of this cell.
+        let tenant = tenant_of(&header.principal);
+        if let Some(tenant) = tenant {
+            if !cell.has_tenant(tenant) {
+                return Err(failed(
+                    Code::PermissionDenied,
+                    "NO_TENANT",
+                    format!("tenant {tenant:?} has no principal in cell {:?}, so it has no inbox here", self.cell()),
+                ));
+            }
+            self.ensure_tenant_inbox(cell, tenant).await?;
+        }
         let headers: Headers = BTreeMap::from([(SENDER_HEADER.to_string(), header.sender.clone())]);
         let publish = PublishRequest {
             msg_id: Some(inbox_msg_id(&header.sender, &header.id)),
             headers,
-            ..PublishRequest::new(inbox_subject(&header.sender), bytes)
+            ..PublishRequest::new(inbox_subject(tenant, &header.sender), bytes)
         };
         let ack = published(cell.propose(Command::Publish(publish)).await?)?;
         // Fingerprints and the plaintext's hash, never signature bytes (they carry random salt).
@@ -328,6 +385,7 @@ impl Mailroom {
             target: TRANSITIONS,
             envelope = %header.id,
             sender = %header.sender,
+            principal = %header.principal,
             signer = %header.sender_fingerprint,
             plaintext_sha256 = %opened.provenance.payload_sha256,
             seq = ack.seq,
@@ -335,17 +393,25 @@ impl Mailroom {
             if ack.duplicate { "mail-again" } else { "mail-received" }
         );
         if !ack.duplicate {
-            self.record_row(cell, &opened.provenance, ack.seq).await;
+            let key = format!("{}.{}", header.sender, mail_key(tenant, &header.id));
+            self.record_row(cell, &opened.provenance, &key, (&inbox_stream(tenant), ack.seq)).await;
         }
         Ok(v1::DeliverResponse { inbox_seq: ack.seq, duplicate: ack.duplicate })
     }
 
-    /// The inbox from `from_seq` on, opened.
-    pub fn read(&self, cell: &impl MailCell, from_seq: u64, max: usize) -> Result<v1::ReadMailResponse, Status> {
-        let records = cell.read(INBOX, from_seq, max)?;
+    /// `principal`'s inbox (its tenant's, or the cell's) from `from_seq` on, opened.
+    pub fn read(
+        &self,
+        cell: &impl MailCell,
+        principal: &str,
+        from_seq: u64,
+        max: usize,
+    ) -> Result<v1::ReadMailResponse, Status> {
+        let inbox = inbox_stream(tenant_of(principal));
+        let records = cell.read(&inbox, from_seq, max)?;
         let mut mail = Vec::with_capacity(records.len());
         for record in records {
-            let bytes = cell.payload(INBOX, &record).map_err(|reason| {
+            let bytes = cell.payload(&inbox, &record).map_err(|reason| {
                 let message = format!("this node cannot read inbox message {}: {reason}", record.seq);
                 failed(Code::DataLoss, "BODY_UNREADABLE", message)
             })?;
@@ -366,16 +432,24 @@ impl Mailroom {
                 created_ms: opened.header.created_ms,
                 received_ms: record.stored_at.0,
                 payload: opened.payload,
+                principal: opened.header.principal,
             });
         }
         Ok(v1::ReadMailResponse { mail })
     }
 
-    /// One result per recipient of an envelope this cell sent.
-    pub fn status(&self, cell: &impl MailCell, id: &str) -> Result<v1::DeliveryStatusResponse, Status> {
+    /// One result per recipient of an envelope this cell sent, as `principal` knows it (a tenant's principal knows
+    /// its tenant's envelopes only).
+    pub fn status(
+        &self,
+        cell: &impl MailCell,
+        principal: &str,
+        id: &str,
+    ) -> Result<v1::DeliveryStatusResponse, Status> {
         let not_found = || failed(Code::NotFound, "ENVELOPE_NOT_FOUND", format!("no envelope {id:?} in the outbox"));
         check_token("envelope id", id).map_err(|message| failed(Code::InvalidArgument, "INVALID_NAME", message))?;
-        let record = cell.last(OUTBOX, &outbox_subject(id)).ok_or_else(not_found)?;
+        let key = mail_key(tenant_of(principal), id);
+        let record = cell.last(OUTBOX, &outbox_subject(&key)).ok_or_else(not_found)?;
         let bytes = cell
             .payload(OUTBOX, &record)
             .map_err(|reason| failed(Code::DataLoss, "BODY_UNREADABLE", format!("outbox envelope {id:?}: {reason}")))?
@@ -386,7 +460,7 @@ impl Mailroom {
         let outbox = lock(&self.outbox);
         let mut response = v1::DeliveryStatusResponse { envelope_id: id.to_string(), ..Default::default() };
         for recipient in &envelope.header.recipients {
-            let status = match cell.last(RESULTS, &result_subject(id, &recipient.cell)) {
+            let status = match cell.last(RESULTS, &result_subject(&key, &recipient.cell)) {
                 Some(result) => result_status(&recipient.cell, &result),
                 None => {
                     let (attempts, last_error) = outbox.progress(record.seq, &recipient.cell).unwrap_or_default();
@@ -445,15 +519,15 @@ impl Mailroom {
                     continue;
                 }
             };
-            let id = envelope.header.id;
+            let key = mail_key(tenant_of(&envelope.header.principal), &envelope.header.id);
             let pending: Vec<String> = envelope
                 .header
                 .recipients
                 .into_iter()
-                .filter(|recipient| cell.last(RESULTS, &result_subject(&id, &recipient.cell)).is_none())
+                .filter(|recipient| cell.last(RESULTS, &result_subject(&key, &recipient.cell)).is_none())
                 .map(|recipient| recipient.cell)
                 .collect();
-            lock(&self.outbox).add(record.seq, id, bytes, record.stored_at.0, pending, now);
+            lock(&self.outbox).add(record.seq, key, bytes, record.stored_at.0, pending, now);
         }
     }
 

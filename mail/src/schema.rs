@@ -70,14 +70,53 @@ pub fn inbox_msg_id(sender: &str, id: &str) -> String {
 /// Every subject of the mail streams: reserved for the node, which alone writes them.
 pub const RESERVED: &str = "mail.>";
 
+/// What the outbox, results and provenance know a sender's envelope by: its id for the cell's own principals, and
+/// `ID.TENANT` for a tenant's, so that two tenants (or a tenant and the cell) choosing the same envelope id do not
+/// take each other's place or read each other's results. Stands for the `id` in the subjects and message ids below.
+pub fn mail_key(tenant: Option<&str>, id: &str) -> String {
+    match tenant {
+        None => id.to_string(),
+        Some(tenant) => format!("{id}.{tenant}"),
+    }
+}
+
+/// The inbox stream of `tenant`'s mail (the cell's own for `None`): `TENANT/mail-inbox`, which the tenant names
+/// `mail-inbox`.
+pub fn inbox_stream(tenant: Option<&str>) -> String {
+    match tenant {
+        None => INBOX.to_string(),
+        Some(tenant) => cellog_core::subject::scoped_name(tenant, INBOX),
+    }
+}
+
+/// The subjects reserved for the node in `tenant`'s scope (the cell's for `None`): its mail subjects, `mail.>` as the
+/// tenant names them.
+pub fn reserved(tenant: Option<&str>) -> String {
+    scoped(tenant, RESERVED)
+}
+
+/// `subject` in `tenant`'s scope (as it is, for `None`).
+pub fn scoped(tenant: Option<&str>, subject: &str) -> String {
+    match tenant {
+        None => subject.to_string(),
+        Some(tenant) => cellog_core::subject::scoped_subject(tenant, subject),
+    }
+}
+
+/// The config of `tenant`'s inbox stream: the cell's inbox's, with its subjects in the tenant's scope.
+pub fn tenant_inbox_config(tenant: &str) -> StreamConfig {
+    let [_, (_, inbox), ..] = stream_configs();
+    StreamConfig { subjects: inbox.subjects.iter().map(|subject| scoped(Some(tenant), subject)).collect(), ..inbox }
+}
+
 /// The outbox subject of envelope `id`.
 pub fn outbox_subject(id: &str) -> String {
     format!("mail.out.{id}")
 }
 
-/// The inbox subject of envelopes from `sender`.
-pub fn inbox_subject(sender: &str) -> String {
-    format!("mail.in.{sender}")
+/// The inbox subject of envelopes from `sender`, in `tenant`'s inbox (the cell's for `None`).
+pub fn inbox_subject(tenant: Option<&str>, sender: &str) -> String {
+    scoped(tenant, &format!("mail.in.{sender}"))
 }
 
 /// The results subject of envelope `id` for `recipient`.
@@ -201,7 +240,20 @@ mod tests {
             matching
         };
         assert_eq!(stream_of(&outbox_subject("e1")), [OUTBOX]);
-        assert_eq!(stream_of(&inbox_subject("alpha")), [INBOX]);
+        assert_eq!(stream_of(&inbox_subject(None, "alpha")), [INBOX]);
+        // A tenant's inbox subject falls in its own inbox stream only, and under its reserved subjects.
+        let tenant = inbox_subject(Some("acme"), "alpha");
+        assert_eq!(stream_of(&tenant), Vec::<&str>::new());
+        let config = tenant_inbox_config("acme");
+        assert!(config.subjects.iter().any(|filter| cellog_core::subject::filter_matches(filter, &tenant)));
+        assert!(cellog_core::subject::filter_matches(&reserved(Some("acme")), &tenant));
+        assert!(!cellog_core::subject::filter_matches(&reserved(Some("other")), &tenant));
+        assert_eq!(inbox_stream(Some("acme")), "acme/mail-inbox");
+        // A tenant's envelope keys never meet the cell's or another tenant's.
+        let keys = [mail_key(None, "e1"), mail_key(Some("acme"), "e1"), mail_key(Some("other"), "e1")];
+        assert!(keys.iter().all(|key| keys.iter().filter(|other| *other == key).count() == 1), "{keys:?}");
+        assert_eq!(stream_of(&outbox_subject(&keys[1])), [OUTBOX]);
+        assert_eq!(stream_of(&result_subject(&keys[1], "bravo")), [RESULTS]);
         assert_eq!(stream_of(&result_subject("e1", "bravo")), [RESULTS]);
         assert_eq!(stream_of(&provenance_subject("sent", "e1")), [PROVENANCE]);
     }

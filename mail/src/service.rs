@@ -48,8 +48,8 @@ impl<C: MailCell> Mail for MailService<C> {
         &self,
         request: Request<v1::SendSealedRequest>,
     ) -> Result<Response<v1::SendSealedResponse>, Status> {
-        self.cell.authorize(&request, Need::Write(OUTBOX))?;
-        Ok(Response::new(self.mailroom()?.send(&*self.cell, request.into_inner()).await?))
+        let principal = self.cell.authorize(&request, Need::Write(OUTBOX))?;
+        Ok(Response::new(self.mailroom()?.send(&*self.cell, &principal, request.into_inner()).await?))
     }
 
     async fn delivery_status(
@@ -58,8 +58,8 @@ impl<C: MailCell> Mail for MailService<C> {
     ) -> Result<Response<v1::DeliveryStatusResponse>, Status> {
         let mail = self.mailroom()?;
         self.cell.read_barrier().await?;
-        self.cell.authorize(&request, Need::Read(RESULTS))?;
-        Ok(Response::new(mail.status(&*self.cell, &request.into_inner().envelope_id)?))
+        let principal = self.cell.authorize(&request, Need::Read(RESULTS))?;
+        Ok(Response::new(mail.status(&*self.cell, &principal, &request.into_inner().envelope_id)?))
     }
 
     /// Another cell's delivery: taken on the envelope's signature by a key in this cell's keyring, not on a credential.
@@ -70,12 +70,12 @@ impl<C: MailCell> Mail for MailService<C> {
     async fn read_mail(&self, request: Request<v1::ReadMailRequest>) -> Result<Response<v1::ReadMailResponse>, Status> {
         let mail = self.mailroom()?;
         self.cell.read_barrier().await?;
-        self.cell.authorize(&request, Need::Read(INBOX))?;
+        let principal = self.cell.authorize(&request, Need::Read(INBOX))?;
         let request = request.into_inner();
         let max = match request.max {
             0 => DEFAULT_READ_MAIL,
             max => (max as usize).min(cellog_core::MAX_READ),
         };
-        Ok(Response::new(mail.read(&*self.cell, request.from_seq, max)?))
+        Ok(Response::new(mail.read(&*self.cell, &principal, request.from_seq, max)?))
     }
 }

@@ -4,10 +4,12 @@
 use std::sync::{Arc, MutexGuard};
 
 use bytes::Bytes;
+use cellog_core::Scope;
+use cellog_core::tenant::tenant_of;
 use cellog_core::{Access, Body, Command, Outcome, Record, Rejection};
 use cellog_mail::MailCell;
 use cellog_mail::cell::Need;
-use cellog_mail::schema::stream_configs;
+use cellog_mail::schema::{INBOX, inbox_stream, scoped, stream_configs};
 use cellog_raft::storage::Storage;
 use cellog_raft::{BodyError, CellNode, ProposeError, Replica};
 use tonic::Status;
@@ -27,23 +29,31 @@ impl<S: Storage + Clone> NodeCell<S> {
 }
 
 impl<S: Storage + Clone + Send + Sync + 'static> MailCell for NodeCell<S> {
-    fn authorize<T>(&self, request: &tonic::Request<T>, need: Need<'_>) -> Result<(), Status> {
+    fn authorize<T>(&self, request: &tonic::Request<T>, need: Need<'_>) -> Result<Arc<str>, Status> {
         let actor = self.1.actor(request)?;
+        let replica = self.replica()?;
+        let principal =
+            replica.cell.authenticate(&actor).map_err(|rejection| crate::status::from_rejection(&rejection))?;
+        let tenant = tenant_of(&principal);
         let (Need::Write(stream) | Need::Read(stream)) = need;
-        // The mail streams' subjects are the schema's, whether or not the stream exists yet.
+        // The mail streams' subjects are the schema's, whether or not the stream exists yet; a tenant's principal
+        // is judged on them in its own scope, and reads its tenant's inbox.
         let subjects: Vec<String> = stream_configs()
             .into_iter()
             .find(|(name, _)| *name == stream)
-            .map(|(_, config)| config.subjects)
+            .map(|(_, config)| config.subjects.iter().map(|subject| scoped(tenant, subject)).collect())
             .unwrap_or_default();
+        let stream = if stream == INBOX { inbox_stream(tenant) } else { stream.to_string() };
         let access = match need {
-            Need::Write(stream) => Access::Write { stream, subjects: &subjects },
-            Need::Read(stream) => Access::Read { stream, subjects: &subjects },
+            Need::Write(_) => Access::Write { stream: &stream, subjects: &subjects },
+            Need::Read(_) => Access::Read { stream: &stream, subjects: &subjects },
         };
-        let replica = self.replica()?;
-        let decided =
-            replica.cell.authenticate(&actor).and_then(|principal| replica.cell.authorize(&principal, &access));
-        decided.map_err(|rejection| crate::status::from_rejection(&rejection))
+        let decided = replica.cell.authorize(&principal, &access).map_err(|rejection| match tenant {
+            Some(_) => Scope::of(&principal).rejection_out(rejection),
+            None => rejection,
+        });
+        decided.map_err(|rejection| crate::status::from_rejection(&rejection))?;
+        Ok(principal)
     }
 
     async fn propose(&self, command: Command) -> Result<Outcome, Status> {
@@ -73,8 +83,13 @@ impl<S: Storage + Clone + Send + Sync + 'static> MailCell for NodeCell<S> {
         self.replica().is_ok_and(|replica| replica.cell.is_reserved(filter))
     }
 
-    fn has_stream(&self, stream: &str) -> bool {
-        self.replica().is_ok_and(|replica| replica.cell.stream_info(stream).is_ok())
+    fn stream_subjects(&self, stream: &str) -> Option<Vec<String>> {
+        self.replica().ok()?.cell.stream_info(stream).ok().map(|info| info.config.subjects)
+    }
+
+    fn has_tenant(&self, tenant: &str) -> bool {
+        self.replica()
+            .is_ok_and(|replica| replica.cell.principals().iter().any(|(name, _, _)| tenant_of(name) == Some(tenant)))
     }
 
     fn read(&self, stream: &str, from_seq: u64, max: usize) -> Result<Vec<Record>, Status> {

@@ -260,7 +260,8 @@ async fn a_multicast_says_which_recipients_it_reached_and_how_the_others_ended()
     let mut to_bravo = Keyring::in_memory();
     to_bravo.import(bravo.public_armored().as_bytes(), Some(&alpha)).expect("bravo's key imports");
     let sealed = |sender: &CellKey, id: &str, at: u64| {
-        let sealed = cellog_envelope::seal(sender, &to_bravo, &["bravo"], id.to_string(), at, b"x").expect("sealed");
+        let sealed =
+            cellog_envelope::seal((sender, "ops"), &to_bravo, &["bravo"], id.to_string(), at, b"x").expect("sealed");
         Bytes::from(sealed.envelope.encode())
     };
     let day = 24 * 3600 * 1000;
@@ -318,28 +319,11 @@ async fn mail_calls_need_their_grants() {
     let echo = key("echo");
     let (node, root) =
         cell_as(&echo, &[], BTreeMap::new(), free_addr(), quick_retry(Duration::from_secs(5)), Some(ROOT)).await;
-    let mut installed = false;
-    for _ in 0..200 {
-        if root.who_am_i().await.is_ok() {
-            installed = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert!(installed, "the root token works");
-    let as_principal = |name: &str, grants: v1::Grants| {
-        let root = root.clone();
-        let name = name.to_string();
-        async move {
-            root.put_principal(&name, grants).await.expect("a principal");
-            let token = cellog_client::token::from_random(cellog_client::token::hash(&name));
-            root.add_token(&name, cellog_client::token::hash(&token)).await.expect("a token");
-            let options = ClientOptions { token: Some(token), ..ClientOptions::default() };
-            Client::new([node_addr(&root)], options).expect("a client")
-        }
-    };
-    let reader = as_principal("reader", v1::Grants { subscribe: vec!["mail.>".into()], ..Default::default() }).await;
-    let sender = as_principal("sender", v1::Grants { publish: vec!["mail.out.>".into()], ..Default::default() }).await;
+    wait_for_root(&root).await;
+    let reader =
+        principal(&root, "reader", v1::Grants { subscribe: vec!["mail.>".into()], ..Default::default() }).await;
+    let sender =
+        principal(&root, "sender", v1::Grants { publish: vec!["mail.out.>".into()], ..Default::default() }).await;
     let anonymous = Client::new([node_addr(&root)], ClientOptions::default()).expect("a client");
 
     let refused =
@@ -370,4 +354,92 @@ async fn mail_calls_need_their_grants() {
 
 fn node_addr(client: &Client) -> String {
     client.current_addr()
+}
+
+/// Waits until the cell took root's token.
+async fn wait_for_root(root: &Client) {
+    for _ in 0..200 {
+        if root.who_am_i().await.is_ok() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("the root token never worked");
+}
+
+/// Makes principal `name` with `grants` and a token, and a client that uses it.
+async fn principal(root: &Client, name: &str, grants: v1::Grants) -> Client {
+    root.put_principal(name, grants).await.expect("a principal");
+    let token = cellog_client::token::from_random(cellog_client::token::hash(name));
+    root.add_token(name, cellog_client::token::hash(&token)).await.expect("a token");
+    let options = ClientOptions { token: Some(token), ..ClientOptions::default() };
+    Client::new([node_addr(root)], options).expect("a client")
+}
+
+/// A tenant's mail is its own: its principals send from it and read its inbox only, in their own terms (`mail.>`),
+/// an envelope id one tenant chose is not another's, and mail for a tenant lands in that tenant's inbox of the
+/// recipient cell, which nobody but the node writes. A tenant the recipient cell does not have gets no inbox there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_mail_is_its_own() {
+    const ROOT: &str = "cellog_root-of-the-tenant-mail-test-0000000000000000";
+    let (alpha, bravo) = (key("alpha"), key("bravo"));
+    let bravo_addr = free_addr();
+    let retry = || quick_retry(Duration::from_secs(3));
+    let (alpha_node, alpha_root) =
+        cell_as(&alpha, &[&bravo], home(&[("bravo", bravo_addr)]), free_addr(), retry(), Some(ROOT)).await;
+    let (bravo_node, bravo_root) = cell_as(&bravo, &[&alpha], BTreeMap::new(), bravo_addr, retry(), Some(ROOT)).await;
+    wait_for_root(&alpha_root).await;
+    wait_for_root(&bravo_root).await;
+    let mail = || v1::Grants { publish: vec!["mail.>".into()], subscribe: vec!["mail.>".into()], ..Default::default() };
+    let alice = principal(&alpha_root, "acme/alice", mail()).await;
+    let olga = principal(&alpha_root, "other/olga", mail()).await;
+    let ghost = principal(&alpha_root, "ghost/gary", mail()).await;
+    let ops = principal(&alpha_root, "ops", mail()).await;
+    let bob = principal(&bravo_root, "acme/bob", mail()).await;
+    let oscar = principal(&bravo_root, "other/oscar", mail()).await;
+    let bravo_ops = principal(&bravo_root, "ops", mail()).await;
+
+    // Three senders choose the same envelope id: three envelopes, each known to its own sender.
+    let to_bravo = ["bravo".to_string()];
+    let id = Some("e1");
+    for (sender, text) in [(&alice, "from acme"), (&olga, "from other"), (&ops, "from the cell")] {
+        let sent = sender.send_sealed(&to_bravo, Bytes::from(text), id).await.expect("sent");
+        assert!(!sent.duplicate, "{text}: another sender's e1 is not this one");
+        let status = settled(sender, "e1").await;
+        let delivered = BTreeMap::from([("bravo".to_string(), v1::DeliveryResult::Delivered)]);
+        assert_eq!(results(&status), delivered, "{text}: {status:?}");
+    }
+    // Each reads its own tenant's inbox at bravo, the sending principal signed in the envelope.
+    for (reader, principal, text) in
+        [(&bob, "acme/alice", "from acme"), (&oscar, "other/olga", "from other"), (&bravo_ops, "ops", "from the cell")]
+    {
+        let inbox = reader.read_mail(0, 10).await.expect("reads its inbox");
+        let got: Vec<(&str, &str, &str, &[u8])> = inbox
+            .iter()
+            .map(|m| (m.sender.as_str(), m.principal.as_str(), m.envelope_id.as_str(), &m.payload[..]))
+            .collect();
+        assert_eq!(got, [("alpha", principal, "e1", text.as_bytes())], "{principal}");
+    }
+    // The tenant's inbox is a stream of its own, which it reads in its own terms and may not write.
+    let own = bob.read("mail-inbox", 0, 0, 10, false).await.expect("acme reads its inbox stream").messages;
+    assert_eq!(own.len(), 1);
+    assert_eq!(own[0].subject, "mail.in.alpha");
+    let forged = v1::PublishRequest {
+        subject: "mail.in.alpha".into(),
+        payload: Bytes::from_static(b"forged"),
+        msg_id: Some("forged".into()),
+        ..Default::default()
+    };
+    assert_eq!(bob.publish(forged).await.expect_err("the node's alone").reason(), Some("PERMISSION_DENIED"));
+    assert_eq!(bob.read_mail(0, 10).await.expect("reads").len(), 1);
+    // A tenant bravo does not have: refused there, and the sender learns why.
+    ghost.send_sealed(&to_bravo, Bytes::from_static(b"anyone?"), id).await.expect("sent");
+    let status = settled(&ghost, "e1").await;
+    assert_eq!(results(&status), BTreeMap::from([("bravo".to_string(), v1::DeliveryResult::Denied)]));
+    assert!(
+        status.recipients[0].detail.contains("NO_TENANT") || status.recipients[0].detail.contains("tenant"),
+        "{status:?}"
+    );
+    alpha_node.stop().await.expect("stops");
+    bravo_node.stop().await.expect("stops");
 }

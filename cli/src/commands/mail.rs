@@ -108,8 +108,9 @@ pub async fn run(command: MailCommand) -> anyhow::Result<()> {
         MailCommand::Status { id, connect } => print_delivery(&client(&connect)?.delivery_status(&id).await?),
         MailCommand::Read { from, max, connect } => {
             for mail in client(&connect)?.read_mail(from, max).await? {
+                let by = if mail.principal.is_empty() { String::new() } else { format!(" by {}", mail.principal) };
                 println!(
-                    "#{} from {} ({}) envelope {}: {}",
+                    "#{} from {}{by} ({}) envelope {}: {}",
                     mail.seq,
                     mail.sender,
                     mail.sender_fingerprint,

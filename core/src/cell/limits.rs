@@ -4,7 +4,7 @@ use crate::auth::Actor;
 use crate::command::{AckKind, Command, PublishRequest};
 use crate::config::{MAX_DURATION_MS, MAX_PAYLOAD_LIMIT};
 use crate::error::{Cap, NameKind, Rejection};
-use crate::subject::{validate_name, validate_subject};
+use crate::subject::{tenant_of, validate_name, validate_subject};
 use crate::tenant::validate_scoped_name;
 
 /// Most streams in a cell.
@@ -112,11 +112,27 @@ impl Command {
     /// The checks that need no state and that [`crate::Cell::apply`] makes before anything else for this command, with
     /// the same rejection: a host runs them before proposing, so a command they refuse never reaches the log (it would
     /// be refused on every replica after costing an fsync on each).
+/// Who a command comes from, for [`Command::check`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Author {
+    /// The node itself: a command not inside [`Command::As`].
+    Node,
+    /// A principal, through [`Command::As`].
+    Principal,
+}
+
     pub fn check(&self) -> Result<(), Rejection> {
         match self {
             Command::Publish(request) => {
                 check_request(request)?;
                 // Over what any stream accepts: refused here with that limit (a stream's own, smaller one is
+        self.check_from(Author::Node)
+    }
+
+    /// The checks, for a command from `author`. The node's own commands (never inside [`Command::As`]) may create a
+    /// tenant's stream by its full name (`TENANT/NAME`: the mailroom makes a tenant's inbox); a principal's may not,
+    /// since a tenant's names must hold no `/` before its scope is put in front of them.
+    fn check_from(&self, author: Author) -> Result<(), Rejection> {
                 // checked when the publish is routed).
                 if request.payload.len() > MAX_PAYLOAD_LIMIT as usize {
                     let (size, max) = (request.payload.len() as u64, u64::from(MAX_PAYLOAD_LIMIT));
@@ -128,6 +144,13 @@ impl Command {
             Command::CreateConsumer { name, config, .. } => {
                 check_name(NameKind::Consumer, name)?;
                 config.validate()
+            Command::CreateStream { name, .. } if author == Author::Node && tenant_of(name).is_some() => {
+                validate_scoped_name(name).map_err(|reason| Rejection::InvalidName {
+                    kind: NameKind::Stream,
+                    name: name.to_string(),
+                    reason,
+                })
+            }
             }
             Command::UpdateConsumer { config, .. } => config.validate(),
             Command::Fetch { member, max, .. } => {
@@ -153,7 +176,7 @@ impl Command {
                 if matches!(**command, Command::As { .. }) {
                     return Err(invalid("a command runs as one principal; As inside As is refused"));
                 }
-                command.check()
+                command.check_from(Author::Principal)
             }
             Command::PutPrincipal { name, grants } => {
                 check_principal(name)?;

@@ -206,11 +206,14 @@ impl Cell {
     pub(super) fn check_pin(&self, request: &PublishRequest) -> Result<Option<MessageRef>, Rejection> {
         let Some(value) = request.headers.get(PIN_HEADER) else { return Ok(None) };
         let bad = || invalid(format!("{PIN_HEADER} {value:?}: expected STREAM/PARTITION/SEQ of a stored message"));
-        let mut parts = value.split('/');
-        let (Some(name), Some(partition), Some(seq), None) = (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
+        // From the right: a tenant's stream name holds a `/` of its own (`TENANT/NAME/PARTITION/SEQ`).
+        let mut parts = value.rsplitn(3, '/');
+        let (Some(seq), Some(partition), Some(name)) = (parts.next(), parts.next(), parts.next()) else {
             return Err(bad());
         };
+        if crate::tenant::validate_scoped_name(name).is_err() {
+            return Err(bad());
+        }
         let (Ok(partition), Ok(seq)) = (partition.parse::<u32>(), seq.parse::<u64>()) else { return Err(bad()) };
         let target = self.stream(name)?;
         if request.transaction.is_some() {
