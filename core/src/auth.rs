@@ -386,6 +386,11 @@ impl Auth {
         self.producer_owners.insert(producer_id, principal);
     }
 
+    /// Forgets who registered a producer the cell no longer holds.
+    pub(crate) fn forget_producer(&mut self, producer_id: u64) {
+        self.producer_owners.remove(&producer_id);
+    }
+
     /// Creates or replaces a principal's grants; its tokens stay. Returns whether it was created.
     pub(crate) fn put_principal(&mut self, name: &str, grants: Grants) -> Result<bool, Rejection> {
         check_principal_name(name)?;

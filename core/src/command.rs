@@ -277,6 +277,20 @@ pub enum Command {
 }
 
 impl Command {
+    /// The transactional producer it acts for, if any (looking through [`Command::As`]); a registration's producer
+    /// is known only from its outcome.
+    pub fn producer(&self) -> Option<u64> {
+        match self {
+            Command::BeginTransaction(r)
+            | Command::PrepareTransaction(r)
+            | Command::CommitTransaction(r)
+            | Command::AbortTransaction(r) => Some(r.producer_id),
+            Command::Publish(request) => request.transaction.map(|r| r.producer_id),
+            Command::As { command, .. } => command.producer(),
+            _ => None,
+        }
+    }
+
     /// Its kind in kebab case (`publish`, `create-stream`), looking through [`Command::As`] to what it runs.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -703,6 +717,14 @@ pub enum Effect {
         epoch: u32,
         /// Why.
         reason: AbortReason,
+    },
+    /// A transactional producer idle for [`crate::PRODUCER_IDLE_MS`] was forgotten: its id and epochs are fenced for
+    /// good, and its transactional id starts afresh.
+    ProducerExpired {
+        /// The producer.
+        producer_id: u64,
+        /// Its transactional id.
+        transactional_id: Arc<str>,
     },
     /// A stream was deleted with all its messages.
     StreamDeleted {

@@ -13,6 +13,8 @@ pub struct Millis(pub u64);
 impl Millis {
     /// The origin of cell time.
     pub const ZERO: Millis = Millis(0);
+    /// The end of cell time.
+    pub const MAX: Millis = Millis(u64::MAX);
 
     /// This instant plus `duration_ms`, saturating at the end of time rather than wrapping.
     pub fn plus(self, duration_ms: u64) -> Millis {

@@ -6,8 +6,8 @@ use common::*;
 
 use bytes::Bytes;
 use cellog_core::{
-    Cap, Command, MAX_DEDUP_IDS, MAX_KEY_BYTES, MAX_OPEN_TRANSACTIONS, MAX_PRODUCERS, Outcome, PublishRequest,
-    Rejection, StreamConfig,
+    Cap, Cell, Command, Effect, MAX_DEDUP_IDS, MAX_KEY_BYTES, MAX_OPEN_TRANSACTIONS, MAX_PRODUCERS, Outcome,
+    PRODUCER_IDLE_MS, ProducerRef, PublishRequest, Rejection, StreamConfig,
 };
 
 fn capped(result: Result<Outcome, Rejection>) -> Option<Cap> {
@@ -79,4 +79,81 @@ fn a_stream_s_dedup_index_has_a_cap_as_well_as_a_window() {
     h.advance(60_001);
     h.tick();
     assert!(!h.publish_id("ids.x", "", "one-more").expect("room again").duplicate);
+}
+
+/// A transactional producer that does nothing for [`PRODUCER_IDLE_MS`] is forgotten, freeing its place under the
+/// cap: its old instance is refused from then on, and its transactional id starts a new producer. One with a
+/// transaction open waits for it to end, and any successful command of it starts its idle time again.
+#[test]
+fn an_idle_producer_expires_and_frees_its_place() {
+    let mut h = Harness::new();
+    h.simple_stream("orders");
+    let idle = h.init_producer("idle");
+    let busy = h.init_producer("busy");
+    let open = h.init_producer("open");
+    h.ok(Command::BeginTransaction(open));
+    h.advance(PRODUCER_IDLE_MS - 10);
+    // The busy one acts just before its time is up; the others do not.
+    h.ok(Command::BeginTransaction(busy));
+    h.ok(Command::AbortTransaction(busy));
+    let busy = ProducerRef { epoch: busy.epoch + 1, ..busy };
+    h.advance(10);
+    h.take_effects();
+    h.tick();
+    let expired: Vec<u64> = h
+        .take_effects()
+        .into_iter()
+        .filter_map(|effect| match effect {
+            Effect::ProducerExpired { producer_id, .. } => Some(producer_id),
+            _ => None,
+        })
+        .collect();
+    // The open transaction's producer was aborted by its timeout long ago (60 s), and had been idle since it began.
+    assert_eq!(expired, [idle.producer_id, open.producer_id]);
+    assert!(h.cell.producer_info(idle.producer_id).is_none());
+    assert_eq!(
+        h.apply(Command::BeginTransaction(idle)),
+        Err(Rejection::ProducerNotFound { producer_id: idle.producer_id })
+    );
+    // Its transactional id starts afresh: a new producer, at epoch 0.
+    let again = h.init_producer("idle");
+    assert_ne!(again.producer_id, idle.producer_id);
+    assert_eq!(again.epoch, 0);
+    h.ok(Command::BeginTransaction(busy));
+
+    // At the cap, an idle producer's expiry makes room for a new one.
+    let mut h = Harness::new();
+    for n in 0..MAX_PRODUCERS - 1 {
+        h.init_producer(&format!("p{n}"));
+    }
+    h.advance(PRODUCER_IDLE_MS / 2);
+    let late = h.init_producer("late");
+    let one_more = || Command::InitProducer { transactional_id: "one-more".into(), transaction_timeout_ms: 60_000 };
+    assert_eq!(capped(h.apply(one_more())), Some(Cap::Producers));
+    h.advance(PRODUCER_IDLE_MS / 2);
+    assert!(matches!(h.apply(one_more()), Ok(Outcome::ProducerInitialized(_))), "the idle ones expired");
+    assert!(h.cell.producer_info(late.producer_id).is_some(), "the later one has time left");
+}
+
+/// A producer's idle time is state: a replica restored from a snapshot expires the same producers at the same time as
+/// the one that took it.
+#[test]
+fn producer_expiry_is_the_same_after_a_restore() {
+    let mut h = Harness::new();
+    let first = h.init_producer("first");
+    h.advance(1_000);
+    let second = h.init_producer("second");
+    let mut restored = Harness { cell: Cell::restore(&h.cell.snapshot()).expect("restores"), ..Harness::new() };
+    restored.now = h.now;
+    restored.bodies = h.bodies.clone();
+    for replica in [&mut h, &mut restored] {
+        replica.advance(PRODUCER_IDLE_MS - 500);
+        replica.tick();
+        assert!(replica.cell.producer_info(first.producer_id).is_none());
+        assert!(replica.cell.producer_info(second.producer_id).is_some());
+        replica.advance(500);
+        replica.tick();
+        assert!(replica.cell.producer_info(second.producer_id).is_none());
+    }
+    assert_eq!(h.cell.digest(), restored.cell.digest());
 }

@@ -758,8 +758,7 @@ fn the_committed_version_3_snapshot_restores_to_the_state_that_wrote_it() {
     let committed =
         std::fs::read(path).expect("the fixture is committed (CELLOG_WRITE_FIXTURES=1 writes a missing one)");
     let (cell, restored_bodies) = Cell::restore_whole(&committed).expect("a version 3 snapshot restores");
-    assert_eq!(cell, h.cell);
-    assert_eq!(cell.digest(), h.cell.digest());
+    assert_migrated(&cell, &h.cell);
     assert_eq!(restored_bodies, bodies);
     // Read into the frozen version 3 types and written from them, it is the same bytes, in every later version too.
     assert!(Cell::reencode_snapshot(&committed).expect("the fixture decodes") == committed);
@@ -768,6 +767,18 @@ fn the_committed_version_3_snapshot_restores_to_the_state_that_wrote_it() {
     if SNAPSHOT_VERSION == 3 {
         assert!(whole == committed, "the version 3 encoding changed; bump SNAPSHOT_VERSION and migrate");
     }
+}
+
+/// A state restored from a version before 5 is the state that wrote it, except for when each producer was last active,
+/// which those versions did not keep (the migration takes the state's time).
+fn assert_migrated(restored: &Cell, wrote: &Cell) {
+    let parts = |cell: &Cell| -> Vec<(String, cellog_core::StateDigest)> {
+        cell.digest_parts().into_iter().filter(|(part, _)| part != "producers").collect()
+    };
+    assert_eq!(parts(restored), parts(wrote));
+    let producers = |cell: &Cell| (0..64).filter_map(|id| cell.producer_info(id)).collect::<Vec<_>>();
+    assert_eq!(producers(restored), producers(wrote));
+    assert!(!producers(wrote).is_empty(), "the history has producers to migrate");
 }
 
 /// The busy history, then principals: one with grants of every kind and two tokens, one whose token was revoked, one
@@ -818,7 +829,7 @@ fn the_committed_version_4_snapshot_restores_to_the_state_that_wrote_it() {
     let committed =
         std::fs::read(path).expect("the fixture is committed (CELLOG_WRITE_FIXTURES=1 writes a missing one)");
     let (cell, restored_bodies) = Cell::restore_whole(&committed).expect("a version 4 snapshot restores");
-    assert_eq!(cell, h.cell);
+    assert_migrated(&cell, &h.cell);
     assert_eq!(cell.principals(), h.cell.principals());
     assert_eq!(cell.authenticate(&Actor::Token(TokenHash([2; 32]))).as_deref(), Ok("alice"));
     assert!(cell.authenticate(&Actor::Token(TokenHash([3; 32]))).is_err(), "a revoked token stays revoked");
@@ -827,6 +838,62 @@ fn the_committed_version_4_snapshot_restores_to_the_state_that_wrote_it() {
     if SNAPSHOT_VERSION == 4 {
         assert!(whole == committed, "the version 4 encoding changed; bump SNAPSHOT_VERSION and migrate");
     }
+}
+
+/// The whole snapshot of [`busy_with_principals`], then a producer active later than the others, as version 5
+/// writes it (each producer with when it was last active). Committed: every later version must keep restoring it.
+const VERSION_5_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/snapshot-v5-busy.bin");
+
+#[test]
+fn the_committed_version_5_snapshot_restores_to_the_state_that_wrote_it() {
+    let mut h = busy_with_principals();
+    h.advance(5_000);
+    let later = h.init_producer("later-tx");
+    h.advance(1_000);
+    h.tick();
+    let bodies: Vec<(u64, Bytes)> = h.bodies.iter().map(|(key, body)| (key, body.clone())).collect();
+    let whole = h.cell.snapshot_whole(bodies.clone()).expect("the history's bodies are all there");
+    let path = std::path::Path::new(VERSION_5_FIXTURE);
+    if std::env::var_os("CELLOG_WRITE_FIXTURES").is_some() && !path.exists() {
+        std::fs::write(path, &whole).expect("the fixture is written");
+    }
+    let committed =
+        std::fs::read(path).expect("the fixture is committed (CELLOG_WRITE_FIXTURES=1 writes a missing one)");
+    let (mut cell, restored_bodies) = Cell::restore_whole(&committed).expect("a version 5 snapshot restores");
+    assert_eq!(cell, h.cell);
+    assert_eq!(restored_bodies, bodies);
+    assert!(Cell::reencode_snapshot(&committed).expect("the fixture decodes") == committed);
+    if SNAPSHOT_VERSION == 5 {
+        assert!(whole == committed, "the version 5 encoding changed; bump SNAPSHOT_VERSION and migrate");
+    }
+    // Each producer's idle time came along: the earlier ones expire first.
+    let at = h.now.plus(cellog_core::PRODUCER_IDLE_MS - 5_500);
+    cell.apply(at, Command::Tick).expect("a tick");
+    let expired: Vec<u64> = cell
+        .drain_effects()
+        .filter_map(|effect| match effect {
+            Effect::ProducerExpired { producer_id, .. } => Some(producer_id),
+            _ => None,
+        })
+        .collect();
+    assert!(!expired.is_empty() && !expired.contains(&later.producer_id), "{expired:?}");
+    assert!(cell.producer_info(later.producer_id).is_some());
+}
+
+/// A version 4 state kept no time of activity: its producers count as active at the state's time, so an upgrade
+/// gives each its whole idle time and expires none at once.
+#[test]
+fn a_version_4_snapshot_s_producers_are_active_as_of_its_time() {
+    let committed = std::fs::read(VERSION_4_FIXTURE).expect("the fixture is committed");
+    let mut cell = Cell::restore(&committed).expect("a version 4 snapshot restores");
+    let h = busy_with_principals();
+    let producers: Vec<u64> = (1..100).filter(|&id| cell.producer_info(id).is_some()).collect();
+    assert!(!producers.is_empty());
+    cell.apply(h.now.plus(cellog_core::PRODUCER_IDLE_MS - 1), Command::Tick).expect("a tick");
+    assert!(producers.iter().all(|&id| cell.producer_info(id).is_some()), "none expired before its whole idle time");
+    cell.drain_effects().for_each(drop);
+    cell.apply(h.now.plus(cellog_core::PRODUCER_IDLE_MS), Command::Tick).expect("a tick");
+    assert!(producers.iter().all(|&id| cell.producer_info(id).is_none()), "all expired after it");
 }
 
 #[test]

@@ -111,6 +111,9 @@ pub(crate) fn effects<'a>(index: u64, effects: impl IntoIterator<Item = &'a Effe
                 let reason: &'static str = reason.into();
                 tracing::debug!(target: TARGET, index, producer_id, epoch, reason, "txn-aborted");
             }
+            Effect::ProducerExpired { producer_id, transactional_id } => {
+                tracing::debug!(target: TARGET, index, producer_id, %transactional_id, "producer-expired")
+            }
             Effect::StreamDeleted { stream } => tracing::debug!(target: TARGET, index, %stream, "stream-deleted"),
             Effect::Granted { principal, grants } => {
                 let Grants { publish, subscribe, consume, admin, cluster_admin } = grants;

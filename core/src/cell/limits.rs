@@ -17,6 +17,10 @@ pub const MAX_PEERS_PER_STREAM: usize = 64;
 pub const MAX_KEY_BYTES: usize = 1024;
 /// Most transactional producers a cell holds.
 pub const MAX_PRODUCERS: usize = 10_000;
+/// How long a transactional producer with no open transaction may do nothing before the cell forgets it (seven
+/// days): its id and epochs are then fenced for good, and an instance registering its transactional id again starts a
+/// new producer. Idle producers so free their place under [`MAX_PRODUCERS`] without an operator.
+pub const PRODUCER_IDLE_MS: u64 = 7 * 24 * 3600 * 1000;
 /// Most transactions open (or prepared) at once in a cell.
 pub const MAX_OPEN_TRANSACTIONS: usize = 1024;
 /// Most message ids within their dedup window in one stream: a publish with a new id beyond it is refused until the
@@ -108,10 +112,6 @@ pub(super) fn check_request(request: &PublishRequest) -> Result<(), Rejection> {
     Ok(())
 }
 
-impl Command {
-    /// The checks that need no state and that [`crate::Cell::apply`] makes before anything else for this command, with
-    /// the same rejection: a host runs them before proposing, so a command they refuse never reaches the log (it would
-    /// be refused on every replica after costing an fsync on each).
 /// Who a command comes from, for [`Command::check`].
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Author {
@@ -121,11 +121,11 @@ enum Author {
     Principal,
 }
 
+impl Command {
+    /// The checks that need no state and that [`crate::Cell::apply`] makes before anything else for this command, with
+    /// the same rejection: a host runs them before proposing, so a command they refuse never reaches the log (it would
+    /// be refused on every replica after costing an fsync on each).
     pub fn check(&self) -> Result<(), Rejection> {
-        match self {
-            Command::Publish(request) => {
-                check_request(request)?;
-                // Over what any stream accepts: refused here with that limit (a stream's own, smaller one is
         self.check_from(Author::Node)
     }
 
@@ -133,6 +133,10 @@ enum Author {
     /// tenant's stream by its full name (`TENANT/NAME`: the mailroom makes a tenant's inbox); a principal's may not,
     /// since a tenant's names must hold no `/` before its scope is put in front of them.
     fn check_from(&self, author: Author) -> Result<(), Rejection> {
+        match self {
+            Command::Publish(request) => {
+                check_request(request)?;
+                // Over what any stream accepts: refused here with that limit (a stream's own, smaller one is
                 // checked when the publish is routed).
                 if request.payload.len() > MAX_PAYLOAD_LIMIT as usize {
                     let (size, max) = (request.payload.len() as u64, u64::from(MAX_PAYLOAD_LIMIT));
@@ -140,10 +144,6 @@ enum Author {
                 }
                 Ok(())
             }
-            Command::CreateStream { name, .. } => check_name(NameKind::Stream, name),
-            Command::CreateConsumer { name, config, .. } => {
-                check_name(NameKind::Consumer, name)?;
-                config.validate()
             Command::CreateStream { name, .. } if author == Author::Node && tenant_of(name).is_some() => {
                 validate_scoped_name(name).map_err(|reason| Rejection::InvalidName {
                     kind: NameKind::Stream,
@@ -151,6 +151,10 @@ enum Author {
                     reason,
                 })
             }
+            Command::CreateStream { name, .. } => check_name(NameKind::Stream, name),
+            Command::CreateConsumer { name, config, .. } => {
+                check_name(NameKind::Consumer, name)?;
+                config.validate()
             }
             Command::UpdateConsumer { config, .. } => config.validate(),
             Command::Fetch { member, max, .. } => {

@@ -15,7 +15,7 @@ use crate::body::BodyRef;
 use crate::command::{Command, Effect, Outcome};
 use crate::error::Rejection;
 use crate::route::Router;
-use crate::snapshot::{v3, v4};
+use crate::snapshot::{v3, v4, v5};
 use crate::stream::Stream;
 use crate::time::Millis;
 
@@ -31,7 +31,7 @@ mod views;
 pub use limits::{
     MAX_COMMAND_BYTES, MAX_CONSUMERS_PER_STREAM, MAX_DEDUP_IDS, MAX_FETCH, MAX_HEADER_BYTES, MAX_ID_BYTES,
     MAX_KEY_BYTES, MAX_OPEN_TRANSACTIONS, MAX_PEERS_PER_STREAM, MAX_PRODUCERS, MAX_READ, MAX_RESPONSE_BYTES,
-    MAX_STREAMS,
+    MAX_STREAMS, PRODUCER_IDLE_MS,
 };
 pub use streams::PIN_HEADER;
 use timers::Timers;
@@ -76,6 +76,11 @@ pub struct Cell {
     /// ([`Cell::rebuild_derived`]).
     #[serde(skip)]
     router: Router,
+    /// No producer expires before this time (a lower bound, rebuilt on decode): idle producers are looked for only
+    /// once it has come. Derived, so replicas may hold different bounds; which producers expire when does not depend
+    /// on it.
+    #[serde(skip)]
+    producers_expire_from: ExpiryBound,
     /// Transient: not part of the state, not in snapshots, not compared.
     #[serde(skip)]
     effects: Vec<Effect>,
@@ -84,6 +89,17 @@ pub struct Cell {
 impl Default for Cell {
     fn default() -> Self {
         Cell::new()
+    }
+}
+
+/// A lower bound on the next producer expiry ([`Cell::expire_idle_producers`]). Not state: two cells that hold the same
+/// state are equal whatever bounds they hold.
+#[derive(Clone, Copy, Debug, Eq)]
+struct ExpiryBound(Millis);
+
+impl PartialEq for ExpiryBound {
+    fn eq(&self, _: &Self) -> bool {
+        true
     }
 }
 
@@ -108,19 +124,25 @@ impl Cell {
             next_body: 1,
             auth: Auth::default(),
             router: Router::default(),
+            producers_expire_from: ExpiryBound(Millis::MAX),
             effects: Vec::new(),
         }
     }
 
     /// The state a version 3 snapshot holds, without what is derived from it: [`Cell::rebuild_derived`] follows.
     pub(crate) fn from_v3(cell: v3::Cell) -> Self {
+        let last_at: Millis = cell.last_at.into();
         Cell {
-            last_at: cell.last_at.into(),
+            last_at,
             n_applied: cell.n_applied,
             streams: cell.streams.into_iter().map(|(name, stream)| (name, stream.into())).collect(),
             stream_names: cell.stream_names,
             next_stream_id: cell.next_stream_id,
-            producers: cell.producers.into_iter().map(|(id, producer)| (id, producer.into())).collect(),
+            producers: cell
+                .producers
+                .into_iter()
+                .map(|(id, producer)| (id, Producer::from_v3(producer, last_at)))
+                .collect(),
             transactional_ids: cell.transactional_ids,
             next_producer_id: cell.next_producer_id,
             timers: cell.timers.into(),
@@ -128,6 +150,7 @@ impl Cell {
             next_body: cell.next_body,
             auth: Auth::default(),
             router: Router::default(),
+            producers_expire_from: ExpiryBound(Millis::MAX),
             effects: Vec::new(),
         }
     }
@@ -136,6 +159,18 @@ impl Cell {
     pub(crate) fn from_v4(cell: v4::Cell) -> Self {
         let (state, auth) = cell.split();
         Cell { auth: auth.into(), ..Cell::from_v3(state) }
+    }
+
+    /// The state a version 5 snapshot holds: version 4's, and when each producer was last active.
+    pub(crate) fn from_v5(cell: v5::Cell) -> Self {
+        let (state, last_active) = cell.split();
+        let mut cell = Cell::from_v4(state);
+        for (id, at) in last_active {
+            if let Some(producer) = cell.producers.get_mut(&id) {
+                producer.last_active = at.into();
+            }
+        }
+        cell
     }
 
     /// Rebuilds what is derived from the state and not encoded (the subject router), after decoding.
@@ -147,6 +182,7 @@ impl Cell {
             }
         }
         self.router = router;
+        self.producers_expire_from = ExpiryBound(self.earliest_producer_expiry());
     }
 
     /// Every stored body the state refers to, in key order (recalled messages have none).
@@ -208,8 +244,13 @@ impl Cell {
         self.last_at = at;
         self.n_applied += 1;
         self.fire_timers(at);
+        self.expire_idle_producers(at);
+        let producer = command.producer();
         // The checks that need no state come first, exactly as a host makes them before proposing.
         let result = command.check().and_then(|()| self.dispatch(at, command));
+        if result.is_ok() {
+            self.touch_producer(at, producer, &result);
+        }
         if !self.pinned_by.is_empty() {
             self.release_pins(at, 0);
         }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::Cell;
-use super::limits::{MAX_DEDUP_IDS, MAX_OPEN_TRANSACTIONS, MAX_PRODUCERS, invalid};
+use super::limits::{MAX_DEDUP_IDS, MAX_OPEN_TRANSACTIONS, MAX_PRODUCERS, PRODUCER_IDLE_MS, invalid};
 use super::timers::Timer;
 use crate::command::{AbortReason, Effect, Outcome, ProducerRef, PublishAck, PublishRequest};
 use crate::error::{Cap, Quota, Rejection};
@@ -65,6 +65,8 @@ pub(crate) struct Producer {
     pub transaction: Option<Transaction>,
     pub next_transaction_number: u64,
     pub last_end: Option<TransactionEnd>,
+    /// When a command of it last succeeded: it expires [`PRODUCER_IDLE_MS`] later unless a transaction is open.
+    pub last_active: Millis,
 }
 
 impl From<v3::Staged> for Staged {
@@ -114,8 +116,10 @@ impl From<v3::TransactionEnd> for TransactionEnd {
     }
 }
 
-impl From<v3::Producer> for Producer {
-    fn from(producer: v3::Producer) -> Self {
+impl Producer {
+    /// A producer of a version 3 or 4 state, which did not keep when each was last active: as of the state's time
+    /// `last_at`, so that an upgraded cell gives every producer its whole idle time again.
+    pub(crate) fn from_v3(producer: v3::Producer, last_at: Millis) -> Self {
         Producer {
             transactional_id: producer.transactional_id,
             epoch: producer.epoch,
@@ -123,7 +127,15 @@ impl From<v3::Producer> for Producer {
             transaction: producer.transaction.map(Transaction::from),
             next_transaction_number: producer.next_transaction_number,
             last_end: producer.last_end.map(TransactionEnd::from),
+            last_active: last_at,
         }
+    }
+
+    /// The earliest it may expire: [`PRODUCER_IDLE_MS`] after it was last active, and not while a transaction is open
+    /// (which its timeout ends by its deadline).
+    fn expires_at(&self) -> Millis {
+        let idle = self.last_active.plus(PRODUCER_IDLE_MS);
+        self.transaction.as_ref().map_or(idle, |transaction| idle.max(transaction.deadline))
     }
 }
 
@@ -160,6 +172,47 @@ pub(super) fn abort_transaction(
 }
 
 impl Cell {
+    /// The earliest time any producer could expire ([`Millis::MAX`] with none).
+    pub(super) fn earliest_producer_expiry(&self) -> Millis {
+        self.producers.values().map(Producer::expires_at).min().unwrap_or(Millis::MAX)
+    }
+
+    /// Forgets every producer idle for [`PRODUCER_IDLE_MS`] by `at` with no transaction open. Looks only once the
+    /// derived lower bound has come, and then sets it to the exact earliest expiry of those left.
+    pub(super) fn expire_idle_producers(&mut self, at: Millis) {
+        if at < self.producers_expire_from.0 {
+            return;
+        }
+        let expired: Vec<u64> = self
+            .producers
+            .iter()
+            .filter(|(_, producer)| producer.transaction.is_none() && producer.expires_at() <= at)
+            .map(|(&producer_id, _)| producer_id)
+            .collect();
+        for producer_id in expired {
+            let producer = self.producers.remove(&producer_id).expect("listed above");
+            if self.transactional_ids.get(&producer.transactional_id) == Some(&producer_id) {
+                self.transactional_ids.remove(&producer.transactional_id);
+            }
+            self.auth.forget_producer(producer_id);
+            self.effects.push(Effect::ProducerExpired { producer_id, transactional_id: producer.transactional_id });
+        }
+        // A producer with a transaction open past its idle time is looked at again a little later: its transaction
+        // ends by its timeout, and it expires then.
+        self.producers_expire_from.0 = self.earliest_producer_expiry().max(at.plus(1));
+    }
+
+    /// Marks the producer a successful command acted for as active at `at` (a registration's from its outcome).
+    pub(super) fn touch_producer(&mut self, at: Millis, producer: Option<u64>, result: &Result<Outcome, Rejection>) {
+        let registered = match result {
+            Ok(Outcome::ProducerInitialized(r)) => Some(r.producer_id),
+            _ => None,
+        };
+        let Some(producer) = producer.or(registered).and_then(|id| self.producers.get_mut(&id)) else { return };
+        producer.last_active = at;
+        self.producers_expire_from.0 = self.producers_expire_from.0.min(producer.expires_at());
+    }
+
     /// A transaction timer fired: aborts the transaction if it is still the one the timer was set for.
     pub(super) fn fire_transaction_timeout(&mut self, producer_id: u64, number: u64) {
         let Some(producer) = self.producers.get_mut(&producer_id) else { return };
@@ -203,6 +256,7 @@ impl Cell {
                 transaction: None,
                 next_transaction_number: 0,
                 last_end: None,
+                last_active: Millis::ZERO,
             },
         );
         Ok(Outcome::ProducerInitialized(ProducerRef { producer_id, epoch: 0 }))

@@ -49,7 +49,9 @@ impl Cell {
 
     /// When the next timer is due; the leader proposes a `Tick` once its clock passes it.
     pub fn next_deadline(&self) -> Option<Millis> {
-        self.timers.queue.keys().next().map(|(due, _)| *due)
+        let timer = self.timers.queue.keys().next().map(|(due, _)| *due);
+        let expiry = Some(self.producers_expire_from.0).filter(|&at| at < Millis::MAX);
+        timer.into_iter().chain(expiry).min()
     }
 
     /// Names of all streams, in order.
