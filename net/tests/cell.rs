@@ -290,6 +290,46 @@ async fn a_node_bounds_its_connections_and_the_calls_on_each() {
     node.stop().await.expect("a clean stop");
 }
 
+/// A call the node cannot answer within its request timeout is cut off there, and the caller is told that it does
+/// not know the outcome (the publish it carried may still land). Its retry with the same message id lands once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_past_the_request_timeout_is_cut_off_and_its_retry_lands_once() {
+    let limits = Limits { request_timeout: Duration::from_millis(300), ..Limits::DEFAULT };
+    let disk = SimDisk::new(1);
+    let config = NodeConfig { limits, ..config(1, true) };
+    let node = RunningNode::start(&config, disk.clone(), Arc::new(SystemClock)).await.expect("the node starts");
+    let client = impatient_client_of(&node);
+    leader_ready(&client).await;
+    client.create_stream("s", stream_config("s.>")).await.expect("created");
+    // Every sync now takes two seconds: a publish waits for one, far past the node's timeout.
+    disk.set_sync_delay(Duration::from_secs(2));
+    let once = Client::new(
+        [node.client_addr.to_string()],
+        ClientOptions { retry_for: Duration::ZERO, discover: false, ..ClientOptions::default() },
+    )
+    .expect("a client");
+    let request = v1::PublishRequest { msg_id: Some("slow-1".into()), ..message("s.a", "slow") };
+    let cut = once.publish(request.clone()).await.expect_err("cut off by the node's request timeout");
+    assert!(
+        matches!(cut.code(), Some(tonic::Code::Cancelled | tonic::Code::DeadlineExceeded)),
+        "expected the node's timeout, got {cut}"
+    );
+    assert!(cut.outcome_unknown(), "a publish cut off may have landed: {cut}");
+    disk.set_sync_delay(Duration::ZERO);
+    // The publish was proposed before it was cut off: it lands when its sync ends, and its retry finds it there.
+    wait_for("the cut-off publish to land", async || {
+        client.read("s", 0, 1, 10, false).await.is_ok_and(|response| !response.messages.is_empty())
+    })
+    .await;
+    let retried = client.publish(request).await.expect("the retry is answered");
+    assert!(retried.duplicate, "{retried:?}");
+    let stored = client.read("s", 0, 1, 10, false).await.expect("reads").messages;
+    let ids: Vec<Option<&str>> = stored.iter().map(|m| m.msg_id.as_deref()).collect();
+    assert_eq!(ids, [Some("slow-1")], "stored once");
+    assert_eq!(retried.seq, stored[0].seq);
+    node.stop().await.expect("a clean stop");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_bounds_its_subscriptions() {
     let node =
