@@ -8,6 +8,7 @@ mod bench;
 mod commands;
 #[cfg(feature = "node")]
 mod run;
+mod soak;
 mod table;
 
 use commands::{auth, cluster, consumer, mail, peer, publish, stream, txn};
