@@ -11,6 +11,7 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -115,6 +116,10 @@ pub fn mutate(rng: &mut ChaCha8Rng, corpus: &[Vec<u8>]) -> Vec<u8> {
 /// Runs `target` on `cases` inputs mutated from `corpus` (each corpus input itself first) with the stream of `seed`,
 /// catching panics.
 pub fn run(corpus: &[Vec<u8>], cases: u64, seed: u64, target: impl Fn(&[u8])) -> Run {
+    // The panic hook is the process's: one run at a time silences it and puts the previous one back, so that runs on
+    // several test threads do not leave it silenced for everything after them.
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut crashes = Vec::new();
     let mut tried = 0;
