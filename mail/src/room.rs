@@ -98,6 +98,27 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Creates a mail stream (`what` names it in an error). One made meanwhile is taken as made (`CONFLICT`); a proposal
+/// that never landed (leadership moving) comes back as it is, for the caller to retry; any other refusal is
+/// `MAIL_STREAMS`.
+async fn create_stream(
+    cell: &impl MailCell,
+    name: &str,
+    config: cellog_core::StreamConfig,
+    what: &str,
+) -> Result<(), Status> {
+    match cell.propose(Command::CreateStream { name: name.to_string(), config }).await {
+        Ok(_) => Ok(()),
+        Err(status) if detail_of(&status).reason == "CONFLICT" => Ok(()),
+        Err(status) if matches!(status.code(), Code::Unavailable | Code::Unknown) => Err(status),
+        Err(status) => Err(failed(
+            Code::FailedPrecondition,
+            "MAIL_STREAMS",
+            format!("{what} cannot be created: {}", status.message()),
+        )),
+    }
+}
+
 /// A directory's modification time, if it can be read.
 fn modified(dir: &Path) -> Option<SystemTime> {
     std::fs::metadata(dir).and_then(|metadata| metadata.modified()).ok()
@@ -153,20 +174,7 @@ impl Mailroom {
             if cell.has_stream(name) {
                 continue;
             }
-            let command = Command::CreateStream { name: name.to_string(), config };
-            match cell.propose(command).await {
-                Ok(_) => {}
-                Err(status) if detail_of(&status).reason == "CONFLICT" => {}
-                // The proposal never landed (leadership moving): the caller may retry.
-                Err(status) if matches!(status.code(), Code::Unavailable | Code::Unknown) => return Err(status),
-                Err(status) => {
-                    return Err(failed(
-                        Code::FailedPrecondition,
-                        "MAIL_STREAMS",
-                        format!("the mail stream {name:?} cannot be created: {}", status.message()),
-                    ));
-                }
-            }
+            create_stream(cell, name, config, &format!("the mail stream {name:?}")).await?;
         }
         Ok(())
     }
@@ -182,19 +190,7 @@ impl Mailroom {
         let name = inbox_stream(Some(tenant));
         let config = tenant_inbox_config(tenant);
         if cell.stream_subjects(&name).is_none() {
-            let command = Command::CreateStream { name: name.clone(), config: config.clone() };
-            match cell.propose(command).await {
-                Ok(_) => {}
-                Err(status) if detail_of(&status).reason == "CONFLICT" => {}
-                Err(status) if matches!(status.code(), Code::Unavailable | Code::Unknown) => return Err(status),
-                Err(status) => {
-                    return Err(failed(
-                        Code::FailedPrecondition,
-                        "MAIL_STREAMS",
-                        format!("tenant {tenant:?}'s inbox {name:?} cannot be created: {}", status.message()),
-                    ));
-                }
-            }
+            create_stream(cell, &name, config.clone(), &format!("tenant {tenant:?}'s inbox {name:?}")).await?;
         }
         match cell.stream_subjects(&name) {
             Some(subjects) if subjects == config.subjects => Ok(()),
