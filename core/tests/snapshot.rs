@@ -6,9 +6,9 @@ use common::*;
 
 use bytes::Bytes;
 use cellog_core::{
-    AckKind, Actor, Cell, Command, ConsumerConfig, DeliverPolicy, Effect, Grants, Millis, Outcome, ProducerRef,
-    PublishRequest, RateLimit, Rejection, RetentionPolicy, SNAPSHOT_VERSION, SnapshotError, StreamConfig, TokenHash,
-    subject::partition_for_key,
+    AckKind, Actor, Body, Cell, Command, ConsumerConfig, DeliverPolicy, Effect, Grants, MemoryBodies, Millis, Outcome,
+    ProducerRef, PublishRequest, RateLimit, Record, Rejection, RetentionPolicy, SNAPSHOT_VERSION, SnapshotError,
+    StreamConfig, TokenHash, subject::partition_for_key,
 };
 
 // ----- a scripted history -----
@@ -742,6 +742,86 @@ fn an_unknown_version_is_not_reencoded() {
     );
 }
 
+/// The bytes of a committed fixture, written first when `CELLOG_WRITE_FIXTURES` is set and it is missing.
+fn fixture(path: &str, whole: &[u8]) -> Vec<u8> {
+    let path = std::path::Path::new(path);
+    if std::env::var_os("CELLOG_WRITE_FIXTURES").is_some() && !path.exists() {
+        std::fs::write(path, whole).expect("the fixture is written");
+    }
+    std::fs::read(path).expect("the fixture is committed (CELLOG_WRITE_FIXTURES=1 writes a missing one)")
+}
+
+fn whole_snapshot(h: &Harness) -> (Vec<u8>, Vec<(u64, Bytes)>) {
+    let bodies: Vec<(u64, Bytes)> = h.bodies.iter().map(|(key, body)| (key, body.clone())).collect();
+    (h.cell.snapshot_whole(bodies.clone()).expect("the history's bodies are all there"), bodies)
+}
+
+/// A harness around a cell restored from whole snapshot bytes, holding the bodies it came with, at `now`.
+fn restored_whole(bytes: &[u8], now: Millis) -> Harness {
+    let (cell, section) = Cell::restore_whole(bytes).expect("the snapshot restores");
+    let mut bodies = MemoryBodies::default();
+    for (key, body) in section {
+        bodies.insert(key, body);
+    }
+    Harness { cell, now, effects: vec![], bodies }
+}
+
+/// What a client can read of a cell: every stream's view and each retained record with its body's bytes, every
+/// consumer's view, the principals and the producers. Two states that keep the same messages, but their bodies under
+/// other keys, read the same.
+fn readable(h: &Harness) -> Vec<String> {
+    let mut seen = Vec::new();
+    for name in h.cell.stream_names() {
+        let info = h.cell.stream_info(&name).expect("a listed stream");
+        seen.push(format!("{info:?}"));
+        for partition in &info.partitions {
+            for seq in 1..=partition.high_watermark {
+                let Ok(record) = h.cell.read(&name, partition.partition, seq) else { continue };
+                let body = match &record.body {
+                    Body::Stored(body) => format!("{:?}", h.bodies.read(body).expect("every body is stored")),
+                    tombstone => format!("{tombstone:?}"),
+                };
+                let Record { partition, seq, subject, key, msg_id, headers, stored_at, .. } = record;
+                seen.push(format!(
+                    "{name} {partition}/{seq} {subject} {key:?} {msg_id:?} {headers:?} {stored_at:?} {body}"
+                ));
+            }
+        }
+        for consumer in &info.consumers {
+            seen.push(format!("{:?}", h.cell.consumer_info(&name, consumer, h.now).expect("a listed consumer")));
+        }
+    }
+    seen.push(format!("{:?}", h.cell.principals()));
+    seen.extend((0..64).filter_map(|id| h.cell.producer_info(id)).map(|producer| format!("{producer:?}")));
+    seen
+}
+
+/// Commits every open transaction, in producer order.
+fn commit_open_transactions(h: &mut Harness) {
+    for id in 0..64 {
+        let Some(producer) = h.cell.producer_info(id) else { continue };
+        if producer.open_transaction.is_some() {
+            h.ok(Command::CommitTransaction(ProducerRef { producer_id: id, epoch: producer.epoch }));
+        }
+    }
+}
+
+/// A state restored from a snapshot an earlier version wrote is the state that wrote it, as far as a client can read
+/// it: the same messages with the same bodies, consumers, principals and producers (which keys its bodies are stored
+/// under, and when a producer was last active before version 5 kept it, may differ). Its open transactions commit the
+/// messages they staged, with their payloads, as a cell of this version commits them.
+fn assert_migrated(mut restored: Harness, mut wrote: Harness) {
+    assert_eq!(readable(&restored), readable(&wrote));
+    assert!(!(0..64).all(|id| wrote.cell.producer_info(id).is_none()), "the history has producers to migrate");
+    let consumers = |h: &Harness| -> Vec<(String, cellog_core::StateDigest)> {
+        h.cell.digest_parts().into_iter().filter(|(part, _)| part.contains(" consumer ")).collect()
+    };
+    assert_eq!(consumers(&restored), consumers(&wrote));
+    commit_open_transactions(&mut restored);
+    commit_open_transactions(&mut wrote);
+    assert_eq!(readable(&restored), readable(&wrote));
+}
+
 /// The whole snapshot (bodies included) of the busy history, as version 3 writes it. Committed: every later version
 /// must keep restoring it, through a migration if the encoding changes.
 const VERSION_3_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/snapshot-v3-busy.bin");
@@ -749,17 +829,9 @@ const VERSION_3_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixt
 #[test]
 fn the_committed_version_3_snapshot_restores_to_the_state_that_wrote_it() {
     let h = busy();
-    let bodies: Vec<(u64, Bytes)> = h.bodies.iter().map(|(key, body)| (key, body.clone())).collect();
-    let whole = h.cell.snapshot_whole(bodies.clone()).expect("the busy history's bodies are all there");
-    let path = std::path::Path::new(VERSION_3_FIXTURE);
-    if std::env::var_os("CELLOG_WRITE_FIXTURES").is_some() && !path.exists() {
-        std::fs::write(path, &whole).expect("the fixture is written");
-    }
-    let committed =
-        std::fs::read(path).expect("the fixture is committed (CELLOG_WRITE_FIXTURES=1 writes a missing one)");
-    let (cell, restored_bodies) = Cell::restore_whole(&committed).expect("a version 3 snapshot restores");
-    assert_migrated(&cell, &h.cell);
-    assert_eq!(restored_bodies, bodies);
+    let (whole, _) = whole_snapshot(&h);
+    let committed = fixture(VERSION_3_FIXTURE, &whole);
+    assert_migrated(restored_whole(&committed, h.now), h);
     // Read into the frozen version 3 types and written from them, it is the same bytes, in every later version too.
     assert!(Cell::reencode_snapshot(&committed).expect("the fixture decodes") == committed);
     // While version 3 is the one written, it is written byte for byte as committed: an encoding change needs a new
@@ -767,18 +839,6 @@ fn the_committed_version_3_snapshot_restores_to_the_state_that_wrote_it() {
     if SNAPSHOT_VERSION == 3 {
         assert!(whole == committed, "the version 3 encoding changed; bump SNAPSHOT_VERSION and migrate");
     }
-}
-
-/// A state restored from a version before 5 is the state that wrote it, except for when each producer was last active,
-/// which those versions did not keep (the migration takes the state's time).
-fn assert_migrated(restored: &Cell, wrote: &Cell) {
-    let parts = |cell: &Cell| -> Vec<(String, cellog_core::StateDigest)> {
-        cell.digest_parts().into_iter().filter(|(part, _)| part != "producers").collect()
-    };
-    assert_eq!(parts(restored), parts(wrote));
-    let producers = |cell: &Cell| (0..64).filter_map(|id| cell.producer_info(id)).collect::<Vec<_>>();
-    assert_eq!(producers(restored), producers(wrote));
-    assert!(!producers(wrote).is_empty(), "the history has producers to migrate");
 }
 
 /// The busy history, then principals: one with grants of every kind and two tokens, one whose token was revoked, one
@@ -820,64 +880,81 @@ const VERSION_4_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixt
 #[test]
 fn the_committed_version_4_snapshot_restores_to_the_state_that_wrote_it() {
     let h = busy_with_principals();
-    let bodies: Vec<(u64, Bytes)> = h.bodies.iter().map(|(key, body)| (key, body.clone())).collect();
-    let whole = h.cell.snapshot_whole(bodies.clone()).expect("the history's bodies are all there");
-    let path = std::path::Path::new(VERSION_4_FIXTURE);
-    if std::env::var_os("CELLOG_WRITE_FIXTURES").is_some() && !path.exists() {
-        std::fs::write(path, &whole).expect("the fixture is written");
-    }
-    let committed =
-        std::fs::read(path).expect("the fixture is committed (CELLOG_WRITE_FIXTURES=1 writes a missing one)");
-    let (cell, restored_bodies) = Cell::restore_whole(&committed).expect("a version 4 snapshot restores");
-    assert_migrated(&cell, &h.cell);
-    assert_eq!(cell.principals(), h.cell.principals());
-    assert_eq!(cell.authenticate(&Actor::Token(TokenHash([2; 32]))).as_deref(), Ok("alice"));
-    assert!(cell.authenticate(&Actor::Token(TokenHash([3; 32]))).is_err(), "a revoked token stays revoked");
-    assert_eq!(restored_bodies, bodies);
+    let (whole, _) = whole_snapshot(&h);
+    let committed = fixture(VERSION_4_FIXTURE, &whole);
+    let restored = restored_whole(&committed, h.now);
+    assert_eq!(restored.cell.authenticate(&Actor::Token(TokenHash([2; 32]))).as_deref(), Ok("alice"));
+    assert!(restored.cell.authenticate(&Actor::Token(TokenHash([3; 32]))).is_err(), "a revoked token stays revoked");
+    assert_migrated(restored, h);
     assert!(Cell::reencode_snapshot(&committed).expect("the fixture decodes") == committed);
     if SNAPSHOT_VERSION == 4 {
         assert!(whole == committed, "the version 4 encoding changed; bump SNAPSHOT_VERSION and migrate");
     }
 }
 
-/// The whole snapshot of [`busy_with_principals`], then a producer active later than the others, as version 5
-/// writes it (each producer with when it was last active). Committed: every later version must keep restoring it.
-const VERSION_5_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/snapshot-v5-busy.bin");
-
-#[test]
-fn the_committed_version_5_snapshot_restores_to_the_state_that_wrote_it() {
+/// [`busy_with_principals`], then a producer active later than the others.
+fn busy_with_a_later_producer() -> (Harness, ProducerRef) {
     let mut h = busy_with_principals();
     h.advance(5_000);
     let later = h.init_producer("later-tx");
     h.advance(1_000);
     h.tick();
-    let bodies: Vec<(u64, Bytes)> = h.bodies.iter().map(|(key, body)| (key, body.clone())).collect();
-    let whole = h.cell.snapshot_whole(bodies.clone()).expect("the history's bodies are all there");
-    let path = std::path::Path::new(VERSION_5_FIXTURE);
-    if std::env::var_os("CELLOG_WRITE_FIXTURES").is_some() && !path.exists() {
-        std::fs::write(path, &whole).expect("the fixture is written");
-    }
-    let committed =
-        std::fs::read(path).expect("the fixture is committed (CELLOG_WRITE_FIXTURES=1 writes a missing one)");
-    let (mut cell, restored_bodies) = Cell::restore_whole(&committed).expect("a version 5 snapshot restores");
-    assert_eq!(cell, h.cell);
-    assert_eq!(restored_bodies, bodies);
-    assert!(Cell::reencode_snapshot(&committed).expect("the fixture decodes") == committed);
-    if SNAPSHOT_VERSION == 5 {
-        assert!(whole == committed, "the version 5 encoding changed; bump SNAPSHOT_VERSION and migrate");
-    }
-    // Each producer's idle time came along: the earlier ones expire first.
-    let at = h.now.plus(cellog_core::PRODUCER_IDLE_MS - 5_500);
-    cell.apply(at, Command::Tick).expect("a tick");
-    let expired: Vec<u64> = cell
-        .drain_effects()
+    (h, later)
+}
+
+/// Each producer's idle time came along: the earlier ones expire first.
+fn assert_idle_times_kept(mut h: Harness, later: ProducerRef) {
+    h.advance(cellog_core::PRODUCER_IDLE_MS - 5_500);
+    h.tick();
+    let expired: Vec<u64> = h
+        .take_effects()
+        .into_iter()
         .filter_map(|effect| match effect {
             Effect::ProducerExpired { producer_id, .. } => Some(producer_id),
             _ => None,
         })
         .collect();
     assert!(!expired.is_empty() && !expired.contains(&later.producer_id), "{expired:?}");
-    assert!(cell.producer_info(later.producer_id).is_some());
+    assert!(h.cell.producer_info(later.producer_id).is_some());
+}
+
+/// The whole snapshot of [`busy_with_a_later_producer`] as version 5 writes it (each producer with when it was last
+/// active; staged payloads in the state). Committed: every later version must keep restoring it.
+const VERSION_5_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/snapshot-v5-busy.bin");
+
+#[test]
+fn the_committed_version_5_snapshot_restores_to_the_state_that_wrote_it() {
+    let (h, later) = busy_with_a_later_producer();
+    let (whole, _) = whole_snapshot(&h);
+    let committed = fixture(VERSION_5_FIXTURE, &whole);
+    assert_idle_times_kept(restored_whole(&committed, h.now), later);
+    assert_migrated(restored_whole(&committed, h.now), h);
+    assert!(Cell::reencode_snapshot(&committed).expect("the fixture decodes") == committed);
+    if SNAPSHOT_VERSION == 5 {
+        assert!(whole == committed, "the version 5 encoding changed; bump SNAPSHOT_VERSION and migrate");
+    }
+}
+
+/// The whole snapshot of [`busy_with_a_later_producer`] as version 6 writes it: staged messages' payloads among the
+/// bodies. Committed: every later version must keep restoring it.
+const VERSION_6_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/snapshot-v6-busy.bin");
+
+#[test]
+fn the_committed_version_6_snapshot_restores_to_the_state_that_wrote_it() {
+    let (h, later) = busy_with_a_later_producer();
+    let (whole, bodies) = whole_snapshot(&h);
+    let committed = fixture(VERSION_6_FIXTURE, &whole);
+    let restored = restored_whole(&committed, h.now);
+    assert_eq!(restored.cell, h.cell);
+    assert_eq!(restored.bodies.iter().map(|(key, body)| (key, body.clone())).collect::<Vec<_>>(), bodies);
+    // The open transactions' staged payloads are among the bodies, not in the state.
+    let retained: u64 = h.cell.stream_names().iter().map(|name| h.cell.stream_info(name).unwrap().n_messages).sum();
+    assert!(bodies.len() as u64 > retained, "{} bodies, {retained} retained messages", bodies.len());
+    assert_idle_times_kept(restored, later);
+    assert!(Cell::reencode_snapshot(&committed).expect("the fixture decodes") == committed);
+    if SNAPSHOT_VERSION == 6 {
+        assert!(whole == committed, "the version 6 encoding changed; bump SNAPSHOT_VERSION and migrate");
+    }
 }
 
 /// A version 4 state kept no time of activity: its producers count as active at the state's time, so an upgrade

@@ -237,6 +237,85 @@ fn staged_messages_are_invisible_to_readers_and_consumers() {
     assert_eq!(h.cell.consumer_info("orders", "c", h.now).unwrap().lag_total, 0);
 }
 
+/// How a transaction ends, for the table below.
+#[derive(Clone, Copy, Debug)]
+enum End {
+    Commit,
+    Abort,
+    Timeout,
+    FencedByANewInstance,
+    CommitRefused,
+}
+
+#[test]
+fn a_staged_payload_is_a_stored_body_from_staging_until_its_transaction_ends() {
+    let payload = "x".repeat(256 * 1024);
+    for end in [End::Commit, End::Abort, End::Timeout, End::FencedByANewInstance, End::CommitRefused] {
+        let mut h = Harness::new();
+        h.simple_stream("orders");
+        h.create_stream(
+            "new",
+            StreamConfig {
+                max_messages: Some(1),
+                discard: DiscardPolicy::New,
+                ..StreamConfig::with_subjects(["new.>"])
+            },
+        );
+        let r = init_with_timeout(&mut h, "tx", 10_000);
+        begin(&mut h, r).unwrap();
+        let empty = h.cell.snapshot().len();
+        for subject in ["orders.a", "orders.b", "new.a"] {
+            stage(&mut h, subject, &payload, r).unwrap();
+        }
+        // The bytes went to the host's store; the state holds a reference to each.
+        assert_eq!((h.bodies.len(), h.cell.body_refs().len()), (3, 3), "{end:?}");
+        assert!(h.cell.snapshot().len() < empty + 1024, "{end:?}: the state grew with the staged payloads");
+        let retained = match end {
+            End::Commit => {
+                committed(&mut h, r);
+                3
+            }
+            End::Abort => {
+                abort(&mut h, r).unwrap();
+                0
+            }
+            End::Timeout => {
+                h.advance(10_000);
+                h.tick();
+                0
+            }
+            End::FencedByANewInstance => {
+                init_with_timeout(&mut h, "tx", 10_000);
+                0
+            }
+            End::CommitRefused => {
+                h.publish("new.z", "fills the stream").unwrap();
+                assert!(matches!(commit(&mut h, r), Err(Rejection::TransactionAborted { .. })), "{end:?}");
+                1
+            }
+        };
+        // Whatever ended it, the host holds exactly the bodies of the retained messages.
+        assert_eq!((h.bodies.len(), h.cell.body_refs().len()), (retained, retained), "{end:?}");
+        if let End::Commit = end {
+            assert_eq!(payloads(&h, "orders", 0), [payload.clone(), payload.clone()]);
+        }
+    }
+}
+
+#[test]
+fn a_staged_message_already_stored_under_its_id_releases_its_body_at_commit() {
+    let (mut h, r) = open();
+    stage(&mut h, "orders.a", "staged first", r).unwrap();
+    let mut request = staged("orders.b", "staged second", r);
+    request.msg_id = Some("once".into());
+    h.ok(Command::Publish(request));
+    h.ok(Command::Publish(PublishRequest::new("orders.c", "published meanwhile").with_id("once")));
+    let (acks, _) = committed(&mut h, r);
+    assert!(acks[1].duplicate, "{acks:?}");
+    assert_eq!(payloads(&h, "orders", 0), ["published meanwhile", "staged first"]);
+    assert_eq!((h.bodies.len(), h.cell.body_refs().len()), (2, 2));
+}
+
 #[test]
 fn staging_to_a_subject_no_stream_claims_is_refused() {
     let (mut h, r) = open();

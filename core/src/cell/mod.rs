@@ -15,7 +15,7 @@ use crate::body::BodyRef;
 use crate::command::{Command, Effect, Outcome};
 use crate::error::Rejection;
 use crate::route::Router;
-use crate::snapshot::{v3, v4, v5};
+use crate::snapshot::{v3, v4, v5, v6};
 use crate::stream::Stream;
 use crate::time::Millis;
 
@@ -173,6 +173,18 @@ impl Cell {
         cell
     }
 
+    pub(crate) fn from_v6(cell: v6::Cell) -> Self {
+        let (state, staged_bodies) = cell.split();
+        let mut cell = Cell::from_v5(state);
+        for (id, bodies) in staged_bodies {
+            let staged = cell.producers.get_mut(&id).and_then(|producer| producer.transaction.as_mut());
+            for (message, body) in staged.into_iter().flat_map(|transaction| &mut transaction.staged).zip(bodies) {
+                message.body = body.map(BodyRef::from);
+            }
+        }
+        cell
+    }
+
     /// Rebuilds what is derived from the state and not encoded (the subject router), after decoding.
     pub(crate) fn rebuild_derived(&mut self) {
         let mut router = Router::default();
@@ -185,9 +197,11 @@ impl Cell {
         self.producers_expire_from = ExpiryBound(self.earliest_producer_expiry());
     }
 
-    /// Every stored body the state refers to, in key order (recalled messages have none).
+    /// Every stored body the state refers to, in key order: the retained messages' (recalled messages have none) and
+    /// the staged messages' of open transactions.
     pub fn body_refs(&self) -> Vec<BodyRef> {
         let mut refs: Vec<BodyRef> = self.streams.values().flat_map(Stream::bodies).collect();
+        refs.extend(self.producers.values().flat_map(Producer::staged_bodies));
         refs.sort_by_key(|body| body.key);
         refs
     }

@@ -8,7 +8,9 @@ use serde::Serialize;
 
 use super::Cell;
 use super::limits::{MAX_DEDUP_IDS, MAX_OPEN_TRANSACTIONS, MAX_PRODUCERS, PRODUCER_IDLE_MS, invalid};
+use super::publish::{append_message, store_body};
 use super::timers::Timer;
+use crate::body::BodyRef;
 use crate::command::{AbortReason, Effect, Outcome, ProducerRef, PublishAck, PublishRequest};
 use crate::error::{Cap, Quota, Rejection};
 use crate::partition::Message;
@@ -29,7 +31,12 @@ pub(crate) struct Staged {
     pub stream_id: u64,
     pub partition: u32,
     pub size: u64,
+    /// The request, its payload taken out into `body`.
     pub request: PublishRequest,
+    /// Its payload, stored by the host when it was staged, so that open transactions cost the state a reference per
+    /// message and not their bytes. `None` only for a message staged before bodies of staged messages were stored
+    /// (a snapshot of version 5 or earlier), whose payload is still in `request`.
+    pub body: Option<BodyRef>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -77,6 +84,7 @@ impl From<v3::Staged> for Staged {
             partition: staged.partition,
             size: staged.size,
             request: staged.request.into(),
+            body: None,
         }
     }
 }
@@ -131,6 +139,11 @@ impl Producer {
         }
     }
 
+    /// The stored bodies of its open transaction's staged messages.
+    pub(super) fn staged_bodies(&self) -> impl Iterator<Item = BodyRef> + '_ {
+        self.transaction.iter().flat_map(|transaction| transaction.staged.iter().filter_map(|message| message.body))
+    }
+
     /// The earliest it may expire: [`PRODUCER_IDLE_MS`] after it was last active, and not while a transaction is open
     /// (which its timeout ends by its deadline).
     fn expires_at(&self) -> Millis {
@@ -164,11 +177,19 @@ pub(super) fn abort_transaction(
     detail: String,
     effects: &mut Vec<Effect>,
 ) {
-    if producer.transaction.take().is_some() {
+    if let Some(transaction) = producer.transaction.take() {
+        release_staged(transaction.staged, effects);
         effects.push(Effect::TransactionAborted { producer_id, epoch: producer.epoch, reason });
         producer.last_end = Some(TransactionEnd::Aborted { epoch: producer.epoch, reason, detail });
         producer.epoch = producer.epoch.saturating_add(1);
     }
+}
+
+/// Releases the stored bodies of staged messages that will never be appended.
+fn release_staged(staged: Vec<Staged>, effects: &mut Vec<Effect>) {
+    effects.extend(
+        staged.into_iter().filter_map(|message| message.body).map(|body| Effect::BodyReleased { key: body.key }),
+    );
 }
 
 impl Cell {
@@ -344,12 +365,15 @@ impl Cell {
         stream.take_token(at)?;
         let index = transaction.staged.len() as u32;
         transaction.staged_bytes += size;
+        let mut request = PublishRequest { transaction: None, ..request };
+        let body = store_body(&mut self.effects, &mut self.next_body, std::mem::take(&mut request.payload));
         transaction.staged.push(Staged {
             stream_id: stream.id(),
             stream: name,
             partition,
             size,
-            request: PublishRequest { transaction: None, ..request },
+            request,
+            body: Some(body),
         });
         Ok(Outcome::Staged { index, duplicate: false })
     }
@@ -452,6 +476,7 @@ impl Cell {
             let stream = self.streams.get_mut(&message.stream).expect("checked by check_staged");
             let request = message.request;
             if let Some(ack) = request.msg_id.as_deref().and_then(|id| stream.duplicate_of(id)) {
+                self.effects.extend(message.body.map(|body| Effect::BodyReleased { key: body.key }));
                 acks.push(ack);
                 continue;
             }
@@ -462,9 +487,17 @@ impl Cell {
             }
             #[cfg(madsim)]
             if cellog_planted::active(cellog_planted::Mutant::CommitAppliedTwice) {
-                self.append_message(&message.stream, message.partition, request.clone(), None, at);
+                // A copy of the body when it is stored; the payload stored again when it is in the request.
+                self.append_message(&message.stream, message.partition, request.clone(), message.body, at);
             }
-            let seq = self.append_message(&message.stream, message.partition, request, None, at);
+            let seq = match message.body {
+                Some(body) => {
+                    let stream = self.streams.get_mut(&message.stream).expect("checked by check_staged");
+                    append_message(stream, &mut self.timers, &mut self.effects, message.partition, request, body, at)
+                }
+                // Staged before bodies of staged messages were stored: its payload is in the request.
+                None => self.append_message(&message.stream, message.partition, request, None, at),
+            };
             acks.push(PublishAck {
                 stream: message.stream.clone(),
                 partition: message.partition,
