@@ -4,7 +4,7 @@
 //! (in `fuzz/crashes/`), and once its bug is fixed it joins the target's corpus, so that every later run starts from it.
 //!
 //! The targets are in `tests/targets.rs`: a short pass of each runs with the workspace's tests; a long run sets
-//! `CELLOG_FUZZ_CASES` (and `CELLOG_FUZZ_SEED`) and runs the test binary.
+//! `CELLOG_FUZZ_CASES` or `CELLOG_FUZZ_MINUTES` (and `CELLOG_FUZZ_SEED`) and runs the test binary.
 //!
 //! Written here rather than taken from a coverage-guided fuzzer: those need a nightly compiler (cargo-fuzz) or an
 //! instrumented build of AFL++ per target (cargo-afl), neither of which this project's build may assume.
@@ -12,6 +12,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -113,9 +114,18 @@ pub fn mutate(rng: &mut ChaCha8Rng, corpus: &[Vec<u8>]) -> Vec<u8> {
     input
 }
 
-/// Runs `target` on `cases` inputs mutated from `corpus` (each corpus input itself first) with the stream of `seed`,
-/// catching panics.
-pub fn run(corpus: &[Vec<u8>], cases: u64, seed: u64, target: impl Fn(&[u8])) -> Run {
+/// How long a run goes on: a number of inputs, or a time (checked every thousand inputs).
+#[derive(Clone, Copy, Debug)]
+pub enum Budget {
+    /// This many inputs.
+    Cases(u64),
+    /// Inputs until this much time has passed.
+    For(Duration),
+}
+
+/// Runs `target` on inputs mutated from `corpus` (each corpus input itself first) with the stream of `seed`, catching
+/// panics, until the budget is spent or a few inputs have panicked.
+pub fn run(corpus: &[Vec<u8>], budget: Budget, seed: u64, target: impl Fn(&[u8])) -> Run {
     // The panic hook is the process's: one run at a time silences it and puts the previous one back, so that runs on
     // several test threads do not leave it silenced for everything after them.
     static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -125,7 +135,16 @@ pub fn run(corpus: &[Vec<u8>], cases: u64, seed: u64, target: impl Fn(&[u8])) ->
     let mut tried = 0;
     let quiet = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
-    for n in 0..cases {
+    #[allow(clippy::disallowed_methods, reason = "a long run is bounded by the time of the machine it runs on")]
+    let started = Instant::now();
+    for n in 0.. {
+        let spent = match budget {
+            Budget::Cases(cases) => n >= cases,
+            Budget::For(time) => n % 1_000 == 0 && started.elapsed() >= time,
+        };
+        if spent {
+            break;
+        }
         let input = match corpus.get(n as usize) {
             Some(original) => original.clone(),
             None => mutate(&mut rng, corpus),
@@ -177,7 +196,8 @@ mod tests {
         assert_eq!(draw(7), draw(7));
         assert_ne!(draw(7), draw(8));
         assert!(draw(7).iter().all(|input| input.len() <= MAX_INPUT));
-        let run = run(&corpus, 1_000, 7, |input| assert!(!input.starts_with(b"hello"), "starts with hello"));
+        let run =
+            run(&corpus, Budget::Cases(1_000), 7, |input| assert!(!input.starts_with(b"hello"), "starts with hello"));
         assert!(!run.crashes.is_empty());
         assert_eq!(run.crashes[0].input, b"hello");
         assert!(run.crashes[0].message.contains("starts with hello"), "{}", run.crashes[0].message);
