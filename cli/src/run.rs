@@ -67,6 +67,9 @@ pub struct NodeArgs {
     /// Log entries between snapshots [default: 50000].
     #[arg(long, env = "CELLOG_SNAPSHOT_EVERY")]
     snapshot_every: Option<u64>,
+    /// MiB of log between snapshots, whatever their count: what a restart replays is bounded by it [default: 64].
+    #[arg(long, env = "CELLOG_SNAPSHOT_EVERY_MIB")]
+    snapshot_every_mib: Option<u64>,
     /// Most MiB of log kept behind a snapshot; a follower further behind gets the snapshot [default: 256].
     #[arg(long, env = "CELLOG_KEEP_LOG_MIB")]
     keep_log_mib: Option<u64>,
@@ -140,6 +143,7 @@ struct FileConfig {
     heartbeat_ms: Option<u64>,
     election_timeout_ms: Option<u64>,
     snapshot_every: Option<u64>,
+    snapshot_every_mib: Option<u64>,
     keep_log_mib: Option<u64>,
     #[serde(default)]
     homes: Vec<String>,
@@ -281,6 +285,10 @@ impl NodeArgs {
                     .or(file.election_timeout_ms)
                     .unwrap_or(defaults.election_timeout_ms),
                 snapshot_every: self.snapshot_every.or(file.snapshot_every).unwrap_or(defaults.snapshot_every),
+                snapshot_every_bytes: self
+                    .snapshot_every_mib
+                    .or(file.snapshot_every_mib)
+                    .map_or(defaults.snapshot_every_bytes, |mib| mib.saturating_mul(1024 * 1024)),
                 keep_logs: defaults.keep_logs,
                 keep_log_bytes: self
                     .keep_log_mib

@@ -59,6 +59,14 @@ impl LogSizes {
         self.sizes().clear();
     }
 
+    /// The stored bytes of the entries from `from` to `to`, inclusive.
+    pub fn bytes_between(&self, from: u64, to: u64) -> u64 {
+        if from > to {
+            return 0;
+        }
+        self.sizes().range(from..=to).map(|(_, bytes)| bytes).sum()
+    }
+
     /// The stored bytes of the entries up to `index`, inclusive.
     pub fn bytes_up_to(&self, index: u64) -> u64 {
         self.sizes().range(..=index).map(|(_, bytes)| bytes).sum()

@@ -199,6 +199,8 @@ pub struct CellNode<S> {
     proposals: mpsc::Sender<Proposal>,
     /// Most bytes of log kept behind the snapshot ([`KEEP_LOG_BYTES`] unless set).
     keep_log_bytes: Arc<AtomicU64>,
+    /// Bytes of log after the snapshot that make the next one ([`SNAPSHOT_EVERY_BYTES`] unless set).
+    snapshot_every_bytes: Arc<AtomicU64>,
     /// The cell's name and id, shared with the node's network.
     identity: CellIdentity,
     /// Notified after every batch of entries applied and every snapshot installed.
@@ -208,6 +210,15 @@ pub struct CellNode<S> {
 /// Most bytes of log entries a node keeps behind its snapshot, whatever the count openraft's config allows: entries are
 /// up to about 13 MiB each, so a count alone could keep gigabytes. A follower further behind gets the snapshot.
 pub const KEEP_LOG_BYTES: u64 = 256 * 1024 * 1024;
+
+/// Bytes of log entries after its snapshot that make a node take the next one, whatever openraft's count of entries
+/// says: a restart replays every command after the snapshot, and an entry packs up to [`MAX_BATCH`] of them, so a
+/// count alone let a restart under load replay millions of publishes (over a minute, measured) before the node could
+/// serve. 64 MiB replays in about a second.
+pub const SNAPSHOT_EVERY_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Polls between asking for a snapshot and asking again if none came (a build that failed, or one openraft dropped).
+const SNAPSHOT_ASK_AGAIN_POLLS: u32 = 50;
 
 /// Most commands packed into one log entry.
 pub const MAX_BATCH: usize = 1024;
@@ -381,7 +392,9 @@ impl<S: Storage + Clone> CellNode<S> {
             });
         }
         let keep_log_bytes = Arc::new(AtomicU64::new(KEEP_LOG_BYTES));
-        tokio::spawn(keep_log_within(raft.clone(), log_sizes, keep_log_bytes.clone(), stopped.clone()));
+        let snapshot_every_bytes = Arc::new(AtomicU64::new(SNAPSHOT_EVERY_BYTES));
+        let budgets = LogBudgets { keep: keep_log_bytes.clone(), snapshot_every: snapshot_every_bytes.clone() };
+        tokio::spawn(keep_log_within(raft.clone(), log_sizes, budgets, stopped.clone()));
         let (proposals, queue) = mpsc::channel(PROPOSAL_QUEUE);
         let clock = Arc::new(CellClock::new(clock));
         tokio::spawn(tick(raft.clone(), replica.clone(), clock.clone(), stopped.clone(), proposals.clone()));
@@ -402,6 +415,7 @@ impl<S: Storage + Clone> CellNode<S> {
             stopped,
             proposals,
             keep_log_bytes,
+            snapshot_every_bytes,
             identity,
             applied,
         })
@@ -428,6 +442,11 @@ impl<S: Storage + Clone> CellNode<S> {
     /// Sets the most bytes of log this node keeps behind its snapshot (from the next snapshot on).
     pub fn set_keep_log_bytes(&self, bytes: u64) {
         self.keep_log_bytes.store(bytes, Ordering::Release);
+    }
+
+    /// Sets how many bytes of log after the snapshot make this node take the next one.
+    pub fn set_snapshot_every_bytes(&self, bytes: u64) {
+        self.snapshot_every_bytes.store(bytes, Ordering::Release);
     }
 
     /// Proposes a command stamped with this node's clock (never earlier than the cell's last stamp).
@@ -653,13 +672,47 @@ fn write_cell_id<S: Storage>(storage: &S, id: CellId) -> Result<(), StorageError
     storage.sync()
 }
 
-/// Keeps the log behind each snapshot within `budget` bytes: when a snapshot leaves more, asks openraft to purge up to
-/// where what stays fits (openraft waits until no follower is being sent what it purges).
-async fn keep_log_within(raft: Raft, sizes: LogSizes, budget: Arc<AtomicU64>, stopped: Arc<AtomicBool>) {
+/// The byte budgets of a node's log, each settable while it runs.
+struct LogBudgets {
+    /// Most bytes kept behind the snapshot.
+    keep: Arc<AtomicU64>,
+    /// Bytes after the snapshot that make the next one.
+    snapshot_every: Arc<AtomicU64>,
+}
+
+/// Keeps the log within its byte budgets. When the entries applied since the snapshot pass `snapshot_every` bytes,
+/// asks openraft for a snapshot (its own policy counts entries only). When a snapshot leaves more than `keep` bytes
+/// behind it, asks openraft to purge up to where what stays fits (openraft waits until no follower is being sent what
+/// it purges).
+async fn keep_log_within(raft: Raft, sizes: LogSizes, budgets: LogBudgets, stopped: Arc<AtomicBool>) {
     let mut looked_at = None;
+    // The snapshot this node had when it last asked for one, and the polls since.
+    let mut asked: Option<(Option<u64>, u32)> = None;
     while !stopped.load(Ordering::Acquire) && raft.metrics().borrow().running_state.is_ok() {
-        let snapshot = raft.metrics().borrow().snapshot.map(|id| id.index);
-        let budget = budget.load(Ordering::Acquire);
+        let (snapshot, applied) = {
+            let metrics = raft.metrics();
+            let metrics = metrics.borrow();
+            (metrics.snapshot.map(|id| id.index), metrics.last_applied.map(|id| id.index))
+        };
+        let waiting = match &mut asked {
+            Some((when, polls)) if *when == snapshot && *polls < SNAPSHOT_ASK_AGAIN_POLLS => {
+                *polls += 1;
+                true
+            }
+            _ => false,
+        };
+        if !waiting && let Some(applied) = applied {
+            let since = snapshot.map_or(0, |snapshot| snapshot + 1);
+            let every = budgets.snapshot_every.load(Ordering::Acquire);
+            if sizes.bytes_between(since, applied) > every {
+                asked = Some((snapshot, 0));
+                transition::snapshot_asked_for(applied, every);
+                if raft.trigger().snapshot().await.is_err() {
+                    return;
+                }
+            }
+        }
+        let budget = budgets.keep.load(Ordering::Acquire);
         if let Some(snapshot) = snapshot
             && looked_at != Some((snapshot, budget))
         {

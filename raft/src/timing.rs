@@ -13,6 +13,8 @@ pub struct RaftTiming {
     pub election_timeout_ms: u64,
     /// Entries between snapshots.
     pub snapshot_every: u64,
+    /// Bytes of log between snapshots, whatever their count ([`crate::CellNode::set_snapshot_every_bytes`]).
+    pub snapshot_every_bytes: u64,
     /// Log entries kept behind a snapshot: a follower further behind than that is sent the snapshot.
     pub keep_logs: u64,
     /// Bytes of log kept behind a snapshot, whatever their count ([`crate::CellNode::set_keep_log_bytes`]).
@@ -25,6 +27,7 @@ impl Default for RaftTiming {
             heartbeat_ms: 100,
             election_timeout_ms: 600,
             snapshot_every: 50_000,
+            snapshot_every_bytes: crate::node::SNAPSHOT_EVERY_BYTES,
             keep_logs: 1000,
             keep_log_bytes: crate::node::KEEP_LOG_BYTES,
         }

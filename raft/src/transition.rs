@@ -213,6 +213,11 @@ pub fn kept_log_over_budget(up_to: u64, budget: u64) {
     tracing::debug!(target: TARGET, up_to, budget, "kept-log-over-budget");
 }
 
+/// The log applied since the snapshot passed its byte budget: the node asked for a snapshot at `applied`.
+pub fn snapshot_asked_for(applied: u64, budget: u64) {
+    tracing::debug!(target: TARGET, applied, budget, "snapshot-asked-for");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -546,6 +546,46 @@ async fn the_log_kept_behind_a_snapshot_stays_within_its_byte_budget() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_is_taken_once_the_log_after_the_last_passes_its_byte_budget() {
+    const EVERY: u64 = 4_000;
+    // openraft alone would take none for a million entries.
+    let mut cell = TestCell::new(1_000_000);
+    cell.bootstrap(&[1, 2, 3]).await;
+    for id in [1, 2, 3] {
+        cell.node(id).set_snapshot_every_bytes(EVERY);
+    }
+    cell.create_stream().await;
+    cell.publish("history", 100).await;
+    cell.converge().await;
+    for id in [1, 2, 3] {
+        let node = cell.node(id);
+        // Once the history is applied, snapshots follow it to within about one budget of its end.
+        let deadline = tokio::time::Instant::now() + TIMEOUT;
+        loop {
+            let (snapshot, applied) = {
+                let metrics = node.raft().metrics();
+                let metrics = metrics.borrow();
+                (metrics.snapshot.map(|id| id.index), metrics.last_applied.expect("applied").index)
+            };
+            let after: u64 = cell.disks[&id]
+                .scan_framed(Space::Log, snapshot.map_or(1, |s| s + 1)..applied + 1, usize::MAX)
+                .expect("the log reads")
+                .iter()
+                .map(|(_, framed)| framed.len() as u64)
+                .sum();
+            if snapshot.is_some() && after <= 2 * EVERY {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "node {id} has {after} bytes of log after its snapshot {snapshot:?}, {EVERY} make a snapshot"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
 /// openraft waits out a replication backoff in a `tokio::select!` of a sleep and its event channel, polling the two in
 /// an order tokio draws from a per-thread generator seeded by a process-wide counter, so two runs of one seed in one
 /// process poll them in different orders. Whether the sleep was polled must not change which task runs first when
