@@ -201,7 +201,8 @@ fn parse_home_cas(items: &[String]) -> anyhow::Result<BTreeMap<String, Vec<u8>>>
     let mut cas = BTreeMap::new();
     for item in items {
         let (cell, path) = cell_item(item, "home CA", "CELL=PATH, e.g. bravo=/etc/cellog/bravo-ca.pem")?;
-        let pem = std::fs::read(path).with_context(|| format!("reading the CA of cell {cell} at {path}"))?;
+        let pem = read_bounded(std::path::Path::new(path), MAX_SECRET_BYTES)
+            .with_context(|| format!("reading the CA of cell {cell}"))?;
         if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----") {
             bail!("home CA {item:?}: {path} holds no PEM certificate");
         }
@@ -212,15 +213,43 @@ fn parse_home_cas(items: &[String]) -> anyhow::Result<BTreeMap<String, Vec<u8>>>
     Ok(cas)
 }
 
+/// Most bytes of a config file.
+const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
+/// Most bytes of a token file or a CA certificate file.
+const MAX_SECRET_BYTES: u64 = 64 * 1024;
+
+/// A file's bytes, refused (not read to the end) when it holds more than `most`: a path that names a device or a
+/// runaway file must not take the node's memory.
+fn read_bounded(path: &std::path::Path, most: u64) -> anyhow::Result<Vec<u8>> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut bytes = Vec::new();
+    file.take(most + 1).read_to_end(&mut bytes).with_context(|| format!("reading {}", path.display()))?;
+    if bytes.len() as u64 > most {
+        bail!("{} holds more than {most} bytes", path.display());
+    }
+    Ok(bytes)
+}
+
+/// A file's text, bounded as [`read_bounded`].
+fn read_text_bounded(path: &std::path::Path, most: u64) -> anyhow::Result<String> {
+    String::from_utf8(read_bounded(path, most)?).with_context(|| format!("{} is not UTF-8 text", path.display()))
+}
+
 impl NodeArgs {
     fn resolve(self) -> anyhow::Result<(NodeConfig, Homes)> {
         let file = match &self.config {
             Some(path) => {
-                let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+                let text = read_text_bounded(path, MAX_CONFIG_BYTES)?;
                 toml::from_str::<FileConfig>(&text).with_context(|| format!("parsing {}", path.display()))?
             }
             None => FileConfig::default(),
         };
+        self.resolve_with(file)
+    }
+
+    /// The node's config from these flags over the settings of a file.
+    fn resolve_with(self, file: FileConfig) -> anyhow::Result<(NodeConfig, Homes)> {
         let peers = if self.peers.is_empty() { file.peers } else { self.peers };
         let homes = Homes {
             addrs: parse_homes(if self.homes.is_empty() { &file.homes } else { &self.homes })?,
@@ -323,8 +352,7 @@ impl NodeArgs {
 
 /// A token from its file, checked.
 fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading the root token in {}", path.display()))?;
+    let text = read_text_bounded(path, MAX_SECRET_BYTES).context("reading the root token")?;
     let token = text.trim().to_string();
     cellog_client::token::check(&token).map_err(|reason| anyhow::anyhow!("{}: {reason}", path.display()))?;
     if token.len() < 32 {
@@ -585,6 +613,41 @@ pub async fn wait_for_leader(client: &Client) -> anyhow::Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The node's flags with none given.
+    fn no_flags() -> NodeArgs {
+        #[derive(clap::Parser)]
+        struct Flags {
+            #[command(flatten)]
+            node: NodeArgs,
+        }
+        <Flags as clap::Parser>::parse_from(["cellog"]).node
+    }
+
+    /// Fuzz target `config`: a config file's text, parsed and resolved over no flags (without the files it names,
+    /// which are the operator's own).
+    #[test]
+    fn config() {
+        let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/config");
+        cellog_fuzz::fuzz(&corpus, "config", |input| {
+            let Ok(mut file) = toml::from_str::<FileConfig>(&String::from_utf8_lossy(input)) else { return };
+            (file.root_token_file, file.tls_ca, file.tls_cert, file.tls_key) = (None, None, None, None);
+            file.home_cas.clear();
+            let _ = no_flags().resolve_with(file);
+        });
+    }
+
+    #[test]
+    fn a_config_or_token_file_past_its_bound_is_refused_unread() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let big = dir.path().join("big");
+        std::fs::write(&big, vec![b'#'; MAX_CONFIG_BYTES as usize + 1]).expect("written");
+        let error = read_text_bounded(&big, MAX_CONFIG_BYTES).expect_err("too big");
+        assert!(error.to_string().contains("holds more than"), "{error:#}");
+        assert_eq!(read_text_bounded(&big, MAX_CONFIG_BYTES + 1).expect("fits").len(), MAX_CONFIG_BYTES as usize + 1);
+        let error = read_token(std::path::Path::new("/dev/zero")).expect_err("a device is not a token file");
+        assert!(format!("{error:#}").contains("holds more than"), "{error:#}");
+    }
 
     #[test]
     fn a_home_ca_names_a_cell_and_a_pem_certificate() {

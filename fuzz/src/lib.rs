@@ -166,6 +166,38 @@ pub fn run(corpus: &[Vec<u8>], budget: Budget, seed: u64, target: impl Fn(&[u8])
     Run { cases: tried, crashes }
 }
 
+/// The budget of a run from the environment: `CELLOG_FUZZ_MINUTES` of inputs, or `CELLOG_FUZZ_CASES` of them (3 000
+/// by default, the short pass of the workspace's tests).
+pub fn budget_from_env() -> Budget {
+    let var = |name: &str| std::env::var(name).ok().and_then(|text| text.parse::<u64>().ok());
+    match var("CELLOG_FUZZ_MINUTES") {
+        Some(minutes) => Budget::For(Duration::from_secs(minutes.saturating_mul(60))),
+        None => Budget::Cases(var("CELLOG_FUZZ_CASES").unwrap_or(3_000)),
+    }
+}
+
+/// The seed of a run from the environment: `CELLOG_FUZZ_SEED`, 1 by default.
+pub fn seed_from_env() -> u64 {
+    std::env::var("CELLOG_FUZZ_SEED").ok().and_then(|text| text.parse().ok()).unwrap_or(1)
+}
+
+/// A fuzz target as a test: runs `f` over the corpus in `corpus_dir` and mutations of it, with the budget and seed of
+/// the environment, and fails naming the inputs kept (in `fuzz/crashes/`) if any panicked.
+pub fn fuzz(corpus_dir: &Path, target: &str, f: impl Fn(&[u8])) {
+    let corpus = corpus(corpus_dir);
+    assert!(!corpus.is_empty(), "{target} has no corpus in {}", corpus_dir.display());
+    let run = run(&corpus, budget_from_env(), seed_from_env(), f);
+    eprintln!("{target}: {} inputs, {} panicked", run.cases, run.crashes.len());
+    if !run.crashes.is_empty() {
+        let kept = keep(&Path::new(env!("CARGO_MANIFEST_DIR")).join("crashes"), target, &run.crashes);
+        panic!(
+            "{target}: {} inputs panicked, kept as {kept:?}; the first: {}",
+            run.crashes.len(),
+            run.crashes[0].message
+        );
+    }
+}
+
 /// Keeps each crash's input under `dir` (named by target and a hash of the input) and returns their paths.
 pub fn keep(dir: &Path, target: &str, crashes: &[Crash]) -> Vec<PathBuf> {
     let _ = std::fs::create_dir_all(dir);

@@ -10,13 +10,14 @@
 //! - `snapshot`: snapshot bytes, as read and re-checksummed, restored with and without bodies and re-encoded;
 //! - `envelope`: sealed mail from another cell, decoded and opened.
 //!
+//! The node's TOML config file has its target, `config`, in the `cli` crate (`run::tests::config`), where it is read.
+//!
 //! Each runs `CELLOG_FUZZ_CASES` inputs (3 000 by default: the short pass of the workspace's tests), or inputs for
 //! `CELLOG_FUZZ_MINUTES`, with the stream of `CELLOG_FUZZ_SEED` (1), starting from its corpus in `fuzz/corpus/TARGET/` (`write_corpora`, ignored, writes
 //! it again). An input that panics is kept in `fuzz/crashes/` and fails the test.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
-use std::time::Duration;
 
 use bytes::Bytes;
 use cellog_core::{
@@ -24,7 +25,6 @@ use cellog_core::{
     TokenHash,
 };
 use cellog_envelope::{CellKey, Keyring};
-use cellog_fuzz::Budget;
 use cellog_proto::v1;
 use cellog_raft::identity::CellIdentity;
 use cellog_raft::network::{Frame, frame_message, unframe_message};
@@ -36,37 +36,13 @@ use prost::Message;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
-/// `CELLOG_FUZZ_MINUTES` of inputs, or `CELLOG_FUZZ_CASES` of them (3 000 by default).
-fn budget() -> Budget {
-    let var = |name: &str| std::env::var(name).ok().and_then(|text| text.parse::<u64>().ok());
-    match var("CELLOG_FUZZ_MINUTES") {
-        Some(minutes) => Budget::For(Duration::from_secs(minutes * 60)),
-        None => Budget::Cases(var("CELLOG_FUZZ_CASES").unwrap_or(3_000)),
-    }
-}
-
-fn seed() -> u64 {
-    std::env::var("CELLOG_FUZZ_SEED").ok().and_then(|text| text.parse().ok()).unwrap_or(1)
-}
-
 fn corpus_dir(target: &str) -> PathBuf {
     Path::new(ROOT).join("corpus").join(target)
 }
 
 /// Runs `target` over its corpus and mutations of it; fails naming the kept inputs if any panicked.
 fn fuzz(target: &str, f: impl Fn(&[u8])) {
-    let corpus = cellog_fuzz::corpus(&corpus_dir(target));
-    assert!(!corpus.is_empty(), "{target} has no corpus: run `write_corpora` (ignored) to write it");
-    let run = cellog_fuzz::run(&corpus, budget(), seed(), f);
-    eprintln!("{target}: {} inputs, {} panicked", run.cases, run.crashes.len());
-    if !run.crashes.is_empty() {
-        let kept = cellog_fuzz::keep(&Path::new(ROOT).join("crashes"), target, &run.crashes);
-        panic!(
-            "{target}: {} inputs panicked, kept as {kept:?}; the first: {}",
-            run.crashes.len(),
-            run.crashes[0].message
-        );
-    }
+    cellog_fuzz::fuzz(&corpus_dir(target), target, f);
 }
 
 // ----- the state inputs are applied to -----
