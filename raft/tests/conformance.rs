@@ -209,6 +209,48 @@ fn a_failed_write_poisons_the_store_until_it_is_reopened() {
     disk.write(batch).unwrap();
 }
 
+/// Appends are reported flushed only after a sync that follows their write, and appends that wait together share
+/// one sync (group commit): eight concurrent appends on a disk whose sync takes 20 ms take far fewer than eight syncs,
+/// none returns before a sync, and each survives a crash once it has returned.
+#[cfg(not(madsim))]
+#[test]
+#[allow(clippy::disallowed_methods, reason = "the test measures that an append waits for a sync, in real time")]
+fn appends_waiting_together_share_one_sync_and_are_durable_once_reported_flushed() {
+    use openraft::storage::RaftLogStorageExt;
+    use openraft::{CommittedLeaderId, EntryPayload, LogId};
+
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let disk = SimDisk::new(3);
+    let (log_store, _, _) = open_stores(disk.clone()).expect("an empty disk opens");
+    let delay = std::time::Duration::from_millis(20);
+    disk.set_sync_delay(delay);
+    let syncs_before = disk.n_syncs();
+    let started = std::time::Instant::now();
+    runtime.block_on(async {
+        let appends: Vec<_> = (1..=8u64)
+            .map(|index| {
+                let mut store = log_store.clone();
+                tokio::spawn(async move {
+                    let entry = cellog_raft::Entry {
+                        log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+                        payload: EntryPayload::Blank,
+                    };
+                    store.blocking_append([entry]).await.expect("appended");
+                })
+            })
+            .collect();
+        for append in appends {
+            append.await.unwrap();
+        }
+    });
+    assert!(started.elapsed() >= delay, "an append was reported flushed before any sync ended");
+    let syncs = disk.n_syncs() - syncs_before;
+    assert!((1..=3).contains(&syncs), "8 appends waiting together took {syncs} syncs");
+    disk.crash();
+    disk.reopen();
+    assert_eq!(disk.keys(Space::Log), (1..=8).collect::<Vec<u64>>(), "a reported append was lost in a crash");
+}
+
 struct SimBuilder;
 
 impl StoreBuilder<TypeConfig, LogStore<SimDisk>, StateMachineStore<SimDisk>, ()> for SimBuilder {
