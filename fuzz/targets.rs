@@ -63,6 +63,18 @@ pub fn prepared() -> &'static Cell {
     })
 }
 
+/// A member joining the consumer group `g` of `orders`.
+fn join(member: &str) -> Command {
+    Command::JoinGroup {
+        stream: "orders".into(),
+        group: "g".into(),
+        member: member.into(),
+        strategy: cellog_core::Strategy::CooperativeSticky,
+        session_timeout_ms: 10_000,
+        config: ConsumerConfig::default(),
+    }
+}
+
 fn setup() -> Vec<Command> {
     let publish = |subject: &str, id: &str| {
         let mut request = PublishRequest::new(subject, Bytes::from_static(b"payload"));
@@ -77,6 +89,8 @@ fn setup() -> Vec<Command> {
         Command::CreateStream { name: "jobs".into(), config: StreamConfig::with_subjects(["jobs.*"]) },
         Command::CreateConsumer { stream: "orders".into(), name: "c".into(), config: ConsumerConfig::default() },
         Command::CreateConsumer { stream: "jobs".into(), name: "w".into(), config: ConsumerConfig::default() },
+        join("m1"),
+        join("m2"),
         publish("orders.eu", "o-1"),
         publish("orders.us", "o-2"),
         publish("jobs.build", "j-1"),
@@ -142,6 +156,40 @@ pub fn requests() -> Vec<Request> {
             Command::RevokeToken { token: token(1) },
             Command::DeletePrincipal { name: "alice".into() },
             Command::DeleteStream { name: "jobs".into() },
+        ],
+        vec![
+            Command::Heartbeat {
+                stream: "orders".into(),
+                group: "g".into(),
+                member: "m1".into(),
+                generation: 2,
+                released: vec![1],
+            },
+            Command::MemberFetch {
+                stream: "orders".into(),
+                group: "g".into(),
+                member: "m2".into(),
+                generation: 3,
+                max: 4,
+            },
+            Command::MemberAck {
+                stream: "orders".into(),
+                group: "g".into(),
+                member: "m1".into(),
+                generation: 3,
+                partition: 0,
+                seq: 1,
+                kind: AckKind::Applied,
+            },
+            Command::MemberCommit {
+                stream: "orders".into(),
+                group: "g".into(),
+                member: "m2".into(),
+                generation: 3,
+                partition: 1,
+                next_seq: 2,
+            },
+            Command::LeaveGroup { stream: "orders".into(), group: "g".into(), member: "m2".into() },
         ],
         vec![Command::UpdateStream {
             name: "orders".into(),

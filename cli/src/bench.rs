@@ -71,6 +71,9 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 0)]
         busy_rate: u64,
     },
+    /// A consumer group of MEMBERS consuming a stream of PARTITIONS takes one more member: the time until it is
+    /// settled again and how much consumption paused, for an eager strategy (range) and for cooperative sticky.
+    Rebalance(crate::rebalance::RebalanceArgs),
     /// An R3 cell of node processes of this program on loopback, soaked: a steady load at 80% of its measured maximum
     /// while a node is killed and restarted every minute (the leader every third), then every acknowledged message
     /// checked; throughput, each node's memory, and errors by kind over the run.
@@ -152,6 +155,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
             latency(workload, subscriptions, idle_seconds, busy_rate).await?
         }
         BenchCommand::Soak(args) => return crate::soak::run(args).await,
+        BenchCommand::Rebalance(args) => return crate::rebalance::run(args).await,
     };
     let errors = report.errors;
     report.print();

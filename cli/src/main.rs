@@ -6,12 +6,13 @@
 
 mod bench;
 mod commands;
+mod rebalance;
 #[cfg(feature = "node")]
 mod run;
 mod soak;
 mod table;
 
-use commands::{auth, cluster, consumer, mail, peer, publish, stream, txn};
+use commands::{auth, cluster, consumer, group, mail, peer, publish, stream, txn};
 
 use clap::{Parser, Subcommand};
 
@@ -75,6 +76,9 @@ enum Command {
     /// Create, update, list, inspect and delete consumers.
     #[command(subcommand)]
     Consumer(consumer::ConsumerCommand),
+    /// Consumer groups: list, inspect, join as a member.
+    #[command(subcommand)]
+    Group(group::GroupCommand),
     /// Register peers of a stream, whose received watermark holds retention back.
     #[command(subcommand)]
     Peer(peer::PeerCommand),
@@ -133,6 +137,7 @@ async fn main() -> std::process::ExitCode {
             match command {
                 Command::Stream(command) => stream::run(command).await,
                 Command::Consumer(command) => consumer::run(command).await,
+                Command::Group(command) => group::run(command).await,
                 Command::Peer(command) => peer::run(command).await,
                 Command::Pub(args) => publish::publish(args).await,
                 Command::Sub(args) => publish::subscribe(args).await,

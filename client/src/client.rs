@@ -936,6 +936,130 @@ impl Client {
         Ok(results)
     }
 
+    /// Joins a consumer group as `member` (a new incarnation if it was in it): its assignment. Not retried when its
+    /// outcome is unknown: a join that landed unanswered is fenced by the next one.
+    pub async fn join_group(&self, request: v1::JoinGroupRequest) -> Result<v1::GroupAssignment, ClientError> {
+        self.call(false, request, |mut c, r| async move { c.join_group(r).await }).await
+    }
+
+    /// A member's heartbeat, releasing `released`: its assignment. Retried through failovers (a release repeated
+    /// changes nothing more).
+    pub async fn heartbeat(
+        &self,
+        stream: &str,
+        group: &str,
+        member: &str,
+        generation: u64,
+        released: Vec<u32>,
+    ) -> Result<v1::GroupAssignment, ClientError> {
+        let request = v1::HeartbeatRequest {
+            stream: stream.to_string(),
+            group: group.to_string(),
+            member: member.to_string(),
+            generation,
+            released,
+        };
+        self.call(true, request, |mut c, r| async move { c.heartbeat(r).await }).await
+    }
+
+    /// Leaves a group: whether it was a member.
+    pub async fn leave_group(&self, stream: &str, group: &str, member: &str) -> Result<bool, ClientError> {
+        let request =
+            v1::LeaveGroupRequest { stream: stream.to_string(), group: group.to_string(), member: member.to_string() };
+        Ok(self.call(true, request, |mut c, r| async move { c.leave_group(r).await }).await?.was_member)
+    }
+
+    /// A stream's consumer groups.
+    pub async fn list_groups(&self, stream: &str) -> Result<Vec<v1::GroupInfo>, ClientError> {
+        let request = v1::ListGroupsRequest { stream: stream.to_string() };
+        Ok(self.call(true, request, |mut c, r| async move { c.list_groups(r).await }).await?.groups)
+    }
+
+    /// One consumer group: members, generation, owners, lag.
+    pub async fn group_info(&self, stream: &str, group: &str) -> Result<v1::GroupInfo, ClientError> {
+        let request = v1::GetGroupRequest { stream: stream.to_string(), group: group.to_string() };
+        self.call(true, request, |mut c, r| async move { c.get_group(r).await }).await
+    }
+
+    /// Takes up to `max` deliveries for a member from the partitions it owns; the group's generation comes with them.
+    /// Not retried when its outcome is unknown: deliveries it may have made come back after their ack wait.
+    pub async fn member_fetch(
+        &self,
+        stream: &str,
+        group: &str,
+        member: &str,
+        generation: u64,
+        max: u32,
+    ) -> Result<v1::MemberFetchResponse, ClientError> {
+        let request = v1::MemberFetchRequest {
+            stream: stream.to_string(),
+            group: group.to_string(),
+            member: member.to_string(),
+            generation,
+            max,
+        };
+        self.call(false, request, |mut c, r| async move { c.member_fetch(r).await }).await
+    }
+
+    /// Opens a member's push subscription at the leader; it ends when the group's generation moves.
+    pub async fn member_subscribe(
+        &self,
+        request: v1::MemberSubscribeRequest,
+    ) -> Result<tonic::Streaming<v1::Delivery>, ClientError> {
+        let deadline = Instant::now() + self.options.retry_for;
+        let mut backoff = self.options.backoff;
+        loop {
+            let status = match self.current()?.member_subscribe(self.credentials(Request::new(request.clone()))).await {
+                Ok(response) => return Ok(response.into_inner()),
+                Err(status) => status,
+            };
+            if !self.recover(&status, true, deadline, &mut backoff).await {
+                return Err(status.into());
+            }
+        }
+    }
+
+    /// Answers a member's deliveries; one result per item (NOT_OWNER for a partition it no longer owns since
+    /// `generation`).
+    pub async fn member_ack(
+        &self,
+        stream: &str,
+        group: &str,
+        member: &str,
+        generation: u64,
+        acks: Vec<v1::AckItem>,
+    ) -> Result<Vec<v1::AckResult>, ClientError> {
+        let request = v1::MemberAckRequest {
+            stream: stream.to_string(),
+            group: group.to_string(),
+            member: member.to_string(),
+            generation,
+            acks,
+        };
+        Ok(self.call(true, request, |mut c, r| async move { c.member_ack(r).await }).await?.results)
+    }
+
+    /// Commits a partition's position as a member: everything below `next_seq` is done.
+    pub async fn member_commit(
+        &self,
+        stream: &str,
+        group: &str,
+        member: &str,
+        generation: u64,
+        partition: u32,
+        next_seq: u64,
+    ) -> Result<u64, ClientError> {
+        let request = v1::MemberCommitRequest {
+            stream: stream.to_string(),
+            group: group.to_string(),
+            member: member.to_string(),
+            generation,
+            partition,
+            next_seq,
+        };
+        Ok(self.call(true, request, |mut c, r| async move { c.member_commit(r).await }).await?.next_seq)
+    }
+
     /// Registers a transactional producer, fencing older instances.
     pub async fn init_producer(
         &self,

@@ -6,15 +6,18 @@
 //!   a gRPC status.
 //! - [`limits`]: what the wire carries at most.
 //! - [`token`]: API tokens: the credential a call carries and the hash a cell keeps.
+//! - [`group`]: [`GroupMember`], a consumer group's member: heartbeats, assigned and revoked partitions, releases.
 //!
 //! It depends on the wire protocol alone (no storage, no Raft), so a tool that only talks to a cell builds quickly.
 
 #![allow(clippy::result_large_err, reason = "tonic's Status is large, and it is what every call returns")]
 
 pub mod client;
+pub mod group;
 pub mod limits;
 pub mod status;
 pub mod token;
 
 pub use cellog_proto::v1 as proto;
 pub use client::{BatchResult, Client, ClientError, ClientOptions, ClientTls, DISCOVERY_INTERVAL, item_error};
+pub use group::{GroupMember, MemberOptions, Rebalance};

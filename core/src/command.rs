@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::auth::{Actor, Grants, TokenHash};
 use crate::body::BodyRef;
 use crate::config::{ConsumerConfig, StreamConfig};
+use crate::group::{MemberAssignment, Strategy};
 use crate::snapshot::v3;
 use crate::time::Millis;
 
@@ -274,6 +275,92 @@ pub enum Command {
         /// The subject filter.
         filter: String,
     },
+    /// Join a consumer group on a stream as `member`, creating the group (and its consumer, with `config`) at its
+    /// first join. A member already in the group joins again as a new incarnation: the earlier one is fenced. Answers
+    /// the member's assignment ([`Outcome::GroupAssignment`]).
+    JoinGroup {
+        /// The stream.
+        stream: String,
+        /// The group (also its consumer's name).
+        group: String,
+        /// The member.
+        member: String,
+        /// The group's strategy; every member must name the same.
+        strategy: Strategy,
+        /// How long the cell waits for the member's next heartbeat before it removes the member.
+        session_timeout_ms: u64,
+        /// The group's consumer; every member must name the same.
+        config: ConsumerConfig,
+    },
+    /// A member is alive: keeps its session, gives up `released` (partitions it was told to revoke, once it has
+    /// acknowledged or committed what it wants of them), and gets its assignment back.
+    Heartbeat {
+        /// The stream.
+        stream: String,
+        /// The group.
+        group: String,
+        /// The member.
+        member: String,
+        /// The generation the member knows.
+        generation: u64,
+        /// Partitions it gives up.
+        released: Vec<u32>,
+    },
+    /// A member leaves its group; its partitions go to the others.
+    LeaveGroup {
+        /// The stream.
+        stream: String,
+        /// The group.
+        group: String,
+        /// The member.
+        member: String,
+    },
+    /// Deliver up to `max` messages to a member, from the partitions it owns (redeliveries first).
+    MemberFetch {
+        /// The stream.
+        stream: String,
+        /// The group.
+        group: String,
+        /// The member.
+        member: String,
+        /// The generation the member knows: it gets nothing from a partition granted after it.
+        generation: u64,
+        /// Most messages to deliver.
+        max: u32,
+    },
+    /// Answer a delivery as a member of a generation; refused unless the member owns the partition since then.
+    MemberAck {
+        /// The stream.
+        stream: String,
+        /// The group.
+        group: String,
+        /// The member.
+        member: String,
+        /// The generation the member knows.
+        generation: u64,
+        /// The partition.
+        partition: u32,
+        /// The sequence.
+        seq: u64,
+        /// The answer.
+        kind: AckKind,
+    },
+    /// Declare everything below `next_seq` in a partition done, as a member of a generation; refused unless the member
+    /// owns the partition since then.
+    MemberCommit {
+        /// The stream.
+        stream: String,
+        /// The group.
+        group: String,
+        /// The member.
+        member: String,
+        /// The generation the member knows.
+        generation: u64,
+        /// The partition.
+        partition: u32,
+        /// First sequence not yet done.
+        next_seq: u64,
+    },
 }
 
 impl Command {
@@ -468,6 +555,21 @@ pub enum Outcome {
     SubjectsReserved {
         /// Whether this command reserved them.
         reserved: bool,
+    },
+    /// A member's assignment after its join or heartbeat.
+    GroupAssignment(MemberAssignment),
+    /// The member left; `was_member` is false when it was not in the group.
+    GroupLeft {
+        /// Whether it was a member.
+        was_member: bool,
+    },
+    /// Messages delivered to a member (possibly none), and the group's generation: a newer one than the member knows
+    /// means its assignment changed.
+    MemberFetched {
+        /// The group's generation.
+        generation: u64,
+        /// The deliveries.
+        deliveries: Vec<Delivery>,
     },
 }
 
@@ -778,4 +880,37 @@ pub enum Effect {
         /// The token's hash.
         token: TokenHash,
     },
+    /// A consumer group moved to a new generation: a member joined, left, expired or released partitions.
+    GroupChanged {
+        /// The stream.
+        stream: Arc<str>,
+        /// The group.
+        group: Arc<str>,
+        /// Its new generation.
+        generation: u64,
+        /// The member whose command (or expiry) changed it.
+        member: Arc<str>,
+        /// What happened.
+        change: GroupChange,
+        /// Partitions granted to a member at this generation.
+        granted: Vec<(Arc<str>, u32)>,
+        /// Partitions a member is newly told to give up.
+        revoking: Vec<(Arc<str>, u32)>,
+        /// Partitions their owner gave up (their outstanding deliveries go back for redelivery).
+        released: Vec<u32>,
+    },
+}
+
+/// What moved a consumer group to a new generation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[strum(serialize_all = "kebab-case")]
+pub enum GroupChange {
+    /// A member joined (or joined again as a new incarnation).
+    Joined,
+    /// A member left.
+    Left,
+    /// A member missed its session timeout.
+    Expired,
+    /// A member gave up partitions.
+    Released,
 }

@@ -440,18 +440,27 @@ impl Consumer {
     /// `subjects` is the stream's subject index: with a filter, the subjects it matches say at once whether a match
     /// lies past a cursor (none matching: nothing to deliver, however many messages wait), without looking at the
     /// messages one by one after every batch.
-    pub fn work(&self, partitions: &[Partition], subjects: &BTreeMap<Arc<str>, SubjectState>) -> Work {
+    ///
+    /// With `only`, about those partitions alone (a group member's).
+    pub fn work(
+        &self,
+        partitions: &[Partition],
+        subjects: &BTreeMap<Arc<str>, SubjectState>,
+        only: Option<&BTreeSet<u32>>,
+    ) -> Work {
+        let allowed = |partition: u32| only.is_none_or(|only| only.contains(&partition));
         if self.n_pending >= self.config.max_in_flight {
             return Work::None;
         }
-        if !self.ready.is_empty() {
+        if self.ready.iter().any(|&(partition, _)| allowed(partition)) {
             return Work::Deliver;
         }
         let cursor = |partition: u32| {
             let log = &partitions[partition as usize];
             self.cursors[partition as usize].max(log.first_seq)
         };
-        let unscanned = (0..partitions.len() as u32).any(|p| cursor(p) < partitions[p as usize].next_seq());
+        let unscanned =
+            (0..partitions.len() as u32).any(|p| allowed(p) && cursor(p) < partitions[p as usize].next_seq());
         if !unscanned {
             return Work::None;
         }
@@ -464,14 +473,17 @@ impl Consumer {
             }
             // The latest messages of each matching subject: one past its partition's cursor is a delivery.
             let past = |&&(partition, seq): &&(u32, u64)| {
-                seq >= cursor(partition) && partitions[partition as usize].get(seq).is_some()
+                allowed(partition) && seq >= cursor(partition) && partitions[partition as usize].get(seq).is_some()
             };
             if matching.any(|state| state.order.iter().rev().take(WORK_SUBJECT_TAIL).any(|entry| past(&entry))) {
                 return Work::Deliver;
             }
         }
         let (mut scanned, mut unmatched) = (0usize, false);
-        for (log, cursor) in partitions.iter().zip(&self.cursors) {
+        for (index, (log, cursor)) in partitions.iter().zip(&self.cursors).enumerate() {
+            if !allowed(index as u32) {
+                continue;
+            }
             for seq in (*cursor).max(log.first_seq)..log.next_seq() {
                 if scanned == WORK_SCAN_LIMIT {
                     // Perhaps a match further on: the fetch that skips looks much further (and delivers what it
@@ -488,15 +500,48 @@ impl Consumer {
         if unmatched { Work::Skip } else { Work::None }
     }
 
+    /// How many deliveries to `member` in `partitions` await an ack: a group member's subscription window.
+    pub fn n_pending_of(&self, member: &str, partitions: &BTreeSet<u32>) -> u32 {
+        let mut n = 0;
+        for &partition in partitions {
+            n += self
+                .outstanding
+                .range((partition, 0)..=(partition, u64::MAX))
+                .filter(|(_, entry)| {
+                    matches!(entry.phase, Phase::Pending { .. }) && entry.member.as_deref() == Some(member)
+                })
+                .count() as u32;
+        }
+        n
+    }
+
+    /// A group member gave `partition` up: its deliveries awaiting an ack become redelivery candidates at once, for the
+    /// partition's next owner (a delay's wait keeps its end).
+    pub fn release_partition(&mut self, partition: u32) {
+        let pending: Vec<u64> = self
+            .outstanding
+            .range((partition, 0)..=(partition, u64::MAX))
+            .filter(|(_, entry)| matches!(entry.phase, Phase::Pending { .. }))
+            .map(|(&(_, seq), _)| seq)
+            .collect();
+        for seq in pending {
+            self.set_phase(partition, seq, Phase::Ready);
+            self.outstanding.get_mut(&(partition, seq)).expect("outstanding").member = None;
+        }
+    }
+
     /// Delivers up to `max` messages to `member`: redelivery candidates first (oldest first), then new messages from
-    /// the cursors, starting at a rotating partition. Returns the deliveries and the timers to set.
+    /// the cursors, starting at a rotating partition; only from the partitions in `only` when given (a group member's).
+    /// Returns the deliveries and the timers to set.
     pub fn fetch(
         &mut self,
         partitions: &[Partition],
         member: &Arc<str>,
         max: u32,
         at: Millis,
+        only: Option<&BTreeSet<u32>>,
     ) -> (Vec<Delivery>, Vec<DeliveryTimer>) {
+        let allowed = |partition: u32| only.is_none_or(|only| only.contains(&partition));
         let mut deliveries = Vec::new();
         let mut timers = Vec::new();
         let mut budget = max.min(self.config.max_in_flight.saturating_sub(self.n_pending));
@@ -509,7 +554,7 @@ impl Consumer {
             delivered == 0 || bytes <= crate::command::MAX_RESPONSE_BYTES
         };
 
-        let candidates: Vec<(u32, u64)> = self.ready.iter().copied().collect();
+        let candidates: Vec<(u32, u64)> = self.ready.iter().copied().filter(|&(p, _)| allowed(p)).collect();
         for (partition, seq) in candidates {
             if budget == 0 {
                 break;
@@ -542,6 +587,9 @@ impl Consumer {
         let mut scanned = 0usize;
         for offset in 0..n_partitions {
             let partition = (self.next_partition + offset) % n_partitions;
+            if !allowed(partition) {
+                continue;
+            }
             let log = &partitions[partition as usize];
             let cursor = &mut self.cursors[partition as usize];
             *cursor = (*cursor).max(log.first_seq);

@@ -250,6 +250,40 @@ pub enum Rejection {
         /// Its value.
         limit: u64,
     },
+    /// No consumer group of that name on the stream.
+    #[error("group {group:?} not found on stream {stream:?}")]
+    GroupNotFound {
+        /// The stream.
+        stream: String,
+        /// The group asked for.
+        group: String,
+    },
+    /// The member is not in the group (it never joined, left, or missed its session timeout): join again.
+    #[error("{member:?} is not a member of group {group:?} (generation {generation}); join the group again")]
+    UnknownMember {
+        /// The group.
+        group: String,
+        /// The member.
+        member: String,
+        /// The group's current generation.
+        generation: u64,
+    },
+    /// The member does not own the partition, or was granted it after the generation it named: an ack, nack or commit
+    /// from an older generation, or for a partition that moved, changes nothing.
+    #[error(
+        "member {member:?} of group {group:?} does not own partition {partition} at the generation it named (the \
+         group is at generation {generation}); heartbeat for the current assignment"
+    )]
+    NotOwner {
+        /// The group.
+        group: String,
+        /// The member.
+        member: String,
+        /// The partition.
+        partition: u32,
+        /// The group's current generation.
+        generation: u64,
+    },
 }
 
 /// Which cap a [`Rejection::CapReached`] is about.
@@ -264,11 +298,13 @@ pub enum Cap {
     OpenTransactions,
     /// Message ids one stream's dedup index holds ([`crate::MAX_DEDUP_IDS`]).
     DedupIds,
+    /// Members of one consumer group ([`crate::MAX_GROUP_MEMBERS`]).
+    GroupMembers,
 }
 
 impl Cap {
     /// Every cap.
-    pub const ALL: [Cap; 4] = [Cap::KeyBytes, Cap::Producers, Cap::OpenTransactions, Cap::DedupIds];
+    pub const ALL: [Cap; 5] = [Cap::KeyBytes, Cap::Producers, Cap::OpenTransactions, Cap::DedupIds, Cap::GroupMembers];
 
     /// Its name (`key-bytes`, `dedup-ids`).
     pub fn name(self) -> &'static str {
@@ -283,6 +319,7 @@ impl std::fmt::Display for Cap {
             Cap::Producers => "the number of transactional producers",
             Cap::OpenTransactions => "the number of open transactions",
             Cap::DedupIds => "the number of message ids in the stream's dedup window",
+            Cap::GroupMembers => "the number of members of the consumer group",
         })
     }
 }

@@ -32,6 +32,7 @@ mod command;
 mod config;
 mod consumer;
 mod error;
+pub mod group;
 mod index;
 mod info;
 mod memory;
@@ -47,13 +48,13 @@ pub use auth::{Access, Actor, Grants, ROOT, SENDER_HEADER, TokenHash};
 pub use body::BodyRef;
 pub use cell::transaction::{MAX_TRANSACTION_BYTES, MAX_TRANSACTION_MESSAGES};
 pub use cell::{
-    Cell, MAX_COMMAND_BYTES, MAX_CONSUMERS_PER_STREAM, MAX_DEDUP_IDS, MAX_FETCH, MAX_HEADER_BYTES, MAX_ID_BYTES,
-    MAX_KEY_BYTES, MAX_OPEN_TRANSACTIONS, MAX_PEERS_PER_STREAM, MAX_PRODUCERS, MAX_READ, MAX_RESPONSE_BYTES,
-    MAX_STREAMS, PIN_HEADER, PRODUCER_IDLE_MS,
+    Cell, MAX_COMMAND_BYTES, MAX_CONSUMERS_PER_STREAM, MAX_DEDUP_IDS, MAX_FETCH, MAX_GROUP_MEMBERS, MAX_HEADER_BYTES,
+    MAX_ID_BYTES, MAX_KEY_BYTES, MAX_OPEN_TRANSACTIONS, MAX_PEERS_PER_STREAM, MAX_PRODUCERS, MAX_READ,
+    MAX_RESPONSE_BYTES, MAX_SESSION_TIMEOUT_MS, MAX_STREAMS, MIN_SESSION_TIMEOUT_MS, PIN_HEADER, PRODUCER_IDLE_MS,
 };
 pub use command::{
-    AbortReason, AckKind, AckState, Body, Command, Delivery, Effect, Headers, Outcome, ProducerRef, PublishAck,
-    PublishRequest, Record, RemovalReason,
+    AbortReason, AckKind, AckState, Body, Command, Delivery, Effect, GroupChange, Headers, Outcome, ProducerRef,
+    PublishAck, PublishRequest, Record, RemovalReason,
 };
 pub use config::{
     ConsumerConfig, DeliverPolicy, DiscardPolicy, MAX_DURATION_MS, MAX_PARTITIONS, MAX_PAYLOAD_LIMIT, RateLimit,
@@ -61,6 +62,7 @@ pub use config::{
 };
 pub use consumer::Work;
 pub use error::{Cap, NameKind, Quota, Rejection, SnapshotError};
+pub use group::{GroupInfo, MemberAssignment, MemberInfo, PartitionOwner, Strategy};
 pub use info::{
     ConsumerInfo, DeliveryInfo, DeliveryPhase, PartitionInfo, PartitionLag, PeerInfo, ProducerInfo, StreamInfo,
 };

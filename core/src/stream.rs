@@ -698,9 +698,10 @@ impl Stream {
         member: &Arc<str>,
         max: u32,
         at: Millis,
+        only: Option<&BTreeSet<u32>>,
     ) -> Result<(u64, Vec<Delivery>, Vec<DeliveryTimer>), Rejection> {
         let c = self.consumers.get_mut(consumer).ok_or_else(|| consumer_not_found(&self.name, consumer))?;
-        let (deliveries, timers) = c.fetch(&self.partitions, member, max, at);
+        let (deliveries, timers) = c.fetch(&self.partitions, member, max, at, only);
         Ok((c.id(), deliveries, timers))
     }
 

@@ -154,6 +154,25 @@ impl<'a> Scope<'a> {
                 Command::PeerProgress { stream: stream(name), peer, partition, received_seq }
             }
             Command::UnregisterPeer { stream: name, peer } => Command::UnregisterPeer { stream: stream(name), peer },
+            Command::JoinGroup { stream: name, group, member, strategy, session_timeout_ms, mut config } => {
+                config.filter_subject = config.filter_subject.map(|s| self.subject_in(&s));
+                Command::JoinGroup { stream: stream(name), group, member, strategy, session_timeout_ms, config }
+            }
+            Command::Heartbeat { stream: name, group, member, generation, released } => {
+                Command::Heartbeat { stream: stream(name), group, member, generation, released }
+            }
+            Command::LeaveGroup { stream: name, group, member } => {
+                Command::LeaveGroup { stream: stream(name), group, member }
+            }
+            Command::MemberFetch { stream: name, group, member, generation, max } => {
+                Command::MemberFetch { stream: stream(name), group, member, generation, max }
+            }
+            Command::MemberAck { stream: name, group, member, generation, partition, seq, kind } => {
+                Command::MemberAck { stream: stream(name), group, member, generation, partition, seq, kind }
+            }
+            Command::MemberCommit { stream: name, group, member, generation, partition, next_seq } => {
+                Command::MemberCommit { stream: stream(name), group, member, generation, partition, next_seq }
+            }
             // Producer references carry ids the cell gave out; the rest is the cell's own (refused to a tenant's
             // principal by its grants, which never hold cluster admin).
             other @ (Command::BeginTransaction(_)

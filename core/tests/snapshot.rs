@@ -957,6 +957,64 @@ fn the_committed_version_6_snapshot_restores_to_the_state_that_wrote_it() {
     }
 }
 
+/// The stream with the most partitions (the first of them).
+fn widest_stream(h: &Harness) -> String {
+    let names = h.cell.stream_names();
+    let partitions = |name: &str| h.cell.stream_info(name).unwrap().partitions.len();
+    names.iter().max_by_key(|name| (partitions(name), std::cmp::Reverse(name.to_string()))).unwrap().to_string()
+}
+
+/// [`busy_with_a_later_producer`] with consumer groups on its first stream: a cooperative one mid-rebalance (a
+/// partition being revoked, one pending, deliveries outstanding) and an eager one settled.
+fn busy_with_groups() -> Harness {
+    let (mut h, _) = busy_with_a_later_producer();
+    let stream = widest_stream(&h);
+    let join = |member: &str, group: &str, strategy: cellog_core::Strategy| Command::JoinGroup {
+        stream: stream.clone(),
+        group: group.into(),
+        member: member.into(),
+        strategy,
+        session_timeout_ms: 60_000,
+        config: ConsumerConfig { deliver_policy: DeliverPolicy::All, ..ConsumerConfig::default() },
+    };
+    h.ok(join("a", "coop", cellog_core::Strategy::CooperativeSticky));
+    h.ok(join("x", "eager", cellog_core::Strategy::Range));
+    let Outcome::GroupAssignment(a) = h.ok(join("a", "coop", cellog_core::Strategy::CooperativeSticky)) else {
+        panic!("an assignment")
+    };
+    h.ok(Command::MemberFetch {
+        stream: stream.clone(),
+        group: "coop".into(),
+        member: "a".into(),
+        generation: a.generation,
+        max: 5,
+    });
+    h.ok(join("b", "coop", cellog_core::Strategy::CooperativeSticky));
+    h.tick();
+    h
+}
+
+/// The whole snapshot of [`busy_with_groups`] as version 7 writes it: consumer groups in the state. Committed: every
+/// later version must keep restoring it.
+const VERSION_7_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/snapshot-v7-busy.bin");
+
+#[test]
+fn the_committed_version_7_snapshot_restores_to_the_state_that_wrote_it() {
+    let h = busy_with_groups();
+    let stream = widest_stream(&h);
+    let info = h.cell.group_info(&stream, "coop", h.now).expect("the group");
+    assert!(info.rebalancing && info.members.len() == 2, "{info:?}");
+    let (whole, _) = whole_snapshot(&h);
+    let committed = fixture(VERSION_7_FIXTURE, &whole);
+    let restored = restored_whole(&committed, h.now);
+    assert_eq!(restored.cell, h.cell);
+    assert_eq!(restored.cell.group_info(&stream, "coop", h.now), Ok(info));
+    assert!(Cell::reencode_snapshot(&committed).expect("the fixture decodes") == committed);
+    if SNAPSHOT_VERSION == 7 {
+        assert!(whole == committed, "the version 7 encoding changed; bump SNAPSHOT_VERSION and migrate");
+    }
+}
+
 /// A version 4 state kept no time of activity: its producers count as active at the state's time, so an upgrade
 /// gives each its whole idle time and expires none at once.
 #[test]

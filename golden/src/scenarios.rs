@@ -36,10 +36,14 @@ pub enum Scenario {
     /// Principals with grants and tokens: a publish outside its principal's grants and an ack of another principal's
     /// consumer are refused and change nothing; a forged sender is overwritten; a revoked token stops working.
     GrantsAndTokens,
+    /// A cooperative-sticky consumer group of two members over four partitions takes a third: only the partition that
+    /// moves is revoked, released by its owner and granted to the newcomer a generation later; the others keep
+    /// fetching throughout, and a stale generation's ack is refused.
+    CooperativeRebalance,
 }
 
 /// Every scenario.
-pub const ALL: [Scenario; 10] = [
+pub const ALL: [Scenario; 11] = [
     Scenario::LeaderFailoverDuringBatchPublish,
     Scenario::ZombieProducerFenced,
     Scenario::TransactionAcrossSubjectsWhileAFollowerRestarts,
@@ -50,6 +54,7 @@ pub const ALL: [Scenario; 10] = [
     Scenario::RetentionBlockedByALaggingPeer,
     Scenario::SealedMailAcrossAHealingPartition,
     Scenario::GrantsAndTokens,
+    Scenario::CooperativeRebalance,
 ];
 
 /// The seed every scenario runs at.
@@ -72,6 +77,7 @@ impl Scenario {
             Scenario::RetentionBlockedByALaggingPeer => "retention_blocked_by_a_lagging_peer",
             Scenario::SealedMailAcrossAHealingPartition => "sealed_mail_across_a_healing_partition",
             Scenario::GrantsAndTokens => "grants_and_tokens",
+            Scenario::CooperativeRebalance => "cooperative_rebalance",
         }
     }
 
@@ -229,6 +235,7 @@ impl Scenario {
             }
             Scenario::SealedMailAcrossAHealingPartition => unreachable!("played by `sealed_mail`"),
             Scenario::GrantsAndTokens => grants_and_tokens(cluster).await,
+            Scenario::CooperativeRebalance => cooperative_rebalance(cluster).await,
             Scenario::RetentionBlockedByALaggingPeer => {
                 let client = cluster.client();
                 let producer = Producer::new(&*cluster, "producer");
@@ -346,6 +353,63 @@ async fn grants_and_tokens(cluster: &Cluster) {
             root.revoke_token(token::hash(BOB_TOKEN)).await.expect("revoked");
             let refused = bob.publish(message("orders.us.1", "bob", 1)).await.expect_err("a revoked token");
             assert_eq!(refused.reason(), Some("UNAUTHENTICATED"));
+        })
+        .await;
+}
+
+/// Publishes keyed messages to a four-partition stream, then: members a and b share it, c joins, and only what moves
+/// to c pauses.
+async fn cooperative_rebalance(cluster: &Cluster) {
+    use cellog_client::group::{GroupMember, MemberOptions, Quiet};
+    let client = cluster.client();
+    let (a_client, b_client, c_client) = (cluster.client(), cluster.client(), cluster.client());
+    cluster
+        .on_client(async move {
+            let jobs = v1::StreamConfig { subjects: vec!["jobs.>".to_string()], partitions: 4, ..Default::default() };
+            client.create_stream("jobs", jobs).await.expect("the stream");
+            for index in 0..8 {
+                let mut request = message(&format!("jobs.{index}"), "j", index);
+                request.key = Some(Bytes::from(format!("customer-{index}")));
+                client.publish(request).await.expect("published");
+            }
+            let options = MemberOptions { session_timeout: Duration::from_secs(10), ..MemberOptions::default() };
+            let join = |client, name: &'static str| {
+                let options = options.clone();
+                async move { GroupMember::join(client, "jobs", "workers", name, options, &mut Quiet).await }
+            };
+            let mut a = join(a_client, "a").await.expect("a joins");
+            let mut b = join(b_client, "b").await.expect("b joins");
+            for _ in 0..3 {
+                a.heartbeat(&mut Quiet).await.expect("a's heartbeat");
+                b.heartbeat(&mut Quiet).await.expect("b's heartbeat");
+            }
+            let owned = |m: &GroupMember| m.partitions().iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+            cellog_sim::trace::harness(None, "group", &format!("settled a={} b={}", owned(&a), owned(&b)));
+            let (a_before, generation_before) = (a.partitions().clone(), a.generation().min(b.generation()));
+            let mut c = join(c_client, "c").await.expect("c joins");
+            // a and b still fetch at their generations: what did not move keeps flowing.
+            let fetched = a.fetch(8, &mut Quiet).await.expect("a fetches").len()
+                + b.fetch(8, &mut Quiet).await.expect("b fetches").len();
+            cellog_sim::trace::harness(None, "group", &format!("fetched {fetched} while c waited"));
+            for _ in 0..3 {
+                a.heartbeat(&mut Quiet).await.expect("a's heartbeat");
+                b.heartbeat(&mut Quiet).await.expect("b's heartbeat");
+                c.heartbeat(&mut Quiet).await.expect("c's heartbeat");
+            }
+            cellog_sim::trace::harness(None, "group", &format!("a={} b={} c={}", owned(&a), owned(&b), owned(&c)));
+            // An ack at a generation from before c joined, for a partition now c's, is refused.
+            let moved = *c.partitions().iter().next().expect("c owns a partition");
+            let stale_owner = if a_before.contains(&moved) { "a" } else { "b" };
+            let item = v1::AckItem { partition: moved, seq: 1, ..v1::AckItem::default() };
+            let refused = client
+                .member_ack("jobs", "workers", stale_owner, generation_before, vec![item])
+                .await
+                .expect("an answer");
+            let reason = match &refused[0].result {
+                Some(v1::ack_result::Result::Error(error)) => error.detail.clone().unwrap_or_default().reason,
+                other => format!("{other:?}"),
+            };
+            cellog_sim::trace::harness(None, "group", &format!("stale ack of partition {moved}: {reason}"));
         })
         .await;
 }

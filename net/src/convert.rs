@@ -5,8 +5,9 @@
 use std::sync::Arc;
 
 use cellog_core::{
-    AckKind, AckState, Body, ConsumerConfig, ConsumerInfo, DeliverPolicy, Delivery, DiscardPolicy, Grants, Millis,
-    ProducerRef, PublishAck, PublishRequest, RateLimit, Record, RetentionPolicy, StreamConfig, StreamInfo, TokenHash,
+    AckKind, AckState, Body, ConsumerConfig, ConsumerInfo, DeliverPolicy, Delivery, DiscardPolicy, Grants, GroupInfo,
+    MemberAssignment, Millis, ProducerRef, PublishAck, PublishRequest, RateLimit, Record, RetentionPolicy, Strategy,
+    StreamConfig, StreamInfo, TokenHash,
 };
 use cellog_proto::v1;
 use tonic::Status;
@@ -15,6 +16,8 @@ use crate::status::invalid_argument;
 
 /// Default transaction timeout when a producer does not name one.
 pub const DEFAULT_TRANSACTION_TIMEOUT_MS: u64 = 60_000;
+/// Default session timeout of a group member that names none.
+pub const DEFAULT_SESSION_TIMEOUT_MS: u64 = 10_000;
 
 fn enum_value<T: TryFrom<i32>>(field: &str, value: i32) -> Result<T, Status> {
     T::try_from(value).map_err(|_| invalid_argument(format!("{field}: unknown enum value {value}")))
@@ -284,4 +287,76 @@ pub fn token_hash(bytes: &[u8]) -> Result<TokenHash, Status> {
         .try_into()
         .map_err(|_| invalid_argument(format!("a token's SHA-256 is 32 bytes, not {}", bytes.len())))?;
     Ok(TokenHash(hash))
+}
+
+/// A group strategy from the wire.
+pub fn strategy(value: i32) -> Result<Strategy, Status> {
+    Ok(match enum_value::<v1::GroupStrategy>("strategy", value)? {
+        v1::GroupStrategy::StrategyRange => Strategy::Range,
+        v1::GroupStrategy::StrategyRoundRobin => Strategy::RoundRobin,
+        v1::GroupStrategy::StrategySticky => Strategy::Sticky,
+        v1::GroupStrategy::StrategyCooperativeSticky => Strategy::CooperativeSticky,
+    })
+}
+
+/// A group strategy for the wire.
+pub fn strategy_to_wire(strategy: Strategy) -> v1::GroupStrategy {
+    match strategy {
+        Strategy::Range => v1::GroupStrategy::StrategyRange,
+        Strategy::RoundRobin => v1::GroupStrategy::StrategyRoundRobin,
+        Strategy::Sticky => v1::GroupStrategy::StrategySticky,
+        Strategy::CooperativeSticky => v1::GroupStrategy::StrategyCooperativeSticky,
+    }
+}
+
+/// A member's assignment for the wire.
+pub fn assignment_to_wire(assignment: MemberAssignment) -> v1::GroupAssignment {
+    v1::GroupAssignment {
+        generation: assignment.generation,
+        partitions: assignment.partitions,
+        revoking: assignment.revoking,
+        pending: assignment.pending,
+        session_timeout_ms: assignment.session_timeout_ms,
+    }
+}
+
+/// A group's info for the wire, with its consumer's lag per partition.
+pub fn group_info_to_wire(stream: &str, info: GroupInfo) -> v1::GroupInfo {
+    let lag: std::collections::BTreeMap<u32, (u64, u64)> =
+        info.consumer.partitions.iter().map(|p| (p.partition, (p.lag, p.ack_floor))).collect();
+    let name = |member: Option<Arc<str>>| member.map_or(String::new(), |m| m.to_string());
+    v1::GroupInfo {
+        stream: stream.to_string(),
+        name: info.name.to_string(),
+        strategy: strategy_to_wire(info.strategy) as i32,
+        generation: info.generation,
+        rebalancing: info.rebalancing,
+        rebalances: info.n_rebalances,
+        members: info
+            .members
+            .into_iter()
+            .map(|member| v1::GroupMember {
+                name: member.name.to_string(),
+                assignment: Some(assignment_to_wire(member.assignment)),
+                joined_at_ms: member.joined_at.0,
+                expires_at_ms: member.expires_at.0,
+            })
+            .collect(),
+        partitions: info
+            .partitions
+            .into_iter()
+            .map(|p| {
+                let (lag, ack_floor) = lag.get(&p.partition).copied().unwrap_or_default();
+                v1::PartitionOwner {
+                    partition: p.partition,
+                    owner: name(p.owner),
+                    granted_at: p.granted_at,
+                    assignee: name(p.assignee),
+                    lag,
+                    ack_floor,
+                }
+            })
+            .collect(),
+        consumer: Some(consumer_info_to_wire(stream, info.consumer)),
+    }
 }

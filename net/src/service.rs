@@ -117,6 +117,12 @@ fn sees_consumer<'a>(stream: &'a str, consumer: &'a str) -> impl FnOnce(&Cell, &
     }
 }
 
+/// A group's info as the caller's scope sees it.
+fn group_out(stream: &str, scope: Scope<'_>, mut info: cellog_core::GroupInfo) -> v1::GroupInfo {
+    info.consumer = scope.consumer_info_out(info.consumer);
+    convert::group_info_to_wire(stream, info)
+}
+
 fn membership_error(error: MembershipError) -> Status {
     match error {
         MembershipError::NotLeader { leader } => not_leader(leader.as_ref()),
@@ -218,6 +224,184 @@ impl<S: Storage + Clone> CellogService<S> {
                 Err(crate::status::body_unreadable(partition, seq, &reason))
             }
         }
+    }
+
+    /// Pushes deliveries to a subscriber, at most `window` unacknowledged at once. Pushed, not polled: it proposes
+    /// `fetch(room)` only when `probe` on this node's replica says one would deliver something, and otherwise waits
+    /// for the replica to change (a publish, an ack, the leader's tick that makes a redelivery due) without writing
+    /// anything to the log. It ends when `probe` says so (its third part), or refuses.
+    #[allow(clippy::disallowed_methods, reason = "spaces a subscription's skip-only fetches on the runtime's clock")]
+    fn feed(
+        &self,
+        actor: Actor,
+        principal: Arc<str>,
+        stored: String,
+        window: u32,
+        probe: impl Fn(&Cell) -> Result<(Work, u32, bool), Rejection> + Send + 'static,
+        fetch: impl Fn(u32) -> Command + Send + 'static,
+    ) -> Result<Response<ServerStream<v1::Delivery>>, Status> {
+        // Held by the subscription's task, so released when it ends (its subscriber gone, or an error sent).
+        let permit = self
+            .subscriptions
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| too_many_subscriptions(self.max_subscriptions))?;
+        let (sender, mut receiver) = mpsc::channel(usize::try_from(window).unwrap_or(256));
+        let service = self.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let mut skipped_at: Option<tokio::time::Instant> = None;
+            loop {
+                let applied = service.node.applied();
+                let mut changed = std::pin::pin!(applied.notified());
+                changed.as_mut().enable();
+                let state = lock(&service.node).map(|replica| probe(&replica.cell));
+                let (work, pending) = match state {
+                    Ok(Ok((_, _, true))) => return,
+                    Ok(Ok((work, pending, false))) => (work, pending),
+                    Ok(Err(rejection)) => {
+                        let rejection = Scope::of(&principal).rejection_out(rejection);
+                        let _ = sender.send(Err(from_rejection(&rejection))).await;
+                        return;
+                    }
+                    Err(status) => {
+                        let _ = sender.send(Err(status)).await;
+                        return;
+                    }
+                };
+                let room = window.saturating_sub(pending);
+                // A fetch that would only move the cursors over unmatched messages (so that the consumer's lag
+                // reads true) waits its turn, so a filter on a busy stream does not propose one per applied batch.
+                let skip_wait = skipped_at.map_or(Duration::ZERO, |at| SKIP_EVERY.saturating_sub(at.elapsed()));
+                let go = room > 0 && (work == Work::Deliver || (work == Work::Skip && skip_wait.is_zero()));
+                if !go {
+                    let skip_later = room > 0 && work == Work::Skip;
+                    tokio::select! {
+                        biased;
+                        () = sender.closed() => return,
+                        () = &mut changed => {}
+                        () = tokio::time::sleep(skip_wait), if skip_later => {}
+                    }
+                    continue;
+                }
+                if work == Work::Skip {
+                    skipped_at = Some(tokio::time::Instant::now());
+                }
+                let deliveries = match service.write(&actor, fetch(room)).await {
+                    Ok(Outcome::Fetched(deliveries) | Outcome::MemberFetched { deliveries, .. }) => deliveries,
+                    Ok(other) => {
+                        let _ = sender.send(Err(unexpected(&other))).await;
+                        return;
+                    }
+                    Err(status) => {
+                        let _ = sender.send(Err(status)).await;
+                        return;
+                    }
+                };
+                let delivered = deliveries.len();
+                for delivery in deliveries {
+                    // A body this node cannot read ends the stream with its error; the delivery comes again after
+                    // its ack wait.
+                    let item = match service.payload(&stored, &delivery.record) {
+                        Ok(Some(payload)) => Ok(convert::delivery_to_wire(delivery, payload)),
+                        Ok(None) => continue,
+                        Err(status) => Err(status),
+                    };
+                    let failed = item.is_err();
+                    if sender.send(item).await.is_err() || failed {
+                        return;
+                    }
+                }
+                if delivered == 0 && work == Work::Deliver {
+                    // Another member took it first (or it started a delayed message's wait): ask again only once
+                    // something else is applied, so that nothing can make this loop propose fetch after fetch.
+                    let mut next = std::pin::pin!(applied.notified());
+                    tokio::select! {
+                        biased;
+                        () = sender.closed() => return,
+                        () = &mut next => {}
+                    }
+                }
+            }
+        });
+        let deliveries = futures::stream::poll_fn(move |context| receiver.poll_recv(context));
+        Ok(Response::new(Box::pin(deliveries)))
+    }
+
+    /// Hands each ack `command(partition, seq, kind)` to Raft in order (refused ones answer their error in place), then
+    /// waits for each answer: one result per item.
+    async fn acks(
+        &self,
+        actor: &Actor,
+        items: &[v1::AckItem],
+        command: impl Fn(u32, u64, cellog_core::AckKind) -> Command,
+    ) -> Result<Response<v1::AckResponse>, Status> {
+        if items.len() > MAX_FETCH as usize {
+            return Err(invalid_argument(format!("at most {MAX_FETCH} acks per call")));
+        }
+        let mut pending = Vec::with_capacity(items.len());
+        for item in items {
+            let next = match convert::ack_kind(item) {
+                Ok(kind) => {
+                    let admitted = match self.admit(actor, command(item.partition, item.seq, kind)) {
+                        Ok(command) => self.node.submit_now(command).await,
+                        Err(status) => {
+                            pending.push(Pending::Refused(status));
+                            continue;
+                        }
+                    };
+                    match admitted {
+                        Ok(answer) => Pending::Submitted(answer),
+                        // Nothing was handed to Raft: the whole call goes where the leader is.
+                        Err(error @ ProposeError::NotLeader { .. })
+                            if !pending.iter().any(|p| matches!(p, Pending::Submitted(_))) =>
+                        {
+                            return Err(from_propose(error));
+                        }
+                        Err(error) => Pending::Refused(from_propose(error)),
+                    }
+                }
+                Err(status) => Pending::Refused(status),
+            };
+            pending.push(next);
+        }
+        let mut results = Vec::with_capacity(pending.len());
+        for next in pending {
+            let outcome = match next {
+                Pending::Submitted(answer) => self.answered(answer.wait().await),
+                Pending::Refused(status) => Err(status),
+            };
+            results.push(match outcome {
+                Ok(Outcome::Acked { state, already_done }) => {
+                    self.metrics.acked.inc();
+                    v1::AckResult {
+                        result: Some(v1::ack_result::Result::State(convert::ack_state_to_wire(state) as i32)),
+                        already_done,
+                    }
+                }
+                Ok(other) => return Err(unexpected(&other)),
+                Err(status) => v1::AckResult {
+                    result: Some(v1::ack_result::Result::Error(to_item_error(&status))),
+                    already_done: false,
+                },
+            });
+        }
+        Ok(Response::new(v1::AckResponse { results }))
+    }
+
+    /// A group's deliveries for the wire, their bodies read under the stored name `stored`.
+    fn deliveries_to_wire(
+        &self,
+        stored: &str,
+        deliveries: Vec<cellog_core::Delivery>,
+    ) -> Result<Vec<v1::Delivery>, Status> {
+        let mut wire = Vec::with_capacity(deliveries.len());
+        for delivery in deliveries {
+            if let Some(payload) = self.payload(stored, &delivery.record)? {
+                wire.push(convert::delivery_to_wire(delivery, payload));
+            }
+        }
+        Ok(wire)
     }
 
     fn status(&self) -> Result<v1::ClusterStatusResponse, Status> {
@@ -589,7 +773,6 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
 
     type SubscribeStream = ServerStream<v1::Delivery>;
 
-    #[allow(clippy::disallowed_methods, reason = "spaces a subscription's skip-only fetches on the runtime's clock")]
     async fn subscribe(
         &self,
         request: Request<v1::SubscribeRequest>,
@@ -607,170 +790,36 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         let scope = Scope::of(&principal);
         let (stream, consumer) = (request.stream, request.consumer);
         let stored = scope.name_in(&stream);
+        let (stored_name, consumer_name) = (stored.clone(), consumer.clone());
         // Fail at once on an unknown consumer or a node that does not lead.
         let may_consume = |cell: &Cell, principal: &str| {
             cell.authorize(principal, &Access::Consume { stream: &stored, consumer: &consumer })
         };
         self.read_in(scope, &actor, may_consume, |cell| cell.consumer_info(&stored, &consumer, cell.last_at())).await?;
-        // Held by the subscription's task, so released when it ends (its subscriber gone, or an error sent).
-        let permit = self
-            .subscriptions
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| too_many_subscriptions(self.max_subscriptions))?;
-        let (sender, mut receiver) = mpsc::channel(usize::try_from(window).unwrap_or(256));
-        let service = self.clone();
-        // Pushed, not polled: the subscription proposes a fetch only when this node's replica says one would deliver
-        // something, and otherwise waits for the replica to change (a publish, an ack, the leader's tick that makes a
-        // redelivery due) without writing anything to the log.
-        tokio::spawn(async move {
-            let _permit = permit;
-            let mut skipped_at: Option<tokio::time::Instant> = None;
-            loop {
-                let applied = service.node.applied();
-                let mut changed = std::pin::pin!(applied.notified());
-                changed.as_mut().enable();
-                let state = lock(&service.node).map(|replica| replica.cell.consumer_work(&stored, &consumer));
-                let (work, pending) = match state {
-                    Ok(Ok(state)) => state,
-                    Ok(Err(rejection)) => {
-                        let rejection = Scope::of(&principal).rejection_out(rejection);
-                        let _ = sender.send(Err(from_rejection(&rejection))).await;
-                        return;
-                    }
-                    Err(status) => {
-                        let _ = sender.send(Err(status)).await;
-                        return;
-                    }
-                };
-                let room = window.saturating_sub(pending);
-                // A fetch that would only move the cursors over unmatched messages (so that the consumer's lag
-                // reads true) waits its turn, so a filter on a busy stream does not propose one per applied batch.
-                let skip_wait = skipped_at.map_or(Duration::ZERO, |at| SKIP_EVERY.saturating_sub(at.elapsed()));
-                let fetch = room > 0 && (work == Work::Deliver || (work == Work::Skip && skip_wait.is_zero()));
-                if !fetch {
-                    let skip_later = room > 0 && work == Work::Skip;
-                    tokio::select! {
-                        biased;
-                        () = sender.closed() => return,
-                        () = &mut changed => {}
-                        () = tokio::time::sleep(skip_wait), if skip_later => {}
-                    }
-                    continue;
-                }
-                if work == Work::Skip {
-                    skipped_at = Some(tokio::time::Instant::now());
-                }
-                let command = Command::Fetch {
-                    stream: stream.clone(),
-                    consumer: consumer.clone(),
-                    member: member.clone(),
-                    max: room,
-                };
-                let delivered = match service.write(&actor, command).await {
-                    Ok(Outcome::Fetched(deliveries)) => {
-                        let n = deliveries.len();
-                        for delivery in deliveries {
-                            // A body this node cannot read ends the stream with its error; the delivery comes
-                            // again after its ack wait.
-                            let item = match service.payload(&stored, &delivery.record) {
-                                Ok(Some(payload)) => Ok(convert::delivery_to_wire(delivery, payload)),
-                                Ok(None) => continue,
-                                Err(status) => Err(status),
-                            };
-                            let failed = item.is_err();
-                            if sender.send(item).await.is_err() || failed {
-                                return;
-                            }
-                        }
-                        n
-                    }
-                    Ok(other) => {
-                        let _ = sender.send(Err(unexpected(&other))).await;
-                        return;
-                    }
-                    Err(status) => {
-                        let _ = sender.send(Err(status)).await;
-                        return;
-                    }
-                };
-                if delivered == 0 && work == Work::Deliver {
-                    // Another member took it first (or it started a delayed message's wait): ask again only once
-                    // something else is applied, so that nothing can make this loop propose fetch after fetch.
-                    let mut next = std::pin::pin!(applied.notified());
-                    tokio::select! {
-                        biased;
-                        () = sender.closed() => return,
-                        () = &mut next => {}
-                    }
-                }
-            }
-        });
-        let deliveries = futures::stream::poll_fn(move |context| receiver.poll_recv(context));
-        Ok(Response::new(Box::pin(deliveries)))
+        let probe = move |cell: &Cell| {
+            cell.consumer_work(&stored_name, &consumer_name).map(|(work, pending)| (work, pending, false))
+        };
+        let fetch = move |room: u32| Command::Fetch {
+            stream: stream.clone(),
+            consumer: consumer.clone(),
+            member: member.clone(),
+            max: room,
+        };
+        self.feed(actor, principal, stored, window, probe, fetch)
     }
 
     async fn ack(&self, request: Request<v1::AckRequest>) -> Result<Response<v1::AckResponse>, Status> {
         let actor = self.callers.actor(&request)?;
         let request = request.into_inner();
-        if request.acks.len() > MAX_FETCH as usize {
-            return Err(invalid_argument(format!("at most {MAX_FETCH} acks per call")));
-        }
-        let mut pending = Vec::with_capacity(request.acks.len());
-        for item in &request.acks {
-            let next = match convert::ack_kind(item) {
-                Ok(kind) => {
-                    let command = Command::Ack {
-                        stream: request.stream.clone(),
-                        consumer: request.consumer.clone(),
-                        partition: item.partition,
-                        seq: item.seq,
-                        kind,
-                    };
-                    let admitted = match self.admit(&actor, command) {
-                        Ok(command) => self.node.submit_now(command).await,
-                        Err(status) => {
-                            pending.push(Pending::Refused(status));
-                            continue;
-                        }
-                    };
-                    match admitted {
-                        Ok(answer) => Pending::Submitted(answer),
-                        // Nothing was handed to Raft: the whole call goes where the leader is.
-                        Err(error @ ProposeError::NotLeader { .. })
-                            if !pending.iter().any(|p| matches!(p, Pending::Submitted(_))) =>
-                        {
-                            return Err(from_propose(error));
-                        }
-                        Err(error) => Pending::Refused(from_propose(error)),
-                    }
-                }
-                Err(status) => Pending::Refused(status),
-            };
-            pending.push(next);
-        }
-        let mut results = Vec::with_capacity(pending.len());
-        for next in pending {
-            let outcome = match next {
-                Pending::Submitted(answer) => self.answered(answer.wait().await),
-                Pending::Refused(status) => Err(status),
-            };
-            results.push(match outcome {
-                Ok(Outcome::Acked { state, already_done }) => {
-                    self.metrics.acked.inc();
-                    v1::AckResult {
-                        result: Some(v1::ack_result::Result::State(convert::ack_state_to_wire(state) as i32)),
-                        already_done,
-                    }
-                }
-                Ok(other) => return Err(unexpected(&other)),
-                Err(status) => v1::AckResult {
-                    result: Some(v1::ack_result::Result::Error(to_item_error(&status))),
-                    already_done: false,
-                },
-            });
-        }
-        Ok(Response::new(v1::AckResponse { results }))
+        let (stream, consumer) = (request.stream, request.consumer);
+        self.acks(&actor, &request.acks, |partition, seq, kind| Command::Ack {
+            stream: stream.clone(),
+            consumer: consumer.clone(),
+            partition,
+            seq,
+            kind,
+        })
+        .await
     }
 
     async fn commit_cursor(
@@ -782,6 +831,191 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         let command = Command::CommitCursor {
             stream: request.stream,
             consumer: request.consumer,
+            partition: request.partition,
+            next_seq: request.next_seq,
+        };
+        match self.write(&actor, command).await? {
+            Outcome::CursorCommitted { next_seq } => Ok(Response::new(v1::CommitCursorResponse { next_seq })),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn join_group(
+        &self,
+        request: Request<v1::JoinGroupRequest>,
+    ) -> Result<Response<v1::GroupAssignment>, Status> {
+        let actor = self.callers.actor(&request)?;
+        let request = request.into_inner();
+        let session_timeout_ms = match request.session_timeout_ms {
+            0 => convert::DEFAULT_SESSION_TIMEOUT_MS,
+            timeout => timeout,
+        };
+        let command = Command::JoinGroup {
+            stream: request.stream,
+            group: request.group,
+            member: request.member,
+            strategy: convert::strategy(request.strategy)?,
+            session_timeout_ms,
+            config: convert::consumer_config(request.config)?,
+        };
+        match self.write(&actor, command).await? {
+            Outcome::GroupAssignment(assignment) => Ok(Response::new(convert::assignment_to_wire(assignment))),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn heartbeat(&self, request: Request<v1::HeartbeatRequest>) -> Result<Response<v1::GroupAssignment>, Status> {
+        let actor = self.callers.actor(&request)?;
+        let request = request.into_inner();
+        let command = Command::Heartbeat {
+            stream: request.stream,
+            group: request.group,
+            member: request.member,
+            generation: request.generation,
+            released: request.released,
+        };
+        match self.write(&actor, command).await? {
+            Outcome::GroupAssignment(assignment) => Ok(Response::new(convert::assignment_to_wire(assignment))),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn leave_group(
+        &self,
+        request: Request<v1::LeaveGroupRequest>,
+    ) -> Result<Response<v1::LeaveGroupResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
+        let request = request.into_inner();
+        let command = Command::LeaveGroup { stream: request.stream, group: request.group, member: request.member };
+        match self.write(&actor, command).await? {
+            Outcome::GroupLeft { was_member } => Ok(Response::new(v1::LeaveGroupResponse { was_member })),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn list_groups(
+        &self,
+        request: Request<v1::ListGroupsRequest>,
+    ) -> Result<Response<v1::ListGroupsResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
+        let principal = self.principal(&actor)?;
+        let scope = Scope::of(&principal);
+        let named = request.into_inner().stream;
+        let stream = scope.name_in(&named);
+        let groups = self
+            .read_in(scope, &actor, sees_stream(&stream), |cell| {
+                let now = cell.last_at();
+                let names = cell.group_names(&stream)?;
+                names.iter().map(|name| cell.group_info(&stream, name, now)).collect::<Result<Vec<_>, _>>()
+            })
+            .await?;
+        Ok(Response::new(v1::ListGroupsResponse {
+            groups: groups.into_iter().map(|info| group_out(&named, scope, info)).collect(),
+        }))
+    }
+
+    async fn get_group(&self, request: Request<v1::GetGroupRequest>) -> Result<Response<v1::GroupInfo>, Status> {
+        let actor = self.callers.actor(&request)?;
+        let principal = self.principal(&actor)?;
+        let scope = Scope::of(&principal);
+        let request = request.into_inner();
+        let stream = scope.name_in(&request.stream);
+        let info = self
+            .read_in(scope, &actor, sees_consumer(&stream, &request.group), |cell| {
+                cell.group_info(&stream, &request.group, cell.last_at())
+            })
+            .await?;
+        Ok(Response::new(group_out(&request.stream, scope, info)))
+    }
+
+    async fn member_fetch(
+        &self,
+        request: Request<v1::MemberFetchRequest>,
+    ) -> Result<Response<v1::MemberFetchResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
+        let request = request.into_inner();
+        let stored = Scope::of(&self.principal(&actor)?).name_in(&request.stream);
+        let command = Command::MemberFetch {
+            stream: request.stream,
+            group: request.group,
+            member: request.member,
+            generation: request.generation,
+            max: request.max.max(1),
+        };
+        match self.write(&actor, command).await? {
+            Outcome::MemberFetched { generation, deliveries } => Ok(Response::new(v1::MemberFetchResponse {
+                generation,
+                deliveries: self.deliveries_to_wire(&stored, deliveries)?,
+            })),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    type MemberSubscribeStream = ServerStream<v1::Delivery>;
+
+    async fn member_subscribe(
+        &self,
+        request: Request<v1::MemberSubscribeRequest>,
+    ) -> Result<Response<Self::MemberSubscribeStream>, Status> {
+        let actor = self.callers.actor(&request)?;
+        let request = request.into_inner();
+        let window = match request.max_in_flight {
+            0 => DEFAULT_SUBSCRIBE_WINDOW,
+            window => window.min(MAX_FETCH),
+        };
+        let principal = self.principal(&actor)?;
+        let scope = Scope::of(&principal);
+        let stored = scope.name_in(&request.stream);
+        let (group, member, generation) = (request.group, request.member, request.generation);
+        let may_consume = |cell: &Cell, principal: &str| {
+            cell.authorize(principal, &Access::Consume { stream: &stored, consumer: &group })
+        };
+        // Fail at once on an unknown group or member, or a node that does not lead.
+        self.read_in(scope, &actor, may_consume, |cell| cell.member_work(&stored, &group, &member, generation)).await?;
+        let (stored_name, group_name, member_name) = (stored.clone(), group.clone(), member.clone());
+        // Ends once the group moves past the generation the member subscribed with: its assignment may have changed.
+        let probe = move |cell: &Cell| {
+            cell.member_work(&stored_name, &group_name, &member_name, generation)
+                .map(|(work, pending, current)| (work, pending, current != generation))
+        };
+        let stream = request.stream;
+        let fetch = move |room: u32| Command::MemberFetch {
+            stream: stream.clone(),
+            group: group.clone(),
+            member: member.clone(),
+            generation,
+            max: room,
+        };
+        self.feed(actor, principal, stored, window, probe, fetch)
+    }
+
+    async fn member_ack(&self, request: Request<v1::MemberAckRequest>) -> Result<Response<v1::AckResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
+        let request = request.into_inner();
+        let (stream, group, member, generation) = (request.stream, request.group, request.member, request.generation);
+        self.acks(&actor, &request.acks, |partition, seq, kind| Command::MemberAck {
+            stream: stream.clone(),
+            group: group.clone(),
+            member: member.clone(),
+            generation,
+            partition,
+            seq,
+            kind,
+        })
+        .await
+    }
+
+    async fn member_commit(
+        &self,
+        request: Request<v1::MemberCommitRequest>,
+    ) -> Result<Response<v1::CommitCursorResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
+        let request = request.into_inner();
+        let command = Command::MemberCommit {
+            stream: request.stream,
+            group: request.group,
+            member: request.member,
+            generation: request.generation,
             partition: request.partition,
             next_seq: request.next_seq,
         };

@@ -113,6 +113,9 @@ pub fn rejection_parts(rejection: &Rejection) -> (Code, ErrorDetail) {
         Rejection::PermissionDenied { .. } => (Code::PermissionDenied, "PERMISSION_DENIED"),
         Rejection::PrincipalNotFound { .. } => (Code::NotFound, "PRINCIPAL_NOT_FOUND"),
         Rejection::CapReached { .. } => (Code::ResourceExhausted, "CAP_REACHED"),
+        Rejection::GroupNotFound { .. } => (Code::NotFound, "GROUP_NOT_FOUND"),
+        Rejection::UnknownMember { .. } => (Code::FailedPrecondition, "UNKNOWN_MEMBER"),
+        Rejection::NotOwner { .. } => (Code::FailedPrecondition, "NOT_OWNER"),
     };
     let mut detail = detail(reason, message);
     match rejection {
@@ -122,6 +125,9 @@ pub fn rejection_parts(rejection: &Rejection) -> (Code, ErrorDetail) {
             detail.retry_after_ms = 1000;
         }
         Rejection::Fenced { current_epoch } => detail.current_epoch = *current_epoch,
+        Rejection::UnknownMember { generation, .. } | Rejection::NotOwner { generation, .. } => {
+            detail.generation = *generation
+        }
         Rejection::WrongLastSequence { last } | Rejection::WrongLastSubjectSequence { last } => detail.last_seq = *last,
         _ => {}
     }

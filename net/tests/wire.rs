@@ -4,56 +4,14 @@
 // Real sockets and tokio: not a simulation test.
 #![cfg(not(madsim))]
 
-use std::sync::Arc;
+mod common;
+use common::one_node;
 
 use bytes::{Buf, BufMut, Bytes};
 use cellog_client::proto as v1;
 use cellog_client::{Client, ClientError, ClientOptions};
-use cellog_net::{NodeConfig, RaftTiming, RunningNode};
-use cellog_raft::SystemClock;
-use cellog_raft::storage::SimDisk;
 use tonic::Code;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
-
-async fn one_node() -> (RunningNode<SimDisk>, Client) {
-    let any = "127.0.0.1:0".parse().expect("an address");
-    let config = NodeConfig {
-        cell: "wire".to_string(),
-        id: 1,
-        data_dir: std::env::temp_dir(),
-        client_addr: any,
-        raft_addr: any,
-        advertise_client_addr: None,
-        advertise_raft_addr: None,
-        metrics_addr: Some(any),
-        peers: Vec::new(),
-        bootstrap: true,
-        timing: RaftTiming {
-            heartbeat_ms: 50,
-            election_timeout_ms: 200,
-            snapshot_every: 1000,
-            keep_logs: 1000,
-            ..RaftTiming::default()
-        },
-        mail: None,
-        past: cellog_raft::Past::Unknown,
-        cell_id: None,
-        callers: cellog_net::auth::Callers { insecure: true, cell: None, rate: None },
-        root_token: None,
-        tls: None,
-        limits: cellog_net::Limits::DEFAULT,
-    };
-    let node = RunningNode::start(&config, SimDisk::new(7), Arc::new(SystemClock)).await.expect("the node starts");
-    let client = Client::new([node.client_addr.to_string()], ClientOptions::default()).expect("a client");
-    for _ in 0..200 {
-        if client.cluster_status().await.is_ok_and(|status| status.state == "Leader" && status.applied_index.is_some())
-        {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-    }
-    (node, client)
-}
 
 fn expect_error<T: std::fmt::Debug>(result: Result<T, ClientError>, code: Code, reason: &str) -> v1::ErrorDetail {
     match result {
@@ -126,7 +84,7 @@ async fn raw_call(addr: &str, method: &'static str, body: Bytes) -> Result<Bytes
 
 #[tokio::test]
 async fn bad_input_gets_typed_errors_and_changes_nothing() {
-    let (node, client) = one_node().await;
+    let (node, client) = one_node("wire").await;
     client.create_stream("orders", stream_config(&["orders.>"])).await.expect("created");
     client.publish(publish("orders.1", b"first")).await.expect("published");
     let before = client.stream_info("orders").await.expect("info");
@@ -218,7 +176,7 @@ async fn bad_input_gets_typed_errors_and_changes_nothing() {
 
 #[tokio::test]
 async fn health_reflection_and_metrics_answer() {
-    let (node, client) = one_node().await;
+    let (node, client) = one_node("wire").await;
     client.create_stream("m", stream_config(&["m.>"])).await.expect("created");
     client.publish(publish("m.1", b"x")).await.expect("published");
     // A message key over its cap: RESOURCE_EXHAUSTED naming the cap, counted by cap.
@@ -284,7 +242,7 @@ async fn health_reflection_and_metrics_answer() {
 
 #[tokio::test]
 async fn a_lagging_peer_holds_retention_back_until_it_reports_progress() {
-    let (node, client) = one_node().await;
+    let (node, client) = one_node("wire").await;
     let mut config = stream_config(&["feed.>"]);
     config.max_messages = Some(3);
     client.create_stream("feed", config).await.expect("created");
@@ -338,7 +296,7 @@ async fn a_lagging_peer_holds_retention_back_until_it_reports_progress() {
 
 #[tokio::test]
 async fn large_messages_are_answered_within_the_wire_limit_and_none_is_counted_unsent() {
-    let (node, client) = one_node().await;
+    let (node, client) = one_node("wire").await;
     let config = v1::StreamConfig { max_payload_bytes: Some(8 * 1024 * 1024), ..stream_config(&["big.>"]) };
     client.create_stream("big", config).await.expect("a stream");
     let consumer = v1::ConsumerConfig { ack_wait_ms: Some(60_000), ..Default::default() };

@@ -72,6 +72,19 @@ fn span(first: u64, last: u64) -> String {
     if first == last { first.to_string() } else { format!("{first}-{last}") }
 }
 
+/// Partitions by member, `a:0,2 b:1`.
+fn owners(pairs: &[(std::sync::Arc<str>, u32)]) -> String {
+    let mut by_member: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for (member, partition) in pairs {
+        by_member.entry(member).or_default().push(partition.to_string());
+    }
+    by_member
+        .iter()
+        .map(|(member, partitions)| format!("{member}:{}", partitions.join(",")))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// (what, stream, partition) → runs of consecutive sequences, `(first, last)`.
 type Runs = BTreeMap<(&'static str, String, u32), Vec<(u64, u64)>>;
 
@@ -129,6 +142,15 @@ pub(crate) fn effects<'a>(index: u64, effects: impl IntoIterator<Item = &'a Effe
             }
             Effect::TokenRevoked { principal, token } => {
                 tracing::info!(target: TARGET, index, %principal, %token, "token-revoked");
+            }
+            Effect::GroupChanged { stream, group, generation, member, change, granted, revoking, released } => {
+                let change: &'static str = change.into();
+                let granted = owners(granted);
+                let revoking = owners(revoking);
+                tracing::debug!(
+                    target: TARGET, index, %stream, %group, generation, %member, change, %granted, %revoking,
+                    ?released, "group"
+                );
             }
             // Storage work, not a transition: the state machine writes it and never passes it here.
             Effect::BodyStored { .. } | Effect::BodyCopied { .. } | Effect::BodyReleased { .. } => {}

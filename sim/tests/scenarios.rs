@@ -560,3 +560,156 @@ async fn sealed_mail() {
     assert_eq!(received.len(), 2 * N, "one line per envelope stored");
     assert!(received.iter().all(|line| line.contains("signer=") && line.contains("plaintext_sha256=")), "{received:?}");
 }
+
+/// A consumer group of three cooperative members works through a stream under load. One member dies (stops
+/// heartbeating) and a fourth joins; the leader crashes in the middle of that rebalance. Every published message is
+/// processed by a member that owned its partition when it acknowledged it; the dead member's late ack, made with what
+/// it knew, is refused; and every replica ends with the same group.
+#[madsim::test]
+async fn a_consumer_group_rebalances_through_a_member_death_a_join_and_a_leader_crash() {
+    use cellog_client::group::{GroupMember, MemberOptions, Quiet};
+    use std::sync::{Arc, Mutex};
+
+    const GROUP_PARTITIONS: u32 = 8;
+    let mut cluster = Cluster::new(3);
+    cluster.wait_leader().await;
+    let client = cluster.client();
+    cluster
+        .on_client(async move {
+            let config = v1::StreamConfig {
+                subjects: vec!["jobs.>".to_string()],
+                partitions: GROUP_PARTITIONS,
+                ..v1::StreamConfig::default()
+            };
+            client.create_stream("jobs", config).await.expect("the stream");
+        })
+        .await;
+    let options = MemberOptions {
+        session_timeout: Duration::from_secs(3),
+        heartbeat_every: Duration::from_millis(500),
+        config: v1::ConsumerConfig { ack_wait_ms: Some(2_000), ..v1::ConsumerConfig::default() },
+        ..MemberOptions::default()
+    };
+    // (member, partition, seq) of every ack the cell accepted.
+    let acked: Arc<Mutex<Vec<(String, u32, u64)>>> = Arc::default();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let worker = |name: &'static str, client: cellog_client::Client| {
+        let (options, acked, stop) = (options.clone(), acked.clone(), stop.clone());
+        async move {
+            let mut me = loop {
+                match GroupMember::join(client.clone(), "jobs", "workers", name, options.clone(), &mut Quiet).await {
+                    Ok(me) => break me,
+                    Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+                }
+            };
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let deliveries = match me.fetch(64, &mut Quiet).await {
+                    Ok(deliveries) => deliveries,
+                    Err(error) if error.reason() == Some("UNKNOWN_MEMBER") => {
+                        me = GroupMember::join(client.clone(), "jobs", "workers", name, options.clone(), &mut Quiet)
+                            .await
+                            .unwrap_or(me);
+                        continue;
+                    }
+                    Err(_) => Vec::new(),
+                };
+                if deliveries.is_empty() {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+                let items: Vec<v1::AckItem> = deliveries
+                    .iter()
+                    .filter_map(|d| d.message.as_ref())
+                    .map(|m| v1::AckItem { partition: m.partition, seq: m.seq, ..v1::AckItem::default() })
+                    .collect();
+                if let Ok(results) = me.ack(items.clone()).await {
+                    let mut acked = acked.lock().expect("the ack log");
+                    for (item, result) in items.iter().zip(results) {
+                        if matches!(result.result, Some(v1::ack_result::Result::State(_))) {
+                            acked.push((name.to_string(), item.partition, item.seq));
+                        }
+                    }
+                }
+            }
+            let _ = me.leave(&mut Quiet).await;
+        }
+    };
+    let a = cluster.spawn_on_client(worker("a", cluster.client()));
+    let b = cluster.spawn_on_client(worker("b", cluster.client()));
+    let c = cluster.spawn_on_client(worker("c", cluster.client()));
+    let producer = Producer::new(&cluster, "p1");
+    let publisher = cluster.spawn_on_client(async move {
+        for start in (0..400).step_by(50) {
+            let requests = (start..start + 50)
+                .map(|index| v1::PublishRequest {
+                    subject: format!("jobs.{}", index % 13),
+                    key: Some(Bytes::from(format!("key-{}", index % 29))),
+                    payload: Bytes::from(format!("job-{index}")),
+                    msg_id: Some(format!("job-{index}")),
+                    ..v1::PublishRequest::default()
+                })
+                .collect();
+            let mut producer = producer.clone();
+            producer.publish(requests, 16).await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // c dies: it stops heartbeating, and its session ends after 3 s. What it knew is kept for its late ack.
+    c.abort();
+    let client = cluster.client();
+    let c_knew = cluster
+        .on_client(async move {
+            let info = client.group_info("jobs", "workers").await.expect("the group");
+            let owned: Vec<u32> = info.partitions.iter().filter(|p| p.owner == "c").map(|p| p.partition).collect();
+            (info.generation, owned)
+        })
+        .await;
+    let d = cluster.spawn_on_client(worker("d", cluster.client()));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let leader = cluster.wait_leader().await;
+    cluster.node(leader).crash();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    cluster.node(leader).restart();
+    publisher.await.expect("published");
+    // Let the members drain everything, then stop them.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for member in [a, b, d] {
+        member.await.expect("a member ends");
+    }
+
+    // c's late ack, with the generation it knew, of a partition it owned then: refused.
+    let client = cluster.client();
+    let (generation, owned) = c_knew;
+    if let Some(&partition) = owned.first() {
+        let late = cluster
+            .on_client(async move {
+                let item = v1::AckItem { partition, seq: 1, ..v1::AckItem::default() };
+                client.member_ack("jobs", "workers", "c", generation, vec![item]).await.expect("an answer")
+            })
+            .await;
+        let reason = match &late[0].result {
+            Some(v1::ack_result::Result::Error(error)) => error.detail.clone().unwrap_or_default().reason,
+            other => panic!("c's late ack was not refused: {other:?}"),
+        };
+        assert!(reason == "UNKNOWN_MEMBER" || reason == "NOT_OWNER", "{reason}");
+    }
+    // Every published message was stored once and is done for the group (an ack whose answer a crash lost may have
+    // landed: the cell's positions say), the members' answered acks were of stored messages, and the replicas end
+    // equal, groups included.
+    let client = cluster.client();
+    let (stored, consumer) = cluster
+        .on_client(async move {
+            let stream = client.stream_info("jobs").await.expect("the stream");
+            let group = client.group_info("jobs", "workers").await.expect("the group");
+            (stream.messages, group.consumer.expect("the group's consumer"))
+        })
+        .await;
+    assert_eq!(stored, 400, "every message stored once");
+    assert_eq!((consumer.lag_total, consumer.pending, consumer.ready), (0, 0, 0), "everything done: {consumer:?}");
+    let acked = acked.lock().expect("the ack log").clone();
+    let done: BTreeSet<(u32, u64)> = acked.iter().map(|(_, p, s)| (*p, *s)).collect();
+    assert!(!done.is_empty() && done.iter().all(|&(p, s)| p < GROUP_PARTITIONS && s >= 1));
+    cluster.converge().await;
+}

@@ -12,6 +12,7 @@ pub mod auth;
 pub mod certs;
 pub mod cluster;
 pub mod consumer;
+pub mod group;
 #[cfg(feature = "node")]
 pub mod keys;
 pub mod mail;

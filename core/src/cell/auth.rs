@@ -91,6 +91,15 @@ impl Cell {
             | Command::CommitCursor { stream, consumer, .. } => {
                 auth.authorize(principal, &Access::Consume { stream, consumer })?
             }
+            // Consuming as a group's member is consuming as the group's consumer, which the first join creates.
+            Command::JoinGroup { stream, group: consumer, .. }
+            | Command::Heartbeat { stream, group: consumer, .. }
+            | Command::LeaveGroup { stream, group: consumer, .. }
+            | Command::MemberFetch { stream, group: consumer, .. }
+            | Command::MemberAck { stream, group: consumer, .. }
+            | Command::MemberCommit { stream, group: consumer, .. } => {
+                auth.authorize(principal, &Access::Consume { stream, consumer })?
+            }
             Command::InitProducer { .. } => auth.authorize(principal, &Access::AnyPublish)?,
             Command::BeginTransaction(r)
             | Command::PrepareTransaction(r)

@@ -1,11 +1,12 @@
 //! Consumers: creating and updating them, fetches, acks of every kind, dead letters and cursor commits.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::limits::{MAX_CONSUMERS_PER_STREAM, invalid};
 use super::timers::Timer;
 use super::{Cell, stream_in};
-use crate::command::{AckKind, AckState, Effect, Outcome, PublishRequest};
+use crate::command::{AckKind, AckState, Delivery, Effect, Outcome, PublishRequest};
 use crate::config::{ConsumerConfig, RetentionPolicy};
 use crate::consumer::{Acked, DeadLetter};
 use crate::error::Rejection;
@@ -78,6 +79,8 @@ impl Cell {
         if !s.remove_consumer(name, &mut self.effects) {
             return Err(Rejection::ConsumerNotFound { stream: stream.to_string(), consumer: name.to_string() });
         }
+        // A group's consumer goes with its group.
+        self.groups.remove(&(Arc::from(stream), Arc::from(name)));
         Ok(Outcome::ConsumerDeleted)
     }
 
@@ -88,15 +91,16 @@ impl Cell {
         consumer: &str,
         member: &str,
         max: u32,
-    ) -> Result<Outcome, Rejection> {
+        only: Option<&BTreeSet<u32>>,
+    ) -> Result<Vec<Delivery>, Rejection> {
         let s = stream_in(&mut self.streams, stream)?;
         let stream_id = s.id();
         let member: Arc<str> = Arc::from(member);
-        let (consumer_id, deliveries, timers) = s.fetch(consumer, &member, max, at)?;
+        let (consumer_id, deliveries, timers) = s.fetch(consumer, &member, max, at, only)?;
         for (due, partition, seq) in timers {
             self.timers.set(at, due, Timer::Delivery { stream_id, consumer_id, partition, seq });
         }
-        Ok(Outcome::Fetched(deliveries))
+        Ok(deliveries)
     }
 
     pub(super) fn ack(

@@ -39,6 +39,12 @@ pub const MAX_HEADER_BYTES: usize = 64 * 1024;
 pub const MAX_COMMAND_BYTES: usize = MAX_PAYLOAD_LIMIT as usize + 1024 * 1024;
 /// Most records one read returns.
 pub const MAX_READ: usize = 10_000;
+/// Most members of one consumer group.
+pub const MAX_GROUP_MEMBERS: usize = 1024;
+/// Shortest session timeout of a group member.
+pub const MIN_SESSION_TIMEOUT_MS: u64 = 100;
+/// Longest session timeout of a group member (30 minutes).
+pub const MAX_SESSION_TIMEOUT_MS: u64 = 30 * 60 * 1000;
 
 pub(super) fn invalid(reason: impl Into<String>) -> Rejection {
     Rejection::Invalid { reason: reason.into() }
@@ -165,6 +171,47 @@ impl Command {
                 Ok(())
             }
             Command::Ack { kind: AckKind::Nack { delay_ms }, .. } => check_duration("nack delay_ms", *delay_ms),
+            Command::JoinGroup { group, member, session_timeout_ms, config, .. } => {
+                check_name(NameKind::Consumer, group)?;
+                check_name(NameKind::Member, member)?;
+                if !(MIN_SESSION_TIMEOUT_MS..=MAX_SESSION_TIMEOUT_MS).contains(session_timeout_ms) {
+                    return Err(invalid(format!(
+                        "session_timeout_ms must be between {MIN_SESSION_TIMEOUT_MS} and {MAX_SESSION_TIMEOUT_MS}"
+                    )));
+                }
+                config.validate()
+            }
+            Command::Heartbeat { group, member, released, .. } => {
+                check_name(NameKind::Consumer, group)?;
+                check_name(NameKind::Member, member)?;
+                if released.len() > crate::config::MAX_PARTITIONS as usize {
+                    return Err(invalid(format!(
+                        "a heartbeat releases at most {} partitions",
+                        crate::config::MAX_PARTITIONS
+                    )));
+                }
+                Ok(())
+            }
+            Command::LeaveGroup { group, member, .. } | Command::MemberCommit { group, member, .. } => {
+                check_name(NameKind::Consumer, group)?;
+                check_name(NameKind::Member, member)
+            }
+            Command::MemberFetch { group, member, max, .. } => {
+                check_name(NameKind::Consumer, group)?;
+                check_name(NameKind::Member, member)?;
+                if *max == 0 || *max > MAX_FETCH {
+                    return Err(invalid(format!("fetch max must be between 1 and {MAX_FETCH}")));
+                }
+                Ok(())
+            }
+            Command::MemberAck { group, member, kind, .. } => {
+                check_name(NameKind::Consumer, group)?;
+                check_name(NameKind::Member, member)?;
+                match kind {
+                    AckKind::Nack { delay_ms } => check_duration("nack delay_ms", *delay_ms),
+                    _ => Ok(()),
+                }
+            }
             Command::InitProducer { transactional_id, transaction_timeout_ms } => {
                 check_id(NameKind::TransactionalId, transactional_id)?;
                 if *transaction_timeout_ms == 0 || *transaction_timeout_ms > MAX_DURATION_MS {

@@ -14,13 +14,15 @@ use crate::auth::Auth;
 use crate::body::BodyRef;
 use crate::command::{Command, Effect, Outcome};
 use crate::error::Rejection;
+use crate::group::Group;
 use crate::route::Router;
-use crate::snapshot::{v3, v4, v5, v6};
+use crate::snapshot::{v3, v4, v5, v6, v7};
 use crate::stream::Stream;
 use crate::time::Millis;
 
 mod auth;
 mod consumers;
+mod groups;
 mod limits;
 mod publish;
 mod streams;
@@ -29,9 +31,9 @@ pub(crate) mod transaction;
 mod views;
 
 pub use limits::{
-    MAX_COMMAND_BYTES, MAX_CONSUMERS_PER_STREAM, MAX_DEDUP_IDS, MAX_FETCH, MAX_HEADER_BYTES, MAX_ID_BYTES,
-    MAX_KEY_BYTES, MAX_OPEN_TRANSACTIONS, MAX_PEERS_PER_STREAM, MAX_PRODUCERS, MAX_READ, MAX_RESPONSE_BYTES,
-    MAX_STREAMS, PRODUCER_IDLE_MS,
+    MAX_COMMAND_BYTES, MAX_CONSUMERS_PER_STREAM, MAX_DEDUP_IDS, MAX_FETCH, MAX_GROUP_MEMBERS, MAX_HEADER_BYTES,
+    MAX_ID_BYTES, MAX_KEY_BYTES, MAX_OPEN_TRANSACTIONS, MAX_PEERS_PER_STREAM, MAX_PRODUCERS, MAX_READ,
+    MAX_RESPONSE_BYTES, MAX_SESSION_TIMEOUT_MS, MAX_STREAMS, MIN_SESSION_TIMEOUT_MS, PRODUCER_IDLE_MS,
 };
 pub use streams::PIN_HEADER;
 use timers::Timers;
@@ -72,6 +74,8 @@ pub struct Cell {
     next_body: u64,
     /// Principals, their tokens and grants, and who registered each transactional producer.
     auth: Auth,
+    /// Consumer groups by (stream, group); each consumes through the stream's consumer of the group's name.
+    groups: BTreeMap<(Arc<str>, Arc<str>), Group>,
     /// Which stream claims a subject: derived from the streams' configs, not encoded, rebuilt on decode
     /// ([`Cell::rebuild_derived`]).
     #[serde(skip)]
@@ -81,6 +85,9 @@ pub struct Cell {
     /// on it.
     #[serde(skip)]
     producers_expire_from: ExpiryBound,
+    /// No group member's session ends before this time (a lower bound, rebuilt on decode), as for producers.
+    #[serde(skip)]
+    members_expire_from: ExpiryBound,
     /// Transient: not part of the state, not in snapshots, not compared.
     #[serde(skip)]
     effects: Vec<Effect>,
@@ -123,8 +130,10 @@ impl Cell {
             pinned_by: BTreeMap::new(),
             next_body: 1,
             auth: Auth::default(),
+            groups: BTreeMap::new(),
             router: Router::default(),
             producers_expire_from: ExpiryBound(Millis::MAX),
+            members_expire_from: ExpiryBound(Millis::MAX),
             effects: Vec::new(),
         }
     }
@@ -149,8 +158,10 @@ impl Cell {
             pinned_by: cell.pinned_by,
             next_body: cell.next_body,
             auth: Auth::default(),
+            groups: BTreeMap::new(),
             router: Router::default(),
             producers_expire_from: ExpiryBound(Millis::MAX),
+            members_expire_from: ExpiryBound(Millis::MAX),
             effects: Vec::new(),
         }
     }
@@ -185,6 +196,13 @@ impl Cell {
         cell
     }
 
+    /// The state a version 7 snapshot holds: version 6's and the consumer groups.
+    pub(crate) fn from_v7(cell: v7::Cell) -> Self {
+        let (state, groups) = cell.split();
+        let groups = groups.into_iter().map(|(key, group)| (key, group.into())).collect();
+        Cell { groups, ..Cell::from_v6(state) }
+    }
+
     /// Rebuilds what is derived from the state and not encoded (the subject router), after decoding.
     pub(crate) fn rebuild_derived(&mut self) {
         let mut router = Router::default();
@@ -195,6 +213,7 @@ impl Cell {
         }
         self.router = router;
         self.producers_expire_from = ExpiryBound(self.earliest_producer_expiry());
+        self.members_expire_from = ExpiryBound(self.earliest_member_expiry());
     }
 
     /// Every stored body the state refers to, in key order: the retained messages' (recalled messages have none) and
@@ -259,6 +278,7 @@ impl Cell {
         self.n_applied += 1;
         self.fire_timers(at);
         self.expire_idle_producers(at);
+        self.expire_group_members(at);
         let producer = command.producer();
         // The checks that need no state come first, exactly as a host makes them before proposing.
         let result = command.check().and_then(|()| self.dispatch(at, command));
@@ -281,11 +301,16 @@ impl Cell {
             Command::Recall { stream, partition, seq } => self.recall(at, &stream, partition, seq),
             Command::CreateConsumer { stream, name, config } => self.create_consumer(at, &stream, name, config),
             Command::DeleteConsumer { stream, name } => self.delete_consumer(&stream, &name),
-            Command::Fetch { stream, consumer, member, max } => self.fetch(at, &stream, &consumer, &member, max),
+            Command::Fetch { stream, consumer, member, max } => {
+                self.refuse_group_consumer(&stream, &consumer)?;
+                Ok(Outcome::Fetched(self.fetch(at, &stream, &consumer, &member, max, None)?))
+            }
             Command::Ack { stream, consumer, partition, seq, kind } => {
+                self.refuse_group_consumer(&stream, &consumer)?;
                 self.ack(at, &stream, &consumer, partition, seq, kind)
             }
             Command::CommitCursor { stream, consumer, partition, next_seq } => {
+                self.refuse_group_consumer(&stream, &consumer)?;
                 self.commit_cursor(&stream, &consumer, partition, next_seq)
             }
             Command::InitProducer { transactional_id, transaction_timeout_ms } => {
@@ -317,6 +342,24 @@ impl Cell {
             Command::UnregisterPeer { stream, peer } => self.unregister_peer(at, &stream, &peer),
             Command::Tick => Ok(Outcome::Ticked),
             Command::UpdateConsumer { stream, name, config } => self.update_consumer(&stream, &name, config),
+            Command::JoinGroup { stream, group, member, strategy, session_timeout_ms, config } => {
+                self.join_group(at, &stream, &group, &member, strategy, session_timeout_ms, config)
+            }
+            Command::Heartbeat { stream, group, member, generation, released } => {
+                self.heartbeat(at, &stream, &group, &member, generation, &released)
+            }
+            Command::LeaveGroup { stream, group, member } => self.leave_group(&stream, &group, &member),
+            Command::MemberFetch { stream, group, member, generation, max } => {
+                self.member_fetch(at, &stream, &group, &member, generation, max)
+            }
+            Command::MemberAck { stream, group, member, generation, partition, seq, kind } => {
+                self.check_member_owns(&stream, &group, &member, generation, partition)?;
+                self.ack(at, &stream, &group, partition, seq, kind)
+            }
+            Command::MemberCommit { stream, group, member, generation, partition, next_seq } => {
+                self.check_member_owns(&stream, &group, &member, generation, partition)?;
+                self.commit_cursor(&stream, &group, partition, next_seq)
+            }
         }
     }
 }

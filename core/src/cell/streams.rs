@@ -176,6 +176,7 @@ impl Cell {
             let target = self.pinned_by.remove(&key).expect("listed above");
             unpin(&mut self.streams, target, &mut released);
         }
+        self.forget_groups_of(name);
         self.effects.push(Effect::StreamDeleted { stream: stream.name().clone() });
         for target in released {
             self.enforce_retention(at, &target, None);

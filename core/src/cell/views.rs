@@ -33,6 +33,11 @@ impl Cell {
             for consumer in stream.consumers() {
                 parts.push((format!("stream {name} consumer {}", consumer.name()), digest_of(consumer)));
             }
+            for ((_, group), state) in
+                self.groups.range((name.clone(), Arc::from(""))..).take_while(|((s, _), _)| s == name)
+            {
+                parts.push((format!("stream {name} group {group}"), digest_of(state)));
+            }
         }
         parts
     }
@@ -51,7 +56,8 @@ impl Cell {
     pub fn next_deadline(&self) -> Option<Millis> {
         let timer = self.timers.queue.keys().next().map(|(due, _)| *due);
         let expiry = Some(self.producers_expire_from.0).filter(|&at| at < Millis::MAX);
-        timer.into_iter().chain(expiry).min()
+        let session = Some(self.members_expire_from.0).filter(|&at| at < Millis::MAX);
+        timer.into_iter().chain(expiry).chain(session).min()
     }
 
     /// Names of all streams, in order.
@@ -76,7 +82,7 @@ impl Cell {
     pub fn consumer_work(&self, stream: &str, consumer: &str) -> Result<(Work, u32), Rejection> {
         let stream = self.stream(stream)?;
         let consumer = stream.consumer(consumer)?;
-        Ok((consumer.work(stream.partitions(), stream.subjects()), consumer.n_pending()))
+        Ok((consumer.work(stream.partitions(), stream.subjects(), None), consumer.n_pending()))
     }
 
     /// A consumer's outstanding deliveries, in (partition, sequence) order, at most `max`.
