@@ -21,6 +21,7 @@ pub fn invariant(mutant: Mutant) -> &'static str {
         Mutant::DelayedVisibleEarly => "delayed",
         Mutant::LeaderTimeNotMonotonic => "cell-time",
         Mutant::GrantCheckSkipped => "grants",
+        Mutant::StaleGenerationAcked => "group",
     }
 }
 

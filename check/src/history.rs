@@ -77,6 +77,35 @@ pub enum Op {
         /// Its epoch.
         epoch: u32,
     },
+    /// Join a consumer group as a member (a new incarnation when it already was one).
+    JoinGroup {
+        /// The group.
+        group: String,
+        /// The member.
+        member: String,
+    },
+    /// Fetch as a member of a consumer group, knowing a generation.
+    MemberFetch {
+        /// The group.
+        group: String,
+        /// The member.
+        member: String,
+        /// The generation it names.
+        generation: u64,
+    },
+    /// Acknowledge one delivery as a member of a consumer group, naming a generation.
+    MemberAck {
+        /// The group.
+        group: String,
+        /// The member.
+        member: String,
+        /// The generation it names.
+        generation: u64,
+        /// The partition.
+        partition: u32,
+        /// The sequence.
+        seq: u64,
+    },
 }
 
 /// One message as a client saw it: where, which id, how many deliveries.
@@ -140,6 +169,20 @@ pub enum Value {
     },
     /// Done, nothing to report.
     Done,
+    /// A group member's assignment: the group's generation and the partitions it may fetch from.
+    Assignment {
+        /// The group's generation.
+        generation: u64,
+        /// Its partitions.
+        partitions: Vec<u32>,
+    },
+    /// Messages handed to a group member, and the group's generation when they were.
+    MemberMessages {
+        /// The group's generation.
+        generation: u64,
+        /// The messages.
+        seen: Vec<Seen>,
+    },
 }
 
 /// How an operation ended.

@@ -95,6 +95,26 @@ impl Call<'_> {
         self.ok(at_ms, Value::Producer { producer_id, epoch });
     }
 
+    /// A group member's join or heartbeat was answered with `partitions` at `generation`.
+    pub fn assigned(self, at_ms: u64, generation: u64, partitions: &[u32]) {
+        self.ok(at_ms, Value::Assignment { generation, partitions: partitions.to_vec() });
+    }
+
+    /// A member's fetch answered at `generation` handed out `(partition, seq, msg_id, delivery_count)`.
+    pub fn member_messages(self, at_ms: u64, generation: u64, messages: &[(u32, u64, &str, u32)]) {
+        let seen = messages
+            .iter()
+            .map(|&(partition, seq, msg_id, delivery_count)| Seen {
+                partition,
+                seq,
+                msg_id: Some(msg_id.to_string()),
+                delivery_count,
+                payload: Some(Fingerprint::of(msg_id.as_bytes())),
+            })
+            .collect();
+        self.ok(at_ms, Value::MemberMessages { generation, seen });
+    }
+
     /// The cell refused it: it did not happen.
     pub fn fail(self, at_ms: u64) {
         self.complete(at_ms, Completion::Fail("REFUSED".to_string()));
@@ -153,6 +173,36 @@ impl Script {
     /// An ack (`ack`, `nack` or `term`) by `consumer` of `partition`/`seq`.
     pub fn ack(&mut self, at_ms: u64, consumer: &str, kind: &'static str, partition: u32, seq: u64) -> Call<'_> {
         self.call(at_ms, consumer, Op::Ack { consumer: consumer.to_string(), partition, seq, kind })
+    }
+
+    /// `process` joins `group` as `member`.
+    pub fn join(&mut self, at_ms: u64, process: &str, group: &str, member: &str) -> Call<'_> {
+        self.call(at_ms, process, Op::JoinGroup { group: group.to_string(), member: member.to_string() })
+    }
+
+    /// `process` fetches as `member` of `group`, naming `generation`.
+    pub fn member_fetch(
+        &mut self,
+        at_ms: u64,
+        process: &str,
+        (group, member): (&str, &str),
+        generation: u64,
+    ) -> Call<'_> {
+        let op = Op::MemberFetch { group: group.to_string(), member: member.to_string(), generation };
+        self.call(at_ms, process, op)
+    }
+
+    /// `process` acks `partition`/`seq` as `member` of `group`, naming `generation`.
+    pub fn member_ack(
+        &mut self,
+        at_ms: u64,
+        process: &str,
+        (group, member): (&str, &str),
+        generation: u64,
+        (partition, seq): (u32, u64),
+    ) -> Call<'_> {
+        let op = Op::MemberAck { group: group.to_string(), member: member.to_string(), generation, partition, seq };
+        self.call(at_ms, process, op)
     }
 
     /// A read of `stream`/`partition` from `from`.

@@ -391,6 +391,37 @@ const ROWS: &[Row] = &[
         fails: &["order"],
     },
     Row {
+        name: "group members that hand a partition over through a new generation, and a fenced incarnation refused",
+        history: |s| {
+            s.join(0, "w1", "crew", "a").assigned(1, 1, &[0, 1]);
+            s.member_fetch(2, "w1", ("crew", "a"), 1).member_messages(3, 1, &[(0, 1, "t-1", 1), (1, 1, "t-2", 1)]);
+            s.join(4, "w2", "crew", "b").assigned(5, 2, &[]);
+            s.member_fetch(6, "w1", ("crew", "a"), 1).member_messages(7, 2, &[(0, 2, "t-3", 1)]);
+            s.member_fetch(8, "w2", ("crew", "b"), 3).member_messages(9, 3, &[(1, 1, "t-2", 2)]);
+            s.join(10, "w1-again", "crew", "a").assigned(11, 4, &[0]);
+            s.member_ack(12, "w1", ("crew", "a"), 1, (0, 1)).fail(13);
+            s.member_ack(14, "w1-again", ("crew", "a"), 4, (0, 1)).done(15);
+        },
+        fails: &[],
+    },
+    Row {
+        name: "one partition handed to two members at one generation",
+        history: |s| {
+            s.member_fetch(0, "w1", ("crew", "a"), 1).member_messages(1, 2, &[(0, 1, "t-1", 1)]);
+            s.member_fetch(2, "w2", ("crew", "b"), 2).member_messages(3, 2, &[(0, 2, "t-2", 1)]);
+        },
+        fails: &["group"],
+    },
+    Row {
+        name: "an earlier incarnation's ack lands after the member joined again",
+        history: |s| {
+            s.join(0, "w1", "crew", "a").assigned(1, 1, &[0]);
+            s.join(2, "w1-again", "crew", "a").assigned(3, 2, &[0]);
+            s.member_ack(4, "w1", ("crew", "a"), 1, (0, 1)).done(5);
+        },
+        fails: &["group"],
+    },
+    Row {
         name: "replicas at different indexes may differ",
         history: |s| {
             s.state(1, 10, &[("cell", "a"), ("stream orders", "b")]);

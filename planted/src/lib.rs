@@ -63,6 +63,9 @@ pub enum Mutant {
     /// A publish is not checked against the principal's publish grants: a principal may publish anywhere (grant check
     /// skipped).
     GrantCheckSkipped,
+    /// A group member's ack or commit is not checked against what it owns: an earlier incarnation's ack, or one for a
+    /// partition that moved, lands (stale generation acked).
+    StaleGenerationAcked,
     /// A message whose publish is applied at a cell time ending in 07 (about 1 in 100) is acknowledged but not kept:
     /// the canary, which shows the sweep reports failures at about the rate it should.
     Canary,

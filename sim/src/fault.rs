@@ -9,7 +9,7 @@ use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 
 use crate::cluster::{Cluster, NetworkFaults, SimNodeId};
-use crate::trace::simulated_elapsed;
+use crate::trace::{self, simulated_elapsed};
 
 /// One fault. Each is undone when its hold ends (a clock jump stays: clocks do not jump back by themselves).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -158,6 +158,10 @@ impl Cluster {
                 tokio::time::sleep(hold).await;
             }
             Fault::Disk(node, faults) => {
+                // A node still repairing the damage of an earlier fault is a failed node: damaging a second disk
+                // meanwhile would take a cell of three past the one failure it tolerates, where it must stop rather
+                // than elect a leader that may lack acknowledged entries. The fault waits for the repair.
+                self.wait_until_none_repairing(node, Duration::from_secs(30)).await;
                 self.node(node).disk_faults(faults);
                 tokio::time::sleep(hold).await;
                 self.node(node).disk_faults(DiskFaults::default());
@@ -181,6 +185,32 @@ impl Cluster {
                 }
                 tokio::time::sleep(hold).await;
             }
+        }
+    }
+
+    /// Waits (at most `limit`) until no running node but `except` says it is repairing a damaged log.
+    async fn wait_until_none_repairing(&self, except: SimNodeId, limit: Duration) {
+        let clients: Vec<_> =
+            self.running().into_iter().filter(|&id| id != except).map(|id| self.client_of(id)).collect();
+        let waited = self
+            .on_client(async move {
+                let started = simulated_elapsed();
+                let mut waited = Duration::ZERO;
+                loop {
+                    let mut repairing = false;
+                    for client in &clients {
+                        repairing |= client.cluster_status().await.is_ok_and(|status| status.repairing);
+                    }
+                    if !repairing || waited >= limit {
+                        return waited;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    waited = simulated_elapsed() - started;
+                }
+            })
+            .await;
+        if !waited.is_zero() {
+            trace::harness(Some(except), "disk-faults-waited", &format!("ms={}", waited.as_millis()));
         }
     }
 

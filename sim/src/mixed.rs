@@ -1,8 +1,8 @@
 //! The mixed workload that `ci/sim-run` and the chaos sweeps run: a producer (which may duplicate requests, and
 //! delays some messages by a day), a durable consumer and two work-queue workers that ack, nack or ignore, a
 //! transactional producer that aborts one transaction on purpose and is replaced midway, its old instance going on as
-//! a zombie, and a feed held full by a
-//! slow registered mirror; faults from a schedule meanwhile; then heal, drain and converge.
+//! a zombie, a feed held full by a slow registered mirror, and a consumer group whose member joins again while its
+//! earlier incarnation goes on acking; faults from a schedule meanwhile; then heal, drain and converge.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -21,7 +21,7 @@ use cellog_check::record::by_id;
 use crate::cluster::{Cluster, SimNodeId};
 use crate::fault::Step;
 use crate::seeds::Concern;
-use crate::workload::{Behaviour, Caller, Consumer, Mirror, Producer, TxnProducer};
+use crate::workload::{Behaviour, Caller, Consumer, GroupWorker, Mirror, Producer, TxnProducer};
 
 /// The stream every message of the producer goes to.
 pub const STREAM: &str = "orders";
@@ -48,6 +48,18 @@ pub const FEED: &str = "feed";
 pub const FEED_LIMIT: u64 = 6;
 /// The registered peer of [`FEED`].
 pub const MIRROR: &str = "mirror";
+/// A stream of [`TASKS_PARTITIONS`] partitions consumed by the consumer group [`CREW`].
+pub const TASKS: &str = "tasks";
+/// Its partitions.
+pub const TASKS_PARTITIONS: u32 = 4;
+/// The consumer group of [`TASKS`]: two members, the second of which joins again midway ([`CREW_REJOIN_ROUND`])
+/// while its earlier incarnation, a zombie, acks what it still held: every such ack must be refused.
+pub const CREW: &str = "crew";
+/// The round at which the second member of [`CREW`] joins again; it stops acking [`CREW_HOLD_ROUNDS`] rounds before,
+/// so that its earlier incarnation holds deliveries to ack once fenced.
+pub const CREW_REJOIN_ROUND: usize = 25;
+/// See [`CREW_REJOIN_ROUND`].
+pub const CREW_HOLD_ROUNDS: usize = 5;
 /// A process that runs as a principal of its own, which may publish to [`INTRUDER_GRANTS`] only, and tries
 /// [`INTRUDER_PUBLISHES`] publishes outside them: every one must be refused.
 pub const INTRUDER: &str = "intruder";
@@ -156,6 +168,12 @@ async fn setup(cluster: &Cluster) {
             };
             admin.create_stream(FEED, feed).await.expect("stream created");
             admin.register_peer(FEED, MIRROR).await.expect("peer registered");
+            let tasks = v1::StreamConfig {
+                subjects: vec!["tasks.>".to_string()],
+                partitions: TASKS_PARTITIONS,
+                ..v1::StreamConfig::default()
+            };
+            admin.create_stream(TASKS, tasks).await.expect("stream created");
             let grants = v1::Grants {
                 publish: INTRUDER_GRANTS.iter().map(|filter| filter.to_string()).collect(),
                 ..v1::Grants::default()
@@ -196,6 +214,12 @@ pub async fn run(cluster: &mut Cluster, schedule: &[Step]) -> Outcome {
                 let jobs = (round * 5..round * 5 + 5).map(|i| request("jobs.build".to_string(), format!("j-{i}")));
                 producer.publish(jobs.collect(), 8).await;
             }
+            let tasks = (round * 3..round * 3 + 3).map(|i| {
+                let mut task = request(format!("tasks.{}", i % 5), format!("k-{i}"));
+                task.key = Some(Bytes::from(format!("customer-{}", i % 7)));
+                task
+            });
+            producer.publish(tasks.collect(), 8).await;
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     });
@@ -249,6 +273,33 @@ pub async fn run(cluster: &mut Cluster, schedule: &[Step]) -> Outcome {
         }
         mirror
     });
+    let mut crew = GroupWorker::new(&*cluster, "crew-1", (TASKS, CREW), "crew-1");
+    let mut zombie = GroupWorker::new(&*cluster, "crew-2", (TASKS, CREW), "crew-2");
+    let mut successor = GroupWorker::new(&*cluster, "crew-2-again", (TASKS, CREW), "crew-2");
+    let grouping = cluster.spawn_on_client(async move {
+        let mut held = Vec::new();
+        for round in 0..60 {
+            crew.round(8).await;
+            if round < CREW_REJOIN_ROUND - CREW_HOLD_ROUNDS {
+                zombie.round(8).await;
+            } else if round < CREW_REJOIN_ROUND {
+                // It stops acking: what it is handed now, it still holds when it is fenced.
+                if zombie.generation == 0 {
+                    zombie.join().await;
+                }
+                held.extend(zombie.fetch(8).await);
+            } else if round == CREW_REJOIN_ROUND {
+                successor.join().await;
+                for position in std::mem::take(&mut held) {
+                    zombie.ack(zombie.generation, position).await;
+                }
+            } else {
+                successor.round(8).await;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        (crew, successor)
+    });
     let mut txn = TxnProducer::new(&*cluster, "txn", "orders-txn");
     let mut zombie = TxnProducer::new(&*cluster, "zombie", "orders-txn");
     let transacting = cluster.spawn_on_client(async move {
@@ -298,6 +349,7 @@ pub async fn run(cluster: &mut Cluster, schedule: &[Step]) -> Outcome {
     let mut mirror = mirroring.await.expect("the mirror finished");
     let mut consumers = consuming.await.expect("the consumers finished");
     let committed = transacting.await.expect("the transactions finished");
+    let (mut crew, mut successor) = grouping.await.expect("the group finished");
     // The consumers go on until nothing comes for two seconds (or for at most a minute: a cell that keeps handing
     // out messages must not keep the run going forever).
     cluster
@@ -312,6 +364,8 @@ pub async fn run(cluster: &mut Cluster, schedule: &[Step]) -> Outcome {
                     got += consumer.round(64).await;
                 }
                 got += mirror.round(64).await;
+                got += crew.round(64).await;
+                got += successor.round(64).await;
                 idle = if got == 0 { idle + 1 } else { 0 };
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }

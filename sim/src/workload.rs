@@ -5,6 +5,8 @@
 //! - [`Consumer`]: a durable or work-queue consumer that fetches, then acks, nacks or ignores each delivery, as its
 //!   random stream decides.
 //! - [`TxnProducer`]: a transactional producer; two with one transactional id make the older a zombie to be fenced.
+//! - [`GroupWorker`]: a consumer group's member that joins, heartbeats, fetches and acks; one that joins again
+//!   leaves its earlier incarnation fenced.
 //! - [`Mirror`]: a registered peer of a stream that copies it slowly and reports how far it got, holding retention
 //!   back.
 
@@ -217,6 +219,140 @@ impl Consumer {
             }
         }
         deliveries.len()
+    }
+}
+
+/// A member of a consumer group (cooperative sticky): joins, heartbeats releasing what it is told to give up, fetches
+/// and acks everything it is handed, and joins again when the cell forgot it. Its joins, fetches and acks are
+/// recorded; its heartbeats are not (no checker reads them).
+pub struct GroupWorker {
+    process: String,
+    client: Client,
+    history: History,
+    stream: String,
+    group: String,
+    member: String,
+    /// The generation it acts at (0 before it joined).
+    pub generation: u64,
+}
+
+impl GroupWorker {
+    /// Process `process` of the history, member `member` of `group` on `stream`.
+    pub fn new(on: impl Into<Caller>, process: &str, (stream, group): (&str, &str), member: &str) -> GroupWorker {
+        let Caller { client, history } = on.into();
+        GroupWorker {
+            process: process.to_string(),
+            client,
+            history,
+            stream: stream.to_string(),
+            group: group.to_string(),
+            member: member.to_string(),
+            generation: 0,
+        }
+    }
+
+    /// Joins (again: a new incarnation). Returns whether it did.
+    pub async fn join(&mut self) -> bool {
+        let op = Op::JoinGroup { group: self.group.clone(), member: self.member.clone() };
+        let op_id = self.history.invoke(&self.process, op);
+        let request = v1::JoinGroupRequest {
+            stream: self.stream.clone(),
+            group: self.group.clone(),
+            member: self.member.clone(),
+            strategy: v1::GroupStrategy::StrategyCooperativeSticky.into(),
+            session_timeout_ms: 5_000,
+            config: Some(v1::ConsumerConfig { ack_wait_ms: Some(1_000), ..v1::ConsumerConfig::default() }),
+        };
+        let joined = self.client.join_group(request).await;
+        let value = joined.as_ref().map(|assignment| Value::Assignment {
+            generation: assignment.generation,
+            partitions: assignment.partitions.clone(),
+        });
+        self.history.complete(&self.process, op_id, completion(value));
+        match joined {
+            Ok(assignment) => {
+                self.generation = assignment.generation;
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Heartbeats, giving up what it is told to revoke; forgets its generation when the cell forgot it.
+    async fn heartbeat(&mut self) {
+        let (stream, group, member) = (&self.stream, &self.group, &self.member);
+        let mut answer = self.client.heartbeat(stream, group, member, self.generation, Vec::new()).await;
+        if let Ok(assignment) = &answer
+            && !assignment.revoking.is_empty()
+        {
+            let revoking = assignment.revoking.clone();
+            answer = self.client.heartbeat(stream, group, member, assignment.generation, revoking).await;
+        }
+        match answer {
+            Ok(assignment) => self.generation = assignment.generation,
+            Err(error) if error.reason() == Some("UNKNOWN_MEMBER") => self.generation = 0,
+            Err(_) => {}
+        }
+    }
+
+    /// Fetches up to `max` deliveries (recorded); returns their positions.
+    pub async fn fetch(&mut self, max: u32) -> Vec<(u32, u64)> {
+        let op =
+            Op::MemberFetch { group: self.group.clone(), member: self.member.clone(), generation: self.generation };
+        let op_id = self.history.invoke(&self.process, op);
+        let fetched = self.client.member_fetch(&self.stream, &self.group, &self.member, self.generation, max).await;
+        let value = fetched.as_ref().map(|answer| Value::MemberMessages {
+            generation: answer.generation,
+            seen: answer
+                .deliveries
+                .iter()
+                .filter_map(|delivery| {
+                    let message = delivery.message.as_ref()?;
+                    Some(Seen {
+                        partition: message.partition,
+                        seq: message.seq,
+                        msg_id: message.msg_id.clone(),
+                        delivery_count: delivery.delivery_count,
+                        payload: Some(Fingerprint::of(&message.payload)),
+                    })
+                })
+                .collect(),
+        });
+        self.history.complete(&self.process, op_id, completion(value));
+        let Ok(answer) = fetched else { return Vec::new() };
+        answer.deliveries.iter().filter_map(|d| d.message.as_ref()).map(|m| (m.partition, m.seq)).collect()
+    }
+
+    /// Acks `(partition, seq)` naming `generation` (recorded).
+    pub async fn ack(&self, generation: u64, (partition, seq): (u32, u64)) {
+        let op = Op::MemberAck { group: self.group.clone(), member: self.member.clone(), generation, partition, seq };
+        let op_id = self.history.invoke(&self.process, op);
+        let item = v1::AckItem { partition, seq, ..v1::AckItem::default() };
+        let answered = self.client.member_ack(&self.stream, &self.group, &self.member, generation, vec![item]).await;
+        let completion = match answered {
+            Ok(results) => match results.into_iter().next().and_then(|result| result.result) {
+                Some(v1::ack_result::Result::Error(error)) => completion(Err(&item_error(error))),
+                _ => Completion::Ok(Value::Done),
+            },
+            Err(error) => completion(Err(&error)),
+        };
+        self.history.complete(&self.process, op_id, completion);
+    }
+
+    /// One round: join if it has to, heartbeat, fetch up to `max` and ack everything handed. Returns how many came.
+    pub async fn round(&mut self, max: u32) -> usize {
+        if self.generation == 0 && !self.join().await {
+            return 0;
+        }
+        self.heartbeat().await;
+        if self.generation == 0 {
+            return 0;
+        }
+        let handed = self.fetch(max).await;
+        for position in &handed {
+            self.ack(self.generation, *position).await;
+        }
+        handed.len()
     }
 }
 

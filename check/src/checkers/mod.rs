@@ -11,6 +11,7 @@ mod delivery;
 mod duplicate;
 mod fenced;
 mod grants;
+mod group;
 mod intact;
 mod lost;
 mod monotonic;
@@ -62,6 +63,7 @@ pub const ALL: &[Checker] = &[
     transactions::CHECKER,
     fenced::CHECKER,
     grants::CHECKER,
+    group::CHECKER,
     unknown::CHECKER,
     watermark::CHECKER,
     delayed::CHECKER,
