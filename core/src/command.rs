@@ -1,6 +1,8 @@
 //! The vocabulary of the cell: commands in, outcomes and effects out, and the records readers see.
 
 use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -9,7 +11,6 @@ use serde::{Deserialize, Serialize};
 use crate::auth::{Actor, Grants, TokenHash};
 use crate::body::BodyRef;
 use crate::config::{ConsumerConfig, StreamConfig};
-use crate::group::{MemberAssignment, Strategy};
 use crate::snapshot::v3;
 use crate::time::Millis;
 
@@ -913,4 +914,71 @@ pub enum GroupChange {
     Expired,
     /// A member gave up partitions.
     Released,
+}
+
+/// How a group spreads its stream's partitions over its members.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Strategy {
+    /// Contiguous ranges of partitions, in member-name order; the first members get one more when it does not divide.
+    Range,
+    /// Partition `p` to the `p mod n`-th member in name order.
+    RoundRobin,
+    /// Balanced, moving as few partitions as balance allows; eager (every partition is revoked at a change).
+    Sticky,
+    /// The sticky assignment, incrementally: only the partitions that move are revoked, and assigned to their new
+    /// owner once released.
+    CooperativeSticky,
+}
+
+impl Strategy {
+    /// Every strategy, in a fixed order.
+    pub const ALL: [Strategy; 4] =
+        [Strategy::Range, Strategy::RoundRobin, Strategy::Sticky, Strategy::CooperativeSticky];
+
+    /// Its name: `range`, `round-robin`, `sticky`, `cooperative-sticky`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Range => "range",
+            Strategy::RoundRobin => "round-robin",
+            Strategy::Sticky => "sticky",
+            Strategy::CooperativeSticky => "cooperative-sticky",
+        }
+    }
+
+    /// Whether a change of membership revokes only what moves (otherwise everything is revoked first).
+    pub fn is_cooperative(self) -> bool {
+        self == Strategy::CooperativeSticky
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Strategy {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        Strategy::ALL
+            .into_iter()
+            .find(|strategy| strategy.name() == text)
+            .ok_or_else(|| format!("unknown strategy {text:?}; one of range, round-robin, sticky, cooperative-sticky"))
+    }
+}
+
+/// What one member sees of a group.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberAssignment {
+    /// The group's generation.
+    pub generation: u64,
+    /// Partitions it owns and may fetch from.
+    pub partitions: Vec<u32>,
+    /// Partitions it owns but must give up: finish or commit what it has of them, then release them.
+    pub revoking: Vec<u32>,
+    /// Partitions assigned to it that another member still owns; they come once released.
+    pub pending: Vec<u32>,
+    /// How long the cell waits for its next heartbeat.
+    pub session_timeout_ms: u64,
 }

@@ -53,8 +53,8 @@ pub use cell::{
     MAX_RESPONSE_BYTES, MAX_SESSION_TIMEOUT_MS, MAX_STREAMS, MIN_SESSION_TIMEOUT_MS, PIN_HEADER, PRODUCER_IDLE_MS,
 };
 pub use command::{
-    AbortReason, AckKind, AckState, Body, Command, Delivery, Effect, GroupChange, Headers, Outcome, ProducerRef,
-    PublishAck, PublishRequest, Record, RemovalReason,
+    AbortReason, AckKind, AckState, Body, Command, Delivery, Effect, GroupChange, Headers, MemberAssignment, Outcome,
+    ProducerRef, PublishAck, PublishRequest, Record, RemovalReason, Strategy,
 };
 pub use config::{
     ConsumerConfig, DeliverPolicy, DiscardPolicy, MAX_DURATION_MS, MAX_PARTITIONS, MAX_PAYLOAD_LIMIT, RateLimit,
@@ -62,7 +62,7 @@ pub use config::{
 };
 pub use consumer::Work;
 pub use error::{Cap, NameKind, Quota, Rejection, SnapshotError};
-pub use group::{GroupInfo, MemberAssignment, MemberInfo, PartitionOwner, Strategy};
+pub use group::{GroupInfo, MemberInfo, PartitionOwner};
 pub use info::{
     ConsumerInfo, DeliveryInfo, DeliveryPhase, PartitionInfo, PartitionLag, PeerInfo, ProducerInfo, StreamInfo,
 };

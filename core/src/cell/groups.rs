@@ -6,10 +6,11 @@ use std::sync::Arc;
 
 use super::Cell;
 use super::limits::{MAX_GROUP_MEMBERS, invalid};
+use crate::command::Strategy;
 use crate::command::{Effect, GroupChange, Outcome};
 use crate::config::ConsumerConfig;
 use crate::error::{Cap, Rejection};
-use crate::group::{Changes, Group, GroupInfo, Strategy};
+use crate::group::{Changes, Group, GroupInfo};
 use crate::time::Millis;
 
 /// A group's key: (stream, group).
