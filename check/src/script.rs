@@ -21,6 +21,20 @@ fn publish_op(msg_id: &str, subject: &str, txn: Option<(u64, u32)>, delay_ms: Op
     Op::Publish { msg_id: msg_id.to_string(), subject: subject.to_string(), txn, delay_ms, payload }
 }
 
+/// What a client saw of `(partition, seq, msg_id, delivery_count)`, each body its id's bytes.
+fn seen(messages: &[(u32, u64, &str, u32)]) -> Vec<Seen> {
+    messages
+        .iter()
+        .map(|&(partition, seq, msg_id, delivery_count)| Seen {
+            partition,
+            seq,
+            msg_id: Some(msg_id.to_string()),
+            delivery_count,
+            payload: Some(Fingerprint::of(msg_id.as_bytes())),
+        })
+        .collect()
+}
+
 /// A history being written, with what the nodes hold and what the workload promised.
 #[derive(Clone, Debug, Default)]
 pub struct Script {
@@ -65,17 +79,7 @@ impl Call<'_> {
 
     /// A fetch or read handed out `(partition, seq, msg_id, delivery_count)`, each body its id's bytes.
     pub fn messages(self, at_ms: u64, messages: &[(u32, u64, &str, u32)]) {
-        let seen = messages
-            .iter()
-            .map(|&(partition, seq, msg_id, delivery_count)| Seen {
-                partition,
-                seq,
-                msg_id: Some(msg_id.to_string()),
-                delivery_count,
-                payload: Some(Fingerprint::of(msg_id.as_bytes())),
-            })
-            .collect();
-        self.ok(at_ms, Value::Messages(seen));
+        self.ok(at_ms, Value::Messages(seen(messages)));
     }
 
     /// A fetch or read handed out one message, `msg_id` at `partition`/`seq`, with `body`.
@@ -102,17 +106,7 @@ impl Call<'_> {
 
     /// A member's fetch answered at `generation` handed out `(partition, seq, msg_id, delivery_count)`.
     pub fn member_messages(self, at_ms: u64, generation: u64, messages: &[(u32, u64, &str, u32)]) {
-        let seen = messages
-            .iter()
-            .map(|&(partition, seq, msg_id, delivery_count)| Seen {
-                partition,
-                seq,
-                msg_id: Some(msg_id.to_string()),
-                delivery_count,
-                payload: Some(Fingerprint::of(msg_id.as_bytes())),
-            })
-            .collect();
-        self.ok(at_ms, Value::MemberMessages { generation, seen });
+        self.ok(at_ms, Value::MemberMessages { generation, seen: seen(messages) });
     }
 
     /// The cell refused it: it did not happen.

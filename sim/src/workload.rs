@@ -38,6 +38,23 @@ impl From<&Cluster> for Caller {
     }
 }
 
+/// What a client saw of `deliveries`.
+fn seen(deliveries: &[v1::Delivery]) -> Vec<Seen> {
+    deliveries
+        .iter()
+        .filter_map(|delivery| {
+            let message = delivery.message.as_ref()?;
+            Some(Seen {
+                partition: message.partition,
+                seq: message.seq,
+                msg_id: message.msg_id.clone(),
+                delivery_count: delivery.delivery_count,
+                payload: Some(Fingerprint::of(&message.payload)),
+            })
+        })
+        .collect()
+}
+
 fn published(ack: &v1::PublishAck) -> Value {
     Value::Published { stream: ack.stream.clone(), partition: ack.partition, seq: ack.seq, duplicate: ack.duplicate }
 }
@@ -164,23 +181,7 @@ impl Consumer {
     pub async fn round(&mut self, max: u32) -> usize {
         let op_id = self.history.invoke(&self.process, Op::Fetch { consumer: self.consumer.clone(), max });
         let fetched = self.client.fetch(&self.stream, &self.consumer, &self.process, max).await;
-        let value = fetched.as_ref().map(|deliveries| {
-            Value::Messages(
-                deliveries
-                    .iter()
-                    .filter_map(|delivery| {
-                        let message = delivery.message.as_ref()?;
-                        Some(Seen {
-                            partition: message.partition,
-                            seq: message.seq,
-                            msg_id: message.msg_id.clone(),
-                            delivery_count: delivery.delivery_count,
-                            payload: Some(Fingerprint::of(&message.payload)),
-                        })
-                    })
-                    .collect(),
-            )
-        });
+        let value = fetched.as_ref().map(|deliveries| Value::Messages(seen(deliveries)));
         self.history.complete(&self.process, op_id, completion(value));
         let Ok(deliveries) = fetched else { return 0 };
         let mut acks = Vec::new();
@@ -301,23 +302,9 @@ impl GroupWorker {
             Op::MemberFetch { group: self.group.clone(), member: self.member.clone(), generation: self.generation };
         let op_id = self.history.invoke(&self.process, op);
         let fetched = self.client.member_fetch(&self.stream, &self.group, &self.member, self.generation, max).await;
-        let value = fetched.as_ref().map(|answer| Value::MemberMessages {
-            generation: answer.generation,
-            seen: answer
-                .deliveries
-                .iter()
-                .filter_map(|delivery| {
-                    let message = delivery.message.as_ref()?;
-                    Some(Seen {
-                        partition: message.partition,
-                        seq: message.seq,
-                        msg_id: message.msg_id.clone(),
-                        delivery_count: delivery.delivery_count,
-                        payload: Some(Fingerprint::of(&message.payload)),
-                    })
-                })
-                .collect(),
-        });
+        let value = fetched
+            .as_ref()
+            .map(|answer| Value::MemberMessages { generation: answer.generation, seen: seen(&answer.deliveries) });
         self.history.complete(&self.process, op_id, completion(value));
         let Ok(answer) = fetched else { return Vec::new() };
         answer.deliveries.iter().filter_map(|d| d.message.as_ref()).map(|m| (m.partition, m.seq)).collect()
