@@ -203,6 +203,21 @@ impl Consumer {
         seq < self.cursors[partition as usize] && !self.outstanding.contains_key(&(partition, seq))
     }
 
+    /// Whether a message awaits anything of this consumer (an ack, a redelivery, the end of a delay).
+    pub fn is_outstanding(&self, partition: u32, seq: u64) -> bool {
+        self.outstanding.contains_key(&(partition, seq))
+    }
+
+    /// Whether a delivery timer set for `due` would still do something when it fires (see
+    /// [`Consumer::delivery_timer_fired`]).
+    pub fn delivery_timer_is_live(&self, partition: u32, seq: u64, due: Millis) -> bool {
+        self.outstanding.get(&(partition, seq)).is_some_and(|entry| match entry.phase {
+            Phase::Pending { deadline } => deadline == due,
+            Phase::Waiting { until } => until == due,
+            Phase::Ready => false,
+        })
+    }
+
     /// The committed position of a partition: everything below it is done.
     pub fn ack_floor(&self, partition: u32) -> u64 {
         self.outstanding

@@ -643,6 +643,10 @@ impl Stream {
     }
 
     /// The consumer with this id, if it still exists.
+    pub fn consumer_by_id(&self, id: u64) -> Option<&Consumer> {
+        self.consumers.values().find(|c| c.id() == id)
+    }
+
     pub fn consumer_by_id_mut(&mut self, id: u64) -> Option<&mut Consumer> {
         self.consumers.values_mut().find(|c| c.id() == id)
     }

@@ -1359,3 +1359,39 @@ fn a_fetch_and_a_read_answer_a_bounded_number_of_bytes_and_leave_the_rest_undeli
     let read = h.cell.read_from("big", 0, 6, 100).unwrap();
     assert_eq!(read.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![6]);
 }
+
+/// A delivery that is gone takes its ack deadline with it: left behind, the deadline would make the leader propose a
+/// tick (a log entry) for nothing when it came due on an idle cell.
+#[test]
+fn a_delivery_that_is_gone_leaves_no_deadline_behind() {
+    type Gone = fn(&mut Harness);
+    let cases: [(&str, Gone); 5] = [
+        ("acked", |h| assert!(ack0(h, 1, AckKind::Applied).is_ok())),
+        ("terminated", |h| assert!(ack0(h, 1, AckKind::Term).is_ok())),
+        ("acked after a progress report", |h| {
+            assert!(ack0(h, 1, AckKind::InProgress).is_ok());
+            assert!(ack0(h, 1, AckKind::Applied).is_ok());
+        }),
+        ("its consumer deleted", |h| {
+            h.ok(Command::DeleteConsumer { stream: "orders".into(), name: "c".into() });
+        }),
+        ("its stream deleted", |h| {
+            h.ok(Command::DeleteStream { name: "orders".into() });
+        }),
+    ];
+    for (what, gone) in cases {
+        let mut h = orders_with(ConsumerConfig { ack_wait_ms: 5_000, ..Default::default() });
+        h.publish("orders.a", "body").unwrap();
+        assert_eq!(h.fetch("orders", "c", 10).len(), 1);
+        assert_eq!(h.cell.next_deadline(), Some(Millis(6_000)), "{what}");
+        h.advance(100);
+        gone(&mut h);
+        assert_eq!(h.cell.next_deadline(), None, "{what}");
+    }
+    // A nack with a delay keeps one deadline: the delay's end.
+    let mut h = orders_with(ConsumerConfig { ack_wait_ms: 5_000, ..Default::default() });
+    h.publish("orders.a", "body").unwrap();
+    h.fetch("orders", "c", 10);
+    assert!(ack0(&mut h, 1, AckKind::Nack { delay_ms: 300 }).is_ok());
+    assert_eq!(h.cell.next_deadline(), Some(Millis(1_300)));
+}

@@ -945,7 +945,8 @@ fn the_committed_version_6_snapshot_restores_to_the_state_that_wrote_it() {
     let (whole, bodies) = whole_snapshot(&h);
     let committed = fixture(VERSION_6_FIXTURE, &whole);
     let restored = restored_whole(&committed, h.now);
-    assert_eq!(restored.cell, h.cell);
+    // Timers that would fire as no-ops are taken out earlier now than when the fixture was written.
+    assert_eq!(restored.cell.without_stale_timers(), h.cell.without_stale_timers());
     assert_eq!(restored.bodies.iter().map(|(key, body)| (key, body.clone())).collect::<Vec<_>>(), bodies);
     // The open transactions' staged payloads are among the bodies, not in the state.
     let retained: u64 = h.cell.stream_names().iter().map(|name| h.cell.stream_info(name).unwrap().n_messages).sum();
@@ -1007,11 +1008,15 @@ fn the_committed_version_7_snapshot_restores_to_the_state_that_wrote_it() {
     let (whole, _) = whole_snapshot(&h);
     let committed = fixture(VERSION_7_FIXTURE, &whole);
     let restored = restored_whole(&committed, h.now);
-    assert_eq!(restored.cell, h.cell);
+    // Timers that would fire as no-ops are taken out earlier now than when the fixture was written.
+    assert_eq!(restored.cell.without_stale_timers(), h.cell.without_stale_timers());
     assert_eq!(restored.cell.group_info(&stream, "coop", h.now), Ok(info));
     assert!(Cell::reencode_snapshot(&committed).expect("the fixture decodes") == committed);
     if SNAPSHOT_VERSION == 7 {
-        assert!(whole == committed, "the version 7 encoding changed; bump SNAPSHOT_VERSION and migrate");
+        // The fixture's state, restored and written again, is the same bytes (the history itself now leaves fewer
+        // timers behind, so its own snapshot differs in content, not in encoding).
+        let (again, _) = whole_snapshot(&restored_whole(&committed, h.now));
+        assert!(again == committed, "the version 7 encoding changed; bump SNAPSHOT_VERSION and migrate");
     }
 }
 

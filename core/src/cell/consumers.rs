@@ -76,6 +76,11 @@ impl Cell {
 
     pub(super) fn delete_consumer(&mut self, stream: &str, name: &str) -> Result<Outcome, Rejection> {
         let s = stream_in(&mut self.streams, stream)?;
+        let ids = s.consumer(name).map(|c| (s.id(), c.id()));
+        if let Ok((stream_id, consumer_id)) = ids {
+            self.timers.cancel_consumer(stream_id, consumer_id);
+        }
+        let s = stream_in(&mut self.streams, stream)?;
         if !s.remove_consumer(name, &mut self.effects) {
             return Err(Rejection::ConsumerNotFound { stream: stream.to_string(), consumer: name.to_string() });
         }
@@ -123,6 +128,9 @@ impl Cell {
         let Acked { state, already_done, timer, dead_letter } = c.ack(partition, seq, kind, at)?;
         if already_done {
             return Ok(Outcome::Acked { state, already_done: true });
+        }
+        if !c.is_outstanding(partition, seq) {
+            self.timers.cancel_delivery(stream_id, consumer_id, partition, seq);
         }
         if let Some(due) = timer {
             self.timers.set(at, due, Timer::Delivery { stream_id, consumer_id, partition, seq });

@@ -163,6 +163,7 @@ impl Cell {
         }
         let stream = self.streams.remove(name).expect("checked above");
         self.stream_names.remove(&stream.id());
+        self.timers.cancel_stream(stream.id());
         for filter in &stream.config().subjects {
             self.router.remove(filter);
         }

@@ -1,6 +1,6 @@
 //! The cell's timer queue and what fires from it: sweeps, delivery deadlines and transaction timeouts.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
@@ -11,8 +11,10 @@ use crate::stream::Stream;
 use crate::time::Millis;
 
 /// A timer in the cell's queue. Each is checked against current state when it fires, so a timer whose reason went
-/// away (an ack, a commit, a deleted stream) fires as a no-op instead of being searched for and removed.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+/// away fires as a no-op. The commonest reasons to go away (an acknowledged delivery, a deleted consumer or stream)
+/// take their timers out of the queue at once ([`Timers::cancel`]): left in, each would cost a `Tick` entry when it
+/// came due on an idle cell, and its memory (and its bytes in every snapshot) until then.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub(super) enum Timer {
     /// The stream's dedup window, TTLs and max age.
     Sweep { stream_id: u64 },
@@ -25,8 +27,12 @@ pub(super) enum Timer {
 /// The timer queue: ordered by due time, ties by the order they were set in.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub(super) struct Timers {
-    pub(super) queue: BTreeMap<(Millis, u64), Timer>,
-    pub(super) next_number: u64,
+    queue: BTreeMap<(Millis, u64), Timer>,
+    next_number: u64,
+    /// The queue's keys by timer: derived from the queue (not encoded, rebuilt on decode), so that the timers of
+    /// something that went away can be found and taken out.
+    #[serde(skip)]
+    by_timer: BTreeSet<(Timer, Millis, u64)>,
 }
 
 impl From<v3::Timer> for Timer {
@@ -43,14 +49,10 @@ impl From<v3::Timer> for Timer {
 
 impl From<v3::Timers> for Timers {
     fn from(timers: v3::Timers) -> Self {
-        Timers {
-            queue: timers
-                .queue
-                .into_iter()
-                .map(|((due, number), timer)| ((due.into(), number), timer.into()))
-                .collect(),
-            next_number: timers.next_number,
-        }
+        let queue: BTreeMap<(Millis, u64), Timer> =
+            timers.queue.into_iter().map(|((due, number), timer)| ((due.into(), number), timer.into())).collect();
+        let by_timer = queue.iter().map(|(&(due, number), timer)| (timer.clone(), due, number)).collect();
+        Timers { queue, next_number: timers.next_number, by_timer }
     }
 }
 
@@ -59,8 +61,58 @@ impl Timers {
     /// relies on that to end, and a timer due at or before its own setting would fire a command late.
     pub(super) fn set(&mut self, at: Millis, due: Millis, timer: Timer) {
         assert!(due > at, "timer {timer:?} set for {due:?}, not later than the time it was set at ({at:?})");
+        self.by_timer.insert((timer.clone(), due, self.next_number));
         self.queue.insert((due, self.next_number), timer);
         self.next_number += 1;
+    }
+
+    /// When the first timer is due.
+    pub(super) fn first_due(&self) -> Option<Millis> {
+        self.queue.keys().next().map(|&(due, _)| due)
+    }
+
+    /// Takes out the first timer if it is due at `at`.
+    fn pop_due(&mut self, at: Millis) -> Option<(Millis, Timer)> {
+        let entry = self.queue.first_entry()?;
+        if entry.key().0 > at {
+            return None;
+        }
+        let ((due, number), timer) = entry.remove_entry();
+        self.by_timer.remove(&(timer.clone(), due, number));
+        Some((due, timer))
+    }
+
+    /// Takes out every timer from `first` to `last` in timer order (one delivery's, a consumer's, a stream's).
+    pub(super) fn cancel(&mut self, first: Timer, last: Timer) {
+        let gone: Vec<(Timer, Millis, u64)> =
+            self.by_timer.range((first, Millis(0), 0)..=(last, Millis::MAX, u64::MAX)).cloned().collect();
+        for key in gone {
+            self.queue.remove(&(key.1, key.2));
+            self.by_timer.remove(&key);
+        }
+    }
+
+    /// Takes out the timers of one delivery, which is no longer outstanding.
+    pub(super) fn cancel_delivery(&mut self, stream_id: u64, consumer_id: u64, partition: u32, seq: u64) {
+        let timer = Timer::Delivery { stream_id, consumer_id, partition, seq };
+        self.cancel(timer.clone(), timer);
+    }
+
+    /// Takes out the delivery timers of a deleted consumer.
+    pub(super) fn cancel_consumer(&mut self, stream_id: u64, consumer_id: u64) {
+        self.cancel(
+            Timer::Delivery { stream_id, consumer_id, partition: 0, seq: 0 },
+            Timer::Delivery { stream_id, consumer_id, partition: u32::MAX, seq: u64::MAX },
+        );
+    }
+
+    /// Takes out the sweeps and delivery timers of a deleted stream.
+    pub(super) fn cancel_stream(&mut self, stream_id: u64) {
+        self.cancel(Timer::Sweep { stream_id }, Timer::Sweep { stream_id });
+        self.cancel(
+            Timer::Delivery { stream_id, consumer_id: 0, partition: 0, seq: 0 },
+            Timer::Delivery { stream_id, consumer_id: u64::MAX, partition: u32::MAX, seq: u64::MAX },
+        );
     }
 }
 
@@ -73,13 +125,33 @@ pub(super) fn reschedule_sweep(stream: &mut Stream, timers: &mut Timers, at: Mil
 }
 
 impl Cell {
+    /// The state with the delivery timers that would fire as no-ops taken out (their delivery or its stream gone,
+    /// or set for an earlier deadline): equal for two states that differ only in how early such timers were taken
+    /// out, e.g. a state restored from a snapshot written before acks took them out and the state that wrote it. For
+    /// tests.
+    #[doc(hidden)]
+    pub fn without_stale_timers(&self) -> Cell {
+        let mut cell = self.clone();
+        let live = |timer: &Timer, due: Millis| match *timer {
+            Timer::Delivery { stream_id, consumer_id, partition, seq } => self
+                .stream_names
+                .get(&stream_id)
+                .and_then(|name| self.streams[name].consumer_by_id(consumer_id))
+                .is_some_and(|consumer| consumer.delivery_timer_is_live(partition, seq, due)),
+            Timer::Sweep { stream_id } => self.stream_names.contains_key(&stream_id),
+            Timer::Transaction { .. } => true,
+        };
+        let stale: Vec<Timer> =
+            self.timers.queue.iter().filter(|&(&(due, _), timer)| !live(timer, due)).map(|(_, t)| t.clone()).collect();
+        for timer in stale {
+            cell.timers.cancel(timer.clone(), timer);
+        }
+        cell
+    }
+
     pub(super) fn fire_timers(&mut self, at: Millis) {
         // Every handler only sets timers later than `at`, so this loop ends; the bound is the queue's length.
-        while let Some(entry) = self.timers.queue.first_entry() {
-            if entry.key().0 > at {
-                break;
-            }
-            let ((due, _), timer) = entry.remove_entry();
+        while let Some((due, timer)) = self.timers.pop_due(at) {
             match timer {
                 Timer::Sweep { stream_id } => self.fire_sweep(at, due, stream_id),
                 Timer::Delivery { stream_id, consumer_id, partition, seq } => {

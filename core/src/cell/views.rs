@@ -54,7 +54,7 @@ impl Cell {
 
     /// When the next timer is due; the leader proposes a `Tick` once its clock passes it.
     pub fn next_deadline(&self) -> Option<Millis> {
-        let timer = self.timers.queue.keys().next().map(|(due, _)| *due);
+        let timer = self.timers.first_due();
         let expiry = Some(self.producers_expire_from.0).filter(|&at| at < Millis::MAX);
         let session = Some(self.members_expire_from.0).filter(|&at| at < Millis::MAX);
         timer.into_iter().chain(expiry).chain(session).min()
