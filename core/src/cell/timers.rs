@@ -14,7 +14,7 @@ use crate::time::Millis;
 /// away fires as a no-op. The commonest reasons to go away (an acknowledged delivery, a deleted consumer or stream)
 /// take their timers out of the queue at once ([`Timers::cancel`]): left in, each would cost a `Tick` entry when it
 /// came due on an idle cell, and its memory (and its bytes in every snapshot) until then.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub(super) enum Timer {
     /// The stream's dedup window, TTLs and max age.
     Sweep { stream_id: u64 },
@@ -51,7 +51,7 @@ impl From<v3::Timers> for Timers {
     fn from(timers: v3::Timers) -> Self {
         let queue: BTreeMap<(Millis, u64), Timer> =
             timers.queue.into_iter().map(|((due, number), timer)| ((due.into(), number), timer.into())).collect();
-        let by_timer = queue.iter().map(|(&(due, number), timer)| (timer.clone(), due, number)).collect();
+        let by_timer = queue.iter().map(|(&(due, number), &timer)| (timer, due, number)).collect();
         Timers { queue, next_number: timers.next_number, by_timer }
     }
 }
@@ -61,7 +61,7 @@ impl Timers {
     /// relies on that to end, and a timer due at or before its own setting would fire a command late.
     pub(super) fn set(&mut self, at: Millis, due: Millis, timer: Timer) {
         assert!(due > at, "timer {timer:?} set for {due:?}, not later than the time it was set at ({at:?})");
-        self.by_timer.insert((timer.clone(), due, self.next_number));
+        self.by_timer.insert((timer, due, self.next_number));
         self.queue.insert((due, self.next_number), timer);
         self.next_number += 1;
     }
@@ -78,15 +78,14 @@ impl Timers {
             return None;
         }
         let ((due, number), timer) = entry.remove_entry();
-        self.by_timer.remove(&(timer.clone(), due, number));
+        self.by_timer.remove(&(timer, due, number));
         Some((due, timer))
     }
 
     /// Takes out every timer from `first` to `last` in timer order (one delivery's, a consumer's, a stream's).
     pub(super) fn cancel(&mut self, first: Timer, last: Timer) {
-        let gone: Vec<(Timer, Millis, u64)> =
-            self.by_timer.range((first, Millis(0), 0)..=(last, Millis::MAX, u64::MAX)).cloned().collect();
-        for key in gone {
+        let range = (first, Millis(0), 0)..=(last, Millis::MAX, u64::MAX);
+        while let Some(&key) = self.by_timer.range(range.clone()).next() {
             self.queue.remove(&(key.1, key.2));
             self.by_timer.remove(&key);
         }
@@ -95,7 +94,7 @@ impl Timers {
     /// Takes out the timers of one delivery, which is no longer outstanding.
     pub(super) fn cancel_delivery(&mut self, stream_id: u64, consumer_id: u64, partition: u32, seq: u64) {
         let timer = Timer::Delivery { stream_id, consumer_id, partition, seq };
-        self.cancel(timer.clone(), timer);
+        self.cancel(timer, timer);
     }
 
     /// Takes out the delivery timers of a deleted consumer.
@@ -142,9 +141,9 @@ impl Cell {
             Timer::Transaction { .. } => true,
         };
         let stale: Vec<Timer> =
-            self.timers.queue.iter().filter(|&(&(due, _), timer)| !live(timer, due)).map(|(_, t)| t.clone()).collect();
+            self.timers.queue.iter().filter(|&(&(due, _), timer)| !live(timer, due)).map(|(_, &t)| t).collect();
         for timer in stale {
-            cell.timers.cancel(timer.clone(), timer);
+            cell.timers.cancel(timer, timer);
         }
         cell
     }
