@@ -22,6 +22,7 @@ pub fn invariant(mutant: Mutant) -> &'static str {
         Mutant::LeaderTimeNotMonotonic => "cell-time",
         Mutant::GrantCheckSkipped => "grants",
         Mutant::StaleGenerationAcked => "group",
+        Mutant::HandoverSkipsUnacked => "handover",
     }
 }
 

@@ -410,7 +410,44 @@ const ROWS: &[Row] = &[
             s.member_fetch(0, "w1", ("crew", "a"), 1).member_messages(1, 2, &[(0, 1, "t-1", 1)]);
             s.member_fetch(2, "w2", ("crew", "b"), 2).member_messages(3, 2, &[(0, 2, "t-2", 1)]);
         },
-        fails: &["group"],
+        fails: &["group", "handover"],
+    },
+    Row {
+        name: "a partition handed over with its unacknowledged message first, and one whose message was acknowledged",
+        history: |s| {
+            s.member_fetch(0, "w1", ("crew", "a"), 1).member_messages(1, 1, &[(0, 1, "t-1", 1), (1, 1, "t-2", 1)]);
+            s.member_ack(2, "w1", ("crew", "a"), 1, (1, 1)).done(3);
+            s.member_fetch(4, "w2", ("crew", "b"), 2).member_messages(5, 2, &[(0, 1, "t-1", 2), (0, 2, "t-3", 1)]);
+            s.member_fetch(6, "w2", ("crew", "b"), 2).member_messages(7, 2, &[(1, 2, "t-4", 1)]);
+            s.member_ack(8, "w2", ("crew", "b"), 2, (0, 1)).done(9);
+            s.member_ack(10, "w2", ("crew", "b"), 2, (0, 2)).done(11);
+            s.member_fetch(12, "w1", ("crew", "a"), 3).member_messages(13, 3, &[(0, 4, "t-5", 1)]);
+            // An ack begun before a fetch ended may have landed before it.
+            s.member_ack(14, "w1", ("crew", "a"), 3, (0, 4)).unknown(40);
+            s.member_fetch(15, "w2", ("crew", "b"), 4).member_messages(16, 4, &[(0, 5, "t-6", 1)]);
+            s.member_ack(17, "w2", ("crew", "b"), 4, (0, 5)).done(18);
+            s.member_fetch(20, "w3", ("crew", "c"), 5).member_messages(21, 5, &[(0, 6, "t-7", 1)]);
+        },
+        fails: &[],
+    },
+    Row {
+        name: "a new owner handed a newer message while the old owner's is still unacknowledged",
+        history: |s| {
+            s.member_fetch(0, "w1", ("crew", "a"), 1).member_messages(1, 1, &[(0, 1, "t-1", 1)]);
+            s.member_ack(2, "w1", ("crew", "a"), 1, (0, 1)).fail(3);
+            s.member_fetch(4, "w2", ("crew", "b"), 2).member_messages(5, 2, &[(0, 2, "t-2", 1)]);
+        },
+        fails: &["handover"],
+    },
+    Row {
+        name: "a member that joined again is handed a newer message while its earlier incarnation's is unacknowledged",
+        history: |s| {
+            s.join(0, "w1", "crew", "a").assigned(1, 1, &[0]);
+            s.member_fetch(2, "w1", ("crew", "a"), 1).member_messages(3, 1, &[(0, 1, "t-1", 1)]);
+            s.join(4, "w1-again", "crew", "a").assigned(5, 2, &[0]);
+            s.member_fetch(6, "w1-again", ("crew", "a"), 2).member_messages(7, 2, &[(0, 2, "t-2", 1)]);
+        },
+        fails: &["handover"],
     },
     Row {
         name: "an earlier incarnation's ack lands after the member joined again",

@@ -533,6 +533,10 @@ impl Consumer {
     /// A group member gave `partition` up: its deliveries awaiting an ack become redelivery candidates at once, for the
     /// partition's next owner (a delay's wait keeps its end).
     pub fn release_partition(&mut self, partition: u32) {
+        #[cfg(madsim)]
+        if cellog_planted::active(cellog_planted::Mutant::HandoverSkipsUnacked) {
+            return;
+        }
         let pending: Vec<u64> = self
             .outstanding
             .range((partition, 0)..=(partition, u64::MAX))

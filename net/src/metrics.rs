@@ -1,5 +1,5 @@
 //! Prometheus metrics of a node, served as text on `/metrics`. Rates and latencies are recorded as they happen;
-//! consumer lag and Raft state are read from the replica and Raft when scraped.
+//! consumer lag, consumer groups and Raft state are read from the replica and Raft when scraped.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -8,9 +8,11 @@ use cellog_core::Cap;
 use cellog_mail::MailMetrics;
 use cellog_raft::storage::{Space, Storage, StorageError};
 use cellog_raft::{CellNode, Replica};
+use prometheus_client::collector::Collector;
 use prometheus_client::encoding::text::encode;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -49,6 +51,61 @@ pub struct Metrics {
     /// random keys would draw from the simulator's random numbers when the first one is made, and so make a simulated
     /// run depend on what made a map before it.
     caps_reached: [(Cap, Counter); Cap::ALL.len()],
+    /// Each consumer group's figures as of the last scrape.
+    groups: Arc<Groups>,
+}
+
+/// One consumer group's figures.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct GroupFigures {
+    stream: String,
+    group: String,
+    members: u64,
+    generation: u64,
+    rebalances: u64,
+    rebalancing: bool,
+    lag: u64,
+}
+
+/// The consumer groups' metrics, labelled by stream and group: read from the replica at each scrape and encoded by
+/// this collector, in the replica's (stream, group) order. Not labelled families: see `caps_reached`.
+#[derive(Debug, Default)]
+struct Groups(Mutex<Vec<GroupFigures>>);
+
+impl Collector for Groups {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let groups = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let gauges: [(&str, &str, fn(&GroupFigures) -> u64); 4] = [
+            ("group_members", "Members of a consumer group", |g| g.members),
+            ("group_generation", "A consumer group's generation", |g| g.generation),
+            (
+                "group_rebalancing",
+                "1 while a consumer group has a partition being revoked or waiting for its owner",
+                |g| u64::from(g.rebalancing),
+            ),
+            (
+                "group_lag",
+                "Messages of a consumer group's stream not yet done (from its ack floors), in messages",
+                |g| g.lag,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            let gauge = ConstGauge::new(0i64);
+            let mut family = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
+            for g in groups.iter() {
+                let labels = [("stream", g.stream.as_str()), ("group", g.group.as_str())];
+                ConstGauge::new(saturating_i64(value(g))).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        let counter = ConstCounter::new(0u64);
+        let help = "Changes of a consumer group's membership (joins, leaves, expired sessions)";
+        let mut family = encoder.encode_descriptor("group_rebalances", help, None, counter.metric_type())?;
+        for g in groups.iter() {
+            let labels = [("stream", g.stream.as_str()), ("group", g.group.as_str())];
+            ConstCounter::new(g.rebalances).encode(family.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
 }
 
 fn latency_buckets() -> impl Iterator<Item = f64> {
@@ -101,7 +158,9 @@ impl Metrics {
             messages: Gauge::default(),
             bodies_unreadable: Gauge::default(),
             caps_reached: Cap::ALL.map(|cap| (cap, Counter::default())),
+            groups: Arc::new(Groups::default()),
         };
+        registry.register_collector(Box::new(metrics.groups.clone()));
         registry.register("published", "Messages published (appended or deduplicated)", metrics.published.clone());
         registry.register("publish_rejected", "Publishes the cell refused", metrics.publish_rejected.clone());
         registry.register("acked", "Deliveries answered by consumers", metrics.acked.clone());
@@ -220,6 +279,22 @@ impl Metrics {
                 oldest = oldest.max(consumer.oldest_unacked_age_ms);
             }
         }
+        let mut groups = Vec::new();
+        for stream in &names {
+            for group in cell.group_names(stream).unwrap_or_default() {
+                let Ok(info) = cell.group_info(stream, &group, now) else { continue };
+                groups.push(GroupFigures {
+                    stream: stream.to_string(),
+                    group: group.to_string(),
+                    members: info.members.len() as u64,
+                    generation: info.generation,
+                    rebalances: info.n_rebalances,
+                    rebalancing: info.rebalancing,
+                    lag: info.consumer.lag_total,
+                });
+            }
+        }
+        *self.groups.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = groups;
         self.consumer_lag_max.set(saturating_i64(lag_max));
         self.consumer_lag_sum.set(saturating_i64(lag_sum));
         self.consumers_behind.set(behind);

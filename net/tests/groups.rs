@@ -6,7 +6,7 @@
 #![cfg(not(madsim))]
 
 mod common;
-use common::one_node;
+use common::{one_node, scrape};
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -76,7 +76,7 @@ fn partitions_of(deliveries: &[v1::Delivery]) -> BTreeSet<u32> {
 
 #[tokio::test]
 async fn members_split_the_partitions_and_a_stale_generation_is_refused() {
-    let (_node, client) = one_node("groups").await;
+    let (node, client) = one_node("groups").await;
     orders(&client).await;
 
     let mut heard_a = Heard::default();
@@ -143,6 +143,18 @@ async fn members_split_the_partitions_and_a_stale_generation_is_refused() {
         assert_eq!(p.lag, lag_expected, "b acked everything it got");
     }
     assert_eq!(client.list_groups("orders").await.unwrap().len(), 1);
+    // The node's metrics show the group: two members, its generation, its membership changes and what a has not acked.
+    let text = scrape(node.metrics_addr.expect("metrics served")).await;
+    let labels = r#"{stream="orders",group="billing"}"#;
+    for line in [
+        format!("cellog_group_members{labels} 2"),
+        format!("cellog_group_generation{labels} {}", b.generation()),
+        format!("cellog_group_rebalancing{labels} 0"),
+        format!("cellog_group_rebalances_total{labels} {}", info.rebalances),
+        format!("cellog_group_lag{labels} {}", got_a.len()),
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} missing from:\n{text}");
+    }
 
     // A plain fetch of the group's consumer is refused.
     let plain = client.fetch("orders", "billing", "x", 1).await;

@@ -217,13 +217,7 @@ async fn health_reflection_and_metrics_answer() {
     let names: Vec<String> = list.service.into_iter().map(|service| service.name).collect();
     assert!(names.contains(&"cellog.v1.Cellog".to_string()), "{names:?}");
 
-    let metrics_addr = node.metrics_addr.expect("metrics served");
-    let mut stream = tokio::net::TcpStream::connect(metrics_addr).await.expect("connected");
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: cellog\r\nConnection: close\r\n\r\n").await.expect("sent");
-    let mut text = String::new();
-    stream.read_to_string(&mut text).await.expect("read");
-    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    let text = common::scrape(node.metrics_addr.expect("metrics served")).await;
     for metric in [
         "cellog_published_total 1",
         "cellog_commit_latency_seconds_count",

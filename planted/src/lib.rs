@@ -66,6 +66,10 @@ pub enum Mutant {
     /// A group member's ack or commit is not checked against what it owns: an earlier incarnation's ack, or one for a
     /// partition that moved, lands (stale generation acked).
     StaleGenerationAcked,
+    /// A partition a group member gives up keeps its unacknowledged deliveries pending with their old holder: the
+    /// new owner is handed newer messages first, and the old ones come back only after their ack wait (handover
+    /// skips unacknowledged).
+    HandoverSkipsUnacked,
     /// A message whose publish is applied at a cell time ending in 07 (about 1 in 100) is acknowledged but not kept:
     /// the canary, which shows the sweep reports failures at about the rate it should.
     Canary,

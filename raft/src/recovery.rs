@@ -178,6 +178,15 @@ fn repair_pass<S: Storage + Clone>(
     let synced: Option<u64> = meta_or_damaged(&storage, MetaKey::SyncedLog, &mut synced_damaged)?;
     let mut purged_damaged = false;
     let mut last_purged: Option<LogId> = meta_or_damaged(&storage, MetaKey::LastPurged, &mut purged_damaged)?;
+    // Without a purge record the log must start at index 0. One that starts later lost that record (its write went
+    // astray or was torn after the entries it covered were deleted), or never had it (a snapshot installed, and the
+    // purge it implies not yet recorded): either way it is handled as a damaged purge record.
+    if last_purged.is_none()
+        && highest_held.is_some()
+        && storage.key_bounds(Space::Log)?.is_some_and(|(first, _)| first > 0)
+    {
+        purged_damaged = true;
+    }
 
     recovery.bodies_damaged = match storage.get(Space::Meta, MetaKey::BodiesDamaged as u64) {
         Ok(mark) => mark.is_some(),

@@ -88,6 +88,8 @@ pub struct Cluster {
     cells: BTreeMap<String, Option<MailConfig>>,
     main_cell: String,
     client_machine: NodeHandle,
+    /// Further client machines ([`Cluster::client_host`]).
+    client_hosts: Vec<NodeHandle>,
     timing: RaftTiming,
     trace: Trace,
     history: History,
@@ -262,6 +264,7 @@ impl Cluster {
             cells: members.keys().map(|cell| (cell.clone(), mail_configs.get(cell).cloned())).collect(),
             main_cell: cells.first().expect("at least one cell").0.to_string(),
             client_machine,
+            client_hosts: Vec::new(),
             timing,
             trace,
             history: crate::history::simulated(),
@@ -437,6 +440,21 @@ impl Cluster {
         self.client_machine.spawn(work)
     }
 
+    /// Another client machine: what runs on it (its `spawn`) can be cut off from the cell ([`Cluster::isolate_client`])
+    /// while the first client machine's work goes on.
+    pub fn client_host(&mut self, name: &str) -> NodeHandle {
+        let n = u8::try_from(self.client_hosts.len() + 2).expect("fewer than 254 client machines");
+        let host = self.handle.create_node().name(name).ip(IpAddr::V4(Ipv4Addr::new(10, 0, 1, n))).build();
+        self.client_hosts.push(host.clone());
+        host
+    }
+
+    /// A client machine from [`Cluster::client_host`] can reach no node, nor be reached, until healed.
+    pub fn isolate_client(&self, host: &NodeHandle) {
+        trace::harness(None, "isolate", &format!("client machine {}", host.id()));
+        NetSim::current().clog_node(host.id());
+    }
+
     /// Every node loses power at once: each disk keeps only what it synced.
     pub fn power_fail(&mut self) {
         trace::harness(None, "power-fail", "");
@@ -491,6 +509,7 @@ impl Cluster {
         let net = NetSim::current();
         let mut machines: Vec<_> = self.nodes.values().map(|node| node.handle.id()).collect();
         machines.push(self.client_machine.id());
+        machines.extend(self.client_hosts.iter().map(NodeHandle::id));
         for &x in &machines {
             net.unclog_node(x);
             for &y in &machines {

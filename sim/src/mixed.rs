@@ -289,7 +289,10 @@ pub async fn run(cluster: &mut Cluster, schedule: &[Step]) -> Outcome {
                 }
                 held.extend(zombie.fetch(8).await);
             } else if round == CREW_REJOIN_ROUND {
+                // The successor is handed work at once, while what the earlier incarnation held may still await its
+                // ack (it must come first); then the earlier incarnation acks what it held.
                 successor.join().await;
+                successor.round(8).await;
                 for position in std::mem::take(&mut held) {
                     zombie.ack(zombie.generation, position).await;
                 }

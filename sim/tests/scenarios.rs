@@ -713,3 +713,177 @@ async fn a_consumer_group_rebalances_through_a_member_death_a_join_and_a_leader_
     assert!(!done.is_empty() && done.iter().all(|&(p, s)| p < GROUP_PARTITIONS && s >= 1));
     cluster.converge().await;
 }
+
+/// A member on a client machine that a partition cuts off from the cell keeps the deliveries and the generation it
+/// had. Its session ends; its partitions go to the other member, which is handed the unacknowledged messages first.
+/// Back, the stale member's acks and fetch at its old generation are refused with the group's current generation
+/// and change nothing; it joins again and gets its share back. Every message is acknowledged once, by the member
+/// that owned its partition, and the replicas end equal.
+#[madsim::test]
+async fn a_partitioned_member_comes_back_with_a_stale_generation() {
+    use cellog_client::group::{GroupMember, MemberOptions, Quiet};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    const PARTITIONS: u32 = 4;
+    let mut cluster = Cluster::new(3);
+    cluster.wait_leader().await;
+    let publish = |client: cellog_client::Client, range: std::ops::Range<u32>| async move {
+        for index in range {
+            let request = v1::PublishRequest {
+                subject: format!("jobs.{index}"),
+                key: Some(Bytes::from(format!("key-{}", index % 8))),
+                payload: Bytes::from(format!("job-{index}")),
+                msg_id: Some(format!("job-{index}")),
+                ..v1::PublishRequest::default()
+            };
+            client.publish(request).await.expect("a publish");
+        }
+    };
+    let client = cluster.client();
+    cluster
+        .on_client(async move {
+            let config = v1::StreamConfig {
+                subjects: vec!["jobs.>".to_string()],
+                partitions: PARTITIONS,
+                ..v1::StreamConfig::default()
+            };
+            client.create_stream("jobs", config).await.expect("the stream");
+            publish(client, 0..40).await;
+        })
+        .await;
+    let options = MemberOptions {
+        session_timeout: Duration::from_secs(2),
+        heartbeat_every: Duration::from_millis(300),
+        config: v1::ConsumerConfig { ack_wait_ms: Some(60_000), ..v1::ConsumerConfig::default() },
+        ..MemberOptions::default()
+    };
+    // (member, partition, seq) of every ack the cell accepted.
+    let acked: Arc<Mutex<Vec<(String, u32, u64)>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    // Fetches and acks everything it is handed until stopped, joining again whenever the cell forgot it.
+    let worker = |name: &'static str, client: cellog_client::Client| {
+        let (options, acked, stop) = (options.clone(), acked.clone(), stop.clone());
+        async move {
+            let mut quiet = Quiet;
+            let mut me = GroupMember::join(client.clone(), "jobs", "workers", name, options.clone(), &mut quiet)
+                .await
+                .expect("joined");
+            while !stop.load(Ordering::Relaxed) {
+                let deliveries = match me.fetch(8, &mut quiet).await {
+                    Ok(deliveries) => deliveries,
+                    Err(error) if error.reason() == Some("UNKNOWN_MEMBER") => {
+                        let again =
+                            GroupMember::join(client.clone(), "jobs", "workers", name, options.clone(), &mut quiet);
+                        me = again.await.unwrap_or(me);
+                        continue;
+                    }
+                    Err(_) => Vec::new(),
+                };
+                if deliveries.is_empty() {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+                let items: Vec<v1::AckItem> = deliveries
+                    .iter()
+                    .filter_map(|d| d.message.as_ref())
+                    .map(|m| v1::AckItem { partition: m.partition, seq: m.seq, ..v1::AckItem::default() })
+                    .collect();
+                if let Ok(results) = me.ack(items.clone()).await {
+                    let mut acked = acked.lock().expect("the ack log");
+                    for (item, result) in items.iter().zip(results) {
+                        if matches!(result.result, Some(v1::ack_result::Result::State(_))) {
+                            acked.push((name.to_string(), item.partition, item.seq));
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let _ = me.leave(&mut quiet).await;
+        }
+    };
+
+    // z, on a machine of its own, joins and takes deliveries it does not ack; a works through the rest.
+    let far = cluster.client_host("far-client");
+    let (z_client, z_options) = (cluster.client(), options.clone());
+    let z = far.spawn(async move {
+        let mut z =
+            GroupMember::join(z_client.clone(), "jobs", "workers", "z", z_options, &mut Quiet).await.expect("z joined");
+        loop {
+            let held = z.fetch(8, &mut Quiet).await.unwrap_or_default();
+            if !held.is_empty() {
+                return (z_client, z.generation(), held);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let a = cluster.spawn_on_client(worker("a", cluster.client()));
+    let (z_client, z_generation, held) = z.await.expect("z holds deliveries");
+
+    // Cut off: z's session ends and a owns every partition, handed z's unacknowledged messages.
+    cluster.isolate_client(&far);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let client = cluster.client();
+    let info = cluster.on_client(async move { client.group_info("jobs", "workers").await.expect("the group") }).await;
+    let members: Vec<&str> = info.members.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(members, ["a"], "{info:?}");
+    assert!(info.generation > z_generation, "{} after z's {z_generation}", info.generation);
+    assert!(info.partitions.iter().all(|p| p.owner == "a"), "{info:?}");
+
+    // Back: z's acks and fetch with what it knew are refused, naming the current generation, and change nothing.
+    cluster.heal();
+    let items: Vec<v1::AckItem> = held
+        .iter()
+        .filter_map(|d| d.message.as_ref())
+        .map(|m| v1::AckItem { partition: m.partition, seq: m.seq, ..v1::AckItem::default() })
+        .collect();
+    let (late, fetched) = far
+        .spawn(async move {
+            let late = z_client.member_ack("jobs", "workers", "z", z_generation, items).await.expect("answered");
+            let fetched = z_client.member_fetch("jobs", "workers", "z", z_generation, 8).await;
+            (late, fetched)
+        })
+        .await
+        .expect("z's late calls");
+    let client = cluster.client();
+    let now = cluster.on_client(async move { client.group_info("jobs", "workers").await.expect("the group") }).await;
+    assert_eq!(late.len(), held.len());
+    for result in &late {
+        let Some(v1::ack_result::Result::Error(error)) = &result.result else {
+            panic!("z's late ack landed: {late:?}")
+        };
+        let detail = error.detail.clone().unwrap_or_default();
+        assert!(detail.reason == "UNKNOWN_MEMBER" || detail.reason == "NOT_OWNER", "{detail:?}");
+        assert_eq!(detail.generation, now.generation, "the refusal names the current generation");
+    }
+    match fetched {
+        Err(error) => assert_eq!(error.reason(), Some("UNKNOWN_MEMBER"), "{error:?}"),
+        Ok(answer) => panic!("z's stale fetch was answered: {answer:?}"),
+    }
+
+    // z joins again and gets its share back; more work arrives; everything is done once.
+    let z = far.spawn(worker("z", cluster.client()));
+    let client = cluster.client();
+    cluster.on_client(publish(client, 40..80)).await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    stop.store(true, Ordering::Relaxed);
+    a.await.expect("a ends");
+    z.await.expect("z ends");
+    let client = cluster.client();
+    let info = cluster.on_client(async move { client.group_info("jobs", "workers").await.expect("the group") }).await;
+    let consumer = info.consumer.expect("the group's consumer");
+    assert_eq!((consumer.lag_total, consumer.pending, consumer.ready), (0, 0, 0), "everything done: {consumer:?}");
+    let acked = acked.lock().expect("the ack log").clone();
+    let once: BTreeSet<(u32, u64)> = acked.iter().map(|(_, p, s)| (*p, *s)).collect();
+    assert_eq!(once.len(), acked.len(), "a message acknowledged twice: {acked:?}");
+    assert_eq!(once.len(), 80, "every message acknowledged");
+    assert!(acked.iter().any(|(m, ..)| m == "z"), "z worked again after joining: {acked:?}");
+    let held: BTreeSet<(u32, u64)> =
+        held.iter().filter_map(|d| d.message.as_ref()).map(|m| (m.partition, m.seq)).collect();
+    assert!(
+        acked.iter().filter(|(_, p, s)| held.contains(&(*p, *s))).all(|(m, ..)| m == "a"),
+        "what z held when cut off was done by a"
+    );
+    cluster.converge().await;
+}

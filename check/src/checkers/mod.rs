@@ -12,6 +12,7 @@ mod duplicate;
 mod fenced;
 mod grants;
 mod group;
+mod handover;
 mod intact;
 mod lost;
 mod monotonic;
@@ -64,6 +65,7 @@ pub const ALL: &[Checker] = &[
     fenced::CHECKER,
     grants::CHECKER,
     group::CHECKER,
+    handover::CHECKER,
     unknown::CHECKER,
     watermark::CHECKER,
     delayed::CHECKER,

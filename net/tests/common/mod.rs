@@ -69,3 +69,14 @@ pub async fn one_node(cell: &str) -> (RunningNode<SimDisk>, Client) {
     }
     (node, client)
 }
+
+/// The text a node serves on `/metrics`, fetched over plain HTTP/1.1.
+pub async fn scrape(metrics_addr: SocketAddr) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(metrics_addr).await.expect("connected");
+    stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: cellog\r\nConnection: close\r\n\r\n").await.expect("sent");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).await.expect("read");
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    text
+}
