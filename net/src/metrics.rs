@@ -75,7 +75,8 @@ struct Groups(Mutex<Vec<GroupFigures>>);
 impl Collector for Groups {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let groups = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let gauges: [(&str, &str, fn(&GroupFigures) -> u64); 4] = [
+        type Figure = fn(&GroupFigures) -> u64;
+        let gauges: [(&str, &str, Figure); 4] = [
             ("group_members", "Members of a consumer group", |g| g.members),
             ("group_generation", "A consumer group's generation", |g| g.generation),
             (

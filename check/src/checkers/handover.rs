@@ -80,11 +80,11 @@ fn check(evidence: &Evidence) -> Result<(), String> {
                     handed,
                 });
             }
-            (Op::MemberAck { group, partition, seq, .. }, completion) => {
-                if !matches!(completion, Some((_, Completion::Fail(_)))) {
-                    let at = acked.entry((group, *partition, *seq)).or_insert(operation.invoked_ms);
-                    *at = (*at).min(operation.invoked_ms);
-                }
+            (Op::MemberAck { group, partition, seq, .. }, completion)
+                if !matches!(completion, Some((_, Completion::Fail(_)))) =>
+            {
+                let at = acked.entry((group, *partition, *seq)).or_insert(operation.invoked_ms);
+                *at = (*at).min(operation.invoked_ms);
             }
             _ => {}
         }
