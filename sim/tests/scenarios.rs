@@ -561,14 +561,74 @@ async fn sealed_mail() {
     assert!(received.iter().all(|line| line.contains("signer=") && line.contains("plaintext_sha256=")), "{received:?}");
 }
 
+/// What a group's workers share: the accepted acks as (member, partition, seq), and the flag that stops them.
+#[derive(Clone, Default)]
+struct Crew {
+    acked: std::sync::Arc<std::sync::Mutex<Vec<(String, u32, u64)>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Crew {
+    /// A member `name` of group `workers` on stream `jobs` that fetches up to `max` and acks everything it is handed
+    /// until stopped, joining again whenever the cell forgot it, and leaves at the end.
+    async fn work(
+        self,
+        name: &'static str,
+        client: cellog_client::Client,
+        options: cellog_client::group::MemberOptions,
+        max: u32,
+    ) {
+        use cellog_client::group::{GroupMember, Quiet};
+        let join =
+            async || GroupMember::join(client.clone(), "jobs", "workers", name, options.clone(), &mut Quiet).await;
+        let mut me = loop {
+            match join().await {
+                Ok(me) => break me,
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        };
+        while !self.stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let deliveries = match me.fetch(max, &mut Quiet).await {
+                Ok(deliveries) => deliveries,
+                Err(error) if error.reason() == Some("UNKNOWN_MEMBER") => {
+                    me = join().await.unwrap_or(me);
+                    continue;
+                }
+                Err(_) => Vec::new(),
+            };
+            if deliveries.is_empty() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+            let items: Vec<v1::AckItem> = deliveries
+                .iter()
+                .filter_map(|d| d.message.as_ref())
+                .map(|m| v1::AckItem { partition: m.partition, seq: m.seq, ..v1::AckItem::default() })
+                .collect();
+            if let Ok(results) = me.ack(items.clone()).await {
+                let mut acked = self.acked.lock().expect("the ack log");
+                for (item, result) in items.iter().zip(results) {
+                    if matches!(result.result, Some(v1::ack_result::Result::State(_))) {
+                        acked.push((name.to_string(), item.partition, item.seq));
+                    }
+                }
+            }
+        }
+        let _ = me.leave(&mut Quiet).await;
+    }
+
+    fn acked(&self) -> Vec<(String, u32, u64)> {
+        self.acked.lock().expect("the ack log").clone()
+    }
+}
+
 /// A consumer group of three cooperative members works through a stream under load. One member dies (stops
 /// heartbeating) and a fourth joins; the leader crashes in the middle of that rebalance. Every published message is
 /// processed by a member that owned its partition when it acknowledged it; the dead member's late ack, made with what
 /// it knew, is refused; and every replica ends with the same group.
 #[madsim::test]
 async fn a_consumer_group_rebalances_through_a_member_death_a_join_and_a_leader_crash() {
-    use cellog_client::group::{GroupMember, MemberOptions, Quiet};
-    use std::sync::{Arc, Mutex};
+    use cellog_client::group::MemberOptions;
 
     const GROUP_PARTITIONS: u32 = 8;
     let mut cluster = Cluster::new(3);
@@ -590,50 +650,8 @@ async fn a_consumer_group_rebalances_through_a_member_death_a_join_and_a_leader_
         config: v1::ConsumerConfig { ack_wait_ms: Some(2_000), ..v1::ConsumerConfig::default() },
         ..MemberOptions::default()
     };
-    // (member, partition, seq) of every ack the cell accepted.
-    let acked: Arc<Mutex<Vec<(String, u32, u64)>>> = Arc::default();
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let worker = |name: &'static str, client: cellog_client::Client| {
-        let (options, acked, stop) = (options.clone(), acked.clone(), stop.clone());
-        async move {
-            let mut me = loop {
-                match GroupMember::join(client.clone(), "jobs", "workers", name, options.clone(), &mut Quiet).await {
-                    Ok(me) => break me,
-                    Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-                }
-            };
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let deliveries = match me.fetch(64, &mut Quiet).await {
-                    Ok(deliveries) => deliveries,
-                    Err(error) if error.reason() == Some("UNKNOWN_MEMBER") => {
-                        me = GroupMember::join(client.clone(), "jobs", "workers", name, options.clone(), &mut Quiet)
-                            .await
-                            .unwrap_or(me);
-                        continue;
-                    }
-                    Err(_) => Vec::new(),
-                };
-                if deliveries.is_empty() {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-                let items: Vec<v1::AckItem> = deliveries
-                    .iter()
-                    .filter_map(|d| d.message.as_ref())
-                    .map(|m| v1::AckItem { partition: m.partition, seq: m.seq, ..v1::AckItem::default() })
-                    .collect();
-                if let Ok(results) = me.ack(items.clone()).await {
-                    let mut acked = acked.lock().expect("the ack log");
-                    for (item, result) in items.iter().zip(results) {
-                        if matches!(result.result, Some(v1::ack_result::Result::State(_))) {
-                            acked.push((name.to_string(), item.partition, item.seq));
-                        }
-                    }
-                }
-            }
-            let _ = me.leave(&mut Quiet).await;
-        }
-    };
+    let crew = Crew::default();
+    let worker = |name: &'static str, client| crew.clone().work(name, client, options.clone(), 64);
     let a = cluster.spawn_on_client(worker("a", cluster.client()));
     let b = cluster.spawn_on_client(worker("b", cluster.client()));
     let c = cluster.spawn_on_client(worker("c", cluster.client()));
@@ -674,7 +692,7 @@ async fn a_consumer_group_rebalances_through_a_member_death_a_join_and_a_leader_
     publisher.await.expect("published");
     // Let the members drain everything, then stop them.
     tokio::time::sleep(Duration::from_secs(15)).await;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    crew.stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for member in [a, b, d] {
         member.await.expect("a member ends");
     }
@@ -708,7 +726,7 @@ async fn a_consumer_group_rebalances_through_a_member_death_a_join_and_a_leader_
         .await;
     assert_eq!(stored, 400, "every message stored once");
     assert_eq!((consumer.lag_total, consumer.pending, consumer.ready), (0, 0, 0), "everything done: {consumer:?}");
-    let acked = acked.lock().expect("the ack log").clone();
+    let acked = crew.acked();
     let done: BTreeSet<(u32, u64)> = acked.iter().map(|(_, p, s)| (*p, *s)).collect();
     assert!(!done.is_empty() && done.iter().all(|&(p, s)| p < GROUP_PARTITIONS && s >= 1));
     cluster.converge().await;
@@ -722,8 +740,7 @@ async fn a_consumer_group_rebalances_through_a_member_death_a_join_and_a_leader_
 #[madsim::test]
 async fn a_partitioned_member_comes_back_with_a_stale_generation() {
     use cellog_client::group::{GroupMember, MemberOptions, Quiet};
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::{Arc, Mutex};
+    use std::sync::atomic::Ordering;
 
     const PARTITIONS: u32 = 4;
     let mut cluster = Cluster::new(3);
@@ -758,50 +775,8 @@ async fn a_partitioned_member_comes_back_with_a_stale_generation() {
         config: v1::ConsumerConfig { ack_wait_ms: Some(60_000), ..v1::ConsumerConfig::default() },
         ..MemberOptions::default()
     };
-    // (member, partition, seq) of every ack the cell accepted.
-    let acked: Arc<Mutex<Vec<(String, u32, u64)>>> = Arc::default();
-    let stop = Arc::new(AtomicBool::new(false));
-    // Fetches and acks everything it is handed until stopped, joining again whenever the cell forgot it.
-    let worker = |name: &'static str, client: cellog_client::Client| {
-        let (options, acked, stop) = (options.clone(), acked.clone(), stop.clone());
-        async move {
-            let mut quiet = Quiet;
-            let mut me = GroupMember::join(client.clone(), "jobs", "workers", name, options.clone(), &mut quiet)
-                .await
-                .expect("joined");
-            while !stop.load(Ordering::Relaxed) {
-                let deliveries = match me.fetch(8, &mut quiet).await {
-                    Ok(deliveries) => deliveries,
-                    Err(error) if error.reason() == Some("UNKNOWN_MEMBER") => {
-                        let again =
-                            GroupMember::join(client.clone(), "jobs", "workers", name, options.clone(), &mut quiet);
-                        me = again.await.unwrap_or(me);
-                        continue;
-                    }
-                    Err(_) => Vec::new(),
-                };
-                if deliveries.is_empty() {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-                let items: Vec<v1::AckItem> = deliveries
-                    .iter()
-                    .filter_map(|d| d.message.as_ref())
-                    .map(|m| v1::AckItem { partition: m.partition, seq: m.seq, ..v1::AckItem::default() })
-                    .collect();
-                if let Ok(results) = me.ack(items.clone()).await {
-                    let mut acked = acked.lock().expect("the ack log");
-                    for (item, result) in items.iter().zip(results) {
-                        if matches!(result.result, Some(v1::ack_result::Result::State(_))) {
-                            acked.push((name.to_string(), item.partition, item.seq));
-                        }
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            let _ = me.leave(&mut quiet).await;
-        }
-    };
+    let crew = Crew::default();
+    let worker = |name: &'static str, client| crew.clone().work(name, client, options.clone(), 8);
 
     // z, on a machine of its own, joins and takes deliveries it does not ack; a works through the rest.
     let far = cluster.client_host("far-client");
@@ -867,14 +842,14 @@ async fn a_partitioned_member_comes_back_with_a_stale_generation() {
     let client = cluster.client();
     cluster.on_client(publish(client, 40..80)).await;
     tokio::time::sleep(Duration::from_secs(10)).await;
-    stop.store(true, Ordering::Relaxed);
+    crew.stop.store(true, Ordering::Relaxed);
     a.await.expect("a ends");
     z.await.expect("z ends");
     let client = cluster.client();
     let info = cluster.on_client(async move { client.group_info("jobs", "workers").await.expect("the group") }).await;
     let consumer = info.consumer.expect("the group's consumer");
     assert_eq!((consumer.lag_total, consumer.pending, consumer.ready), (0, 0, 0), "everything done: {consumer:?}");
-    let acked = acked.lock().expect("the ack log").clone();
+    let acked = crew.acked();
     let once: BTreeSet<(u32, u64)> = acked.iter().map(|(_, p, s)| (*p, *s)).collect();
     assert_eq!(once.len(), acked.len(), "a message acknowledged twice: {acked:?}");
     assert_eq!(once.len(), 80, "every message acknowledged");
