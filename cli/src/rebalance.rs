@@ -148,11 +148,7 @@ async fn measure(
                     tokio::time::sleep(Duration::from_millis(5)).await;
                     continue;
                 }
-                let items: Vec<v1::AckItem> = deliveries
-                    .iter()
-                    .filter_map(|d| d.message.as_ref())
-                    .map(|m| v1::AckItem { partition: m.partition, seq: m.seq, ..v1::AckItem::default() })
-                    .collect();
+                let items = cellog_client::acks_of(&deliveries);
                 let n = items.len() as u64;
                 me.ack(items).await?;
                 acked.fetch_add(n, Ordering::Relaxed);

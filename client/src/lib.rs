@@ -21,3 +21,12 @@ pub mod token;
 pub use cellog_proto::v1 as proto;
 pub use client::{BatchResult, Client, ClientError, ClientOptions, ClientTls, DISCOVERY_INTERVAL, item_error};
 pub use group::{GroupMember, MemberOptions, Rebalance};
+
+/// A plain ack (applied) of each message `deliveries` handed over, in their order.
+pub fn acks_of(deliveries: &[proto::Delivery]) -> Vec<proto::AckItem> {
+    deliveries
+        .iter()
+        .filter_map(|delivery| delivery.message.as_ref())
+        .map(|m| proto::AckItem { partition: m.partition, seq: m.seq, ..proto::AckItem::default() })
+        .collect()
+}

@@ -119,13 +119,7 @@ async fn members_split_the_partitions_and_a_stale_generation_is_refused() {
         other => panic!("expected NOT_OWNER, got {other:?}"),
     }
     // At its own generation it lands; a's ack of a partition it does not own is refused.
-    let items = |deliveries: &[v1::Delivery]| -> Vec<v1::AckItem> {
-        deliveries
-            .iter()
-            .filter_map(|d| d.message.as_ref())
-            .map(|m| v1::AckItem { partition: m.partition, seq: m.seq, ..Default::default() })
-            .collect()
-    };
+    let items = cellog_client::acks_of;
     assert!(
         b.ack(items(&got_b)).await.unwrap().iter().all(|r| matches!(r.result, Some(v1::ack_result::Result::State(_))))
     );

@@ -600,11 +600,7 @@ impl Crew {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
-            let items: Vec<v1::AckItem> = deliveries
-                .iter()
-                .filter_map(|d| d.message.as_ref())
-                .map(|m| v1::AckItem { partition: m.partition, seq: m.seq, ..v1::AckItem::default() })
-                .collect();
+            let items = cellog_client::acks_of(&deliveries);
             if let Ok(results) = me.ack(items.clone()).await {
                 let mut acked = self.acked.lock().expect("the ack log");
                 for (item, result) in items.iter().zip(results) {
@@ -808,11 +804,7 @@ async fn a_partitioned_member_comes_back_with_a_stale_generation() {
 
     // Back: z's acks and fetch with what it knew are refused, naming the current generation, and change nothing.
     cluster.heal();
-    let items: Vec<v1::AckItem> = held
-        .iter()
-        .filter_map(|d| d.message.as_ref())
-        .map(|m| v1::AckItem { partition: m.partition, seq: m.seq, ..v1::AckItem::default() })
-        .collect();
+    let items = cellog_client::acks_of(&held);
     let (late, fetched) = far
         .spawn(async move {
             let late = z_client.member_ack("jobs", "workers", "z", z_generation, items).await.expect("answered");
