@@ -156,7 +156,8 @@ fn repair_pass<S: Storage + Clone>(
     let storage = storage.clone();
     let mut recovery = Recovery::default();
     let mut batch = Batch::new();
-    let highest_held = storage.key_bounds(Space::Log)?.map(|(_, last)| last);
+    let log_bounds = storage.key_bounds(Space::Log)?;
+    let highest_held = log_bounds.map(|(_, last)| last);
     let vote: Option<openraft::Vote<NodeId>> = meta_or_damaged(&storage, MetaKey::Vote, &mut recovery.vote_dropped)?;
 
     let mut target_damaged = false;
@@ -181,10 +182,7 @@ fn repair_pass<S: Storage + Clone>(
     // Without a purge record the log must start at index 0. One that starts later lost that record (its write went
     // astray or was torn after the entries it covered were deleted), or never had it (a snapshot installed, and the
     // purge it implies not yet recorded): either way it is handled as a damaged purge record.
-    if last_purged.is_none()
-        && highest_held.is_some()
-        && storage.key_bounds(Space::Log)?.is_some_and(|(first, _)| first > 0)
-    {
+    if last_purged.is_none() && log_bounds.is_some_and(|(first, _)| first > 0) {
         purged_damaged = true;
     }
 
