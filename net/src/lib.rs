@@ -7,6 +7,8 @@
 //! - [`transport`]: Raft between nodes over gRPC (`cellog.raft.v1.Raft`), checksummed.
 //! - [`convert`] and [`status`]: wire types to core types, and rejections and failed proposals to gRPC statuses.
 //! - [`metrics`]: Prometheus metrics, and a store wrapper timing fsyncs.
+//! - `http` (not in simulation): the HTTP port: metrics, the client API over JSON with its OpenAPI document, live
+//!   tails over server-sent events and WebSocket, and the web console.
 //!
 //! What this crate is not: it decides nothing about messages (the core does), does not replicate (Raft does), and
 //! holds no client (`cellog-client`) and no command line (`cellog-cli`).
@@ -15,6 +17,8 @@
 
 pub mod auth;
 pub mod convert;
+#[cfg(not(madsim))]
+pub mod http;
 pub mod limits;
 mod listen;
 pub mod mail_cell;

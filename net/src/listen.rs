@@ -1,5 +1,6 @@
 //! Where a node listens. In production the addresses are bound before Raft starts, so a taken port fails the start at
-//! once, and the client address also serves gRPC health and reflection, and the metrics address Prometheus text.
+//! once, and the client address also serves gRPC health and reflection, and the HTTP address metrics, the JSON API,
+//! live tails and the console (see [`crate::http`]).
 //! In simulation (`--cfg madsim`) the servers bind on madsim's network, and health, reflection and metrics, which
 //! have no simulated transport, are left out.
 
@@ -52,9 +53,11 @@ mod served {
     pub(crate) type Raft<S> = RaftServer<RaftService<Metered<S>>, IdentityInterceptor>;
 }
 
-/// What a node serves: the client API and mail on the client address, Raft on the peer address.
+/// What a node serves: the client API and mail on the client address, Raft on the peer address, and the client API
+/// again over JSON on the HTTP address.
 pub(crate) struct Services<S: Storage + Clone> {
     pub client: served::Client<S>,
+    pub api: CellogService<Metered<S>>,
     pub mail: served::Mail<S>,
     pub raft: served::Raft<S>,
 }
@@ -131,7 +134,7 @@ impl Listeners {
             client_server = client_server.tls_config(tls.client_port()).map_err(refused)?;
             raft_server = raft_server.tls_config(tls.peer_port()).map_err(refused)?;
         }
-        let Services { client: client_service, mail: mail_service, raft: raft_service } = services;
+        let Services { client: client_service, api, mail: mail_service, raft: raft_service } = services;
         let mut servers = Vec::new();
         let client_stopped = stopped.clone();
         // Every connection to the client port is counted while open; calls on one past the limit are refused.
@@ -198,34 +201,22 @@ impl Listeners {
             }
         }));
         if let Some(listener) = self.metrics {
-            servers.push(serve_metrics(listener, node, metrics, stopped));
+            let router = crate::http::router(api, node, metrics, limits);
+            servers.push(serve_http(listener, router, stopped));
         }
         Ok(servers)
     }
 }
 
 #[cfg(not(madsim))]
-fn serve_metrics<S: Storage + Clone>(
+fn serve_http(
     listener: tokio::net::TcpListener,
-    node: Node<S>,
-    metrics: Arc<Metrics>,
+    router: axum::Router,
     stopped: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
-    let app = axum::Router::new().route(
-        "/metrics",
-        axum::routing::get(move || {
-            let (node, metrics) = (node.clone(), metrics.clone());
-            async move {
-                (
-                    [(axum::http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
-                    metrics.render(&node),
-                )
-            }
-        }),
-    );
     tokio::spawn(async move {
-        if let Err(error) = axum::serve(listener, app).with_graceful_shutdown(until_stopped(stopped)).await {
-            tracing::error!(%error, "metrics server failed");
+        if let Err(error) = axum::serve(listener, router).with_graceful_shutdown(until_stopped(stopped)).await {
+            tracing::error!(%error, "HTTP server failed");
         }
     })
 }
@@ -274,7 +265,7 @@ impl Listeners {
             return Err("TLS is not available in simulation".to_string());
         }
 
-        let Services { client: client_service, mail: mail_service, raft: raft_service } = services;
+        let Services { client: client_service, api: _, mail: mail_service, raft: raft_service } = services;
         let (client, raft) = (self.client, self.raft);
         let client_stopped = stopped.clone();
         Ok(vec![

@@ -297,10 +297,10 @@ impl<S: Storage + Clone> RunningNode<S> {
             let token = TokenHash(cellog_client::token::hash(token));
             tasks.push(tokio::spawn(install_root_token(node.clone(), token, stopped.clone())));
         }
-        let client_service =
-            CellogServer::new(CellogService::new(node.clone(), metrics.clone(), callers, &config.limits))
-                .max_decoding_message_size(MAX_CLIENT_MESSAGE)
-                .max_encoding_message_size(MAX_CLIENT_MESSAGE);
+        let api = CellogService::new(node.clone(), metrics.clone(), callers, &config.limits);
+        let client_service = CellogServer::new(api.clone())
+            .max_decoding_message_size(MAX_CLIENT_MESSAGE)
+            .max_encoding_message_size(MAX_CLIENT_MESSAGE);
         let mail_service = MailServer::new(MailService::new(mail_cell, mail))
             .max_decoding_message_size(MAX_CLIENT_MESSAGE)
             .max_encoding_message_size(MAX_CLIENT_MESSAGE);
@@ -308,7 +308,7 @@ impl<S: Storage + Clone> RunningNode<S> {
         let raft_service = RaftServer::new(RaftService::new(node.clone(), metrics.clone(), tls_cell))
             .max_decoding_message_size(MAX_RAFT_MESSAGE)
             .max_encoding_message_size(MAX_RAFT_MESSAGE);
-        let services = Services { client: client_service, mail: mail_service, raft: raft_service };
+        let services = Services { client: client_service, api, mail: mail_service, raft: raft_service };
         let mut servers = listeners
             .serve(services, node.clone(), metrics.clone(), stopped, tls.as_ref(), &config.limits)
             .map_err(NodeError::Config)?;

@@ -118,6 +118,34 @@ fn sees_consumer<'a>(stream: &'a str, consumer: &'a str) -> impl FnOnce(&Cell, &
 }
 
 /// A group's info as the caller's scope sees it.
+/// The streams `actor` may see, as its scope names them (the streams of its scope; every one for an admin, else
+/// those it may read), each with its consumers' infos as of the cell's time if `with_consumers`.
+fn visible_streams(
+    cell: &Cell,
+    actor: &Actor,
+    with_consumers: bool,
+) -> Result<Vec<(cellog_core::StreamInfo, Vec<cellog_core::ConsumerInfo>)>, Rejection> {
+    let principal = cell.authenticate(actor)?;
+    let scope = Scope::of(&principal);
+    let visible = |name: &str| scope.name_out(name).is_some() && sees_stream(name)(cell, &principal).is_ok();
+    cell.stream_names()
+        .iter()
+        .filter(|name| visible(name))
+        .map(|name| {
+            let info = cell.stream_info(name)?;
+            let consumers = info
+                .consumers
+                .iter()
+                .filter(|_| with_consumers)
+                .map(|consumer| {
+                    cell.consumer_info(name, consumer, cell.last_at()).map(|info| scope.consumer_info_out(info))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok((scope.stream_info_out(info), consumers))
+        })
+        .collect()
+}
+
 fn group_out(stream: &str, scope: Scope<'_>, mut info: cellog_core::GroupInfo) -> v1::GroupInfo {
     info.consumer = scope.consumer_info_out(info.consumer);
     convert::group_info_to_wire(stream, info)
@@ -202,7 +230,7 @@ impl<S: Storage + Clone> CellogService<S> {
 
     /// The principal `actor` is on this node's replica: whose scope the call's names are in (see
     /// [`cellog_core::tenant`]).
-    fn principal(&self, actor: &Actor) -> Result<Arc<str>, Status> {
+    pub(crate) fn principal(&self, actor: &Actor) -> Result<Arc<str>, Status> {
         lock(&self.node)?.cell.authenticate(actor).map_err(|rejection| from_rejection(&rejection))
     }
 
@@ -216,7 +244,7 @@ impl<S: Storage + Clone> CellogService<S> {
     /// A record's payload for an answer, read from this node's storage after the apply or read, outside the
     /// replica's lock: `None` when retention removed the message in between (it is answered as if the read came
     /// after the removal), `DATA_LOSS BODY_UNREADABLE` when this node's copy does not verify.
-    fn payload(&self, stream: &str, record: &Record) -> Result<Option<bytes::Bytes>, Status> {
+    pub(crate) fn payload(&self, stream: &str, record: &Record) -> Result<Option<bytes::Bytes>, Status> {
         match self.node.payload(stream, record) {
             Ok(payload) => Ok(Some(payload)),
             Err(BodyError::Removed { .. }) => Ok(None),
@@ -369,7 +397,7 @@ impl<S: Storage + Clone> CellogService<S> {
         for next in pending {
             let outcome = match next {
                 Pending::Submitted(answer) => self.answered(answer.wait().await),
-                Pending::Refused(status) => Err(status),
+                Pending::Refused(status) | Pending::Failed(status) => Err(status),
             };
             results.push(match outcome {
                 Ok(Outcome::Acked { state, already_done }) => {
@@ -466,6 +494,78 @@ impl<S: Storage + Clone> CellogService<S> {
         Ok(Response::new(response))
     }
 
+    /// Hands one publish of a batch to Raft as `actor`, in the order of the calls.
+    async fn submit_publish(&self, actor: &Actor, request: v1::PublishRequest) -> Pending {
+        match self.admit(actor, Command::Publish(convert::publish(request))) {
+            Ok(command) => match self.node.submit_now(command).await {
+                Ok(answer) => Pending::Submitted(answer),
+                Err(error) => Pending::Failed(from_propose(error)),
+            },
+            Err(status) => Pending::Refused(status),
+        }
+    }
+
+    /// Waits for one publish of a batch and answers it as its item.
+    async fn publish_result(&self, pending: Pending) -> v1::PublishResult {
+        let outcome = match pending {
+            Pending::Submitted(answer) => self.answered(answer.wait().await),
+            Pending::Refused(status) | Pending::Failed(status) => Err(status),
+        };
+        let result = match self.publish_answer(outcome) {
+            Ok(ack) => v1::publish_result::Result::Ack(ack),
+            Err(status) => v1::publish_result::Result::Error(to_item_error(&status)),
+        };
+        v1::PublishResult { result: Some(result) }
+    }
+
+    /// Publishes `requests` as `actor` in their order, pipelined as a `PublishBatch` call is, and answers each in
+    /// place (the HTTP API's batch). After one that could not be proposed, the rest are not tried and answer the
+    /// same error.
+    pub(crate) async fn publish_all(&self, actor: &Actor, requests: Vec<v1::PublishRequest>) -> Vec<v1::PublishResult> {
+        let mut pending = Vec::with_capacity(requests.len());
+        for request in requests {
+            let next = match pending.last() {
+                Some(Pending::Failed(status)) => Pending::Failed(status.clone()),
+                _ => self.submit_publish(actor, request).await,
+            };
+            pending.push(next);
+        }
+        let mut results = Vec::with_capacity(pending.len());
+        for next in pending {
+            results.push(self.publish_result(next).await);
+        }
+        results
+    }
+
+    /// What the console shows, from this node's replica without a read barrier (any node answers, as of what it
+    /// applied): the streams `actor` may see with their consumers, and the node's view of the cell.
+    pub(crate) fn overview(&self, actor: &Actor) -> Result<Overview, Status> {
+        let streams = {
+            let replica = lock(&self.node)?;
+            visible_streams(&replica.cell, actor, true).map_err(|rejection| from_rejection(&rejection))?
+        };
+        let streams = streams
+            .into_iter()
+            .map(|(info, consumers)| {
+                let name = info.name.to_string();
+                let consumers =
+                    consumers.into_iter().map(|consumer| convert::consumer_info_to_wire(&name, consumer)).collect();
+                (convert::stream_info_to_wire(info), consumers)
+            })
+            .collect();
+        Ok((streams, self.status()?))
+    }
+
+    /// How this node treats callers (who a call's credential names).
+    pub(crate) fn callers(&self) -> &Callers {
+        &self.callers
+    }
+
+    /// The node this API serves.
+    pub(crate) fn node(&self) -> &Arc<CellNode<S>> {
+        &self.node
+    }
+
     fn publish_answer(&self, outcome: Result<Outcome, Status>) -> Result<v1::PublishAck, Status> {
         match outcome {
             Ok(Outcome::Published(ack)) => {
@@ -484,10 +584,16 @@ impl<S: Storage + Clone> CellogService<S> {
     }
 }
 
+/// What the console shows: each visible stream with its consumers, and the node's view of the cell.
+pub(crate) type Overview = (Vec<(v1::StreamInfo, Vec<v1::ConsumerInfo>)>, v1::ClusterStatusResponse);
+
 /// Waits for one submitted publish of a batch.
 enum Pending {
     Submitted(Answer),
+    /// Its principal may not publish it: refused alone, the batch goes on.
     Refused(Status),
+    /// It could not be proposed: the batch ends here.
+    Failed(Status),
 }
 
 #[tonic::async_trait]
@@ -534,22 +640,9 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         request: Request<v1::ListStreamsRequest>,
     ) -> Result<Response<v1::ListStreamsResponse>, Status> {
         let actor = self.callers.actor(&request)?;
-        let streams = self
-            .read(&actor, anyone, |cell| {
-                let principal = cell.authenticate(&actor)?;
-                let scope = Scope::of(&principal);
-                // What the caller may see: the streams of its scope; every one for an admin, else those it may read.
-                let visible =
-                    |name: &str| scope.name_out(name).is_some() && sees_stream(name)(cell, &principal).is_ok();
-                cell.stream_names()
-                    .iter()
-                    .filter(|name| visible(name))
-                    .map(|name| cell.stream_info(name).map(|info| scope.stream_info_out(info)))
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .await?;
+        let streams = self.read(&actor, anyone, |cell| visible_streams(cell, &actor, false)).await?;
         Ok(Response::new(v1::ListStreamsResponse {
-            streams: streams.into_iter().map(convert::stream_info_to_wire).collect(),
+            streams: streams.into_iter().map(|(info, _)| convert::stream_info_to_wire(info)).collect(),
         }))
     }
 
@@ -582,24 +675,13 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         // Submitting in arrival order keeps the log in the caller's order; answers are awaited in that order too.
         tokio::spawn(async move {
             loop {
-                // A message its principal may not publish is refused alone; a failure to propose ends the batch.
-                let mut denied = false;
                 let next = match incoming.message().await {
-                    Ok(Some(request)) => match service.admit(&actor, Command::Publish(convert::publish(request))) {
-                        Ok(command) => match service.node.submit_now(command).await {
-                            Ok(answer) => Pending::Submitted(answer),
-                            Err(error) => Pending::Refused(from_propose(error)),
-                        },
-                        Err(status) => {
-                            denied = true;
-                            Pending::Refused(status)
-                        }
-                    },
+                    Ok(Some(request)) => service.submit_publish(&actor, request).await,
                     Ok(None) => break,
-                    Err(status) => Pending::Refused(invalid_argument(format!("the request stream broke: {status}"))),
+                    Err(status) => Pending::Failed(invalid_argument(format!("the request stream broke: {status}"))),
                 };
-                let refused = matches!(next, Pending::Refused(_)) && !denied;
-                if pending.send(next).await.is_err() || refused {
+                let failed = matches!(next, Pending::Failed(_));
+                if pending.send(next).await.is_err() || failed {
                     break;
                 }
             }
@@ -607,17 +689,7 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         let service = self.clone();
         let results = futures::stream::poll_fn(move |context| answers.poll_recv(context)).then(move |next| {
             let service = service.clone();
-            async move {
-                let outcome = match next {
-                    Pending::Submitted(answer) => service.answered(answer.wait().await),
-                    Pending::Refused(status) => Err(status),
-                };
-                let result = match service.publish_answer(outcome) {
-                    Ok(ack) => v1::publish_result::Result::Ack(ack),
-                    Err(status) => v1::publish_result::Result::Error(to_item_error(&status)),
-                };
-                Ok(v1::PublishResult { result: Some(result) })
-            }
+            async move { Ok(service.publish_result(next).await) }
         });
         Ok(Response::new(Box::pin(results)))
     }
@@ -1129,8 +1201,12 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
     ) -> Result<Response<v1::ClusterStatusResponse>, Status> {
         let actor = self.callers.actor(&request)?;
         let request = request.into_inner();
-        if request.raft_addr.is_empty() || request.client_addr.is_empty() {
-            return Err(invalid_argument("a learner needs a raft_addr and a client_addr"));
+        for (what, addr) in [("raft_addr", &request.raft_addr), ("client_addr", &request.client_addr)] {
+            let port =
+                addr.rsplit_once(':').filter(|(host, _)| !host.is_empty() && !host.contains(char::is_whitespace));
+            if port.is_none_or(|(_, port)| port.parse::<u16>().is_err()) {
+                return Err(invalid_argument(format!("a learner's {what} is HOST:PORT, not {addr:?}")));
+            }
         }
         self.check(&actor, cluster_admin)?;
         let node = NodeAddrs::new(request.raft_addr, request.client_addr);

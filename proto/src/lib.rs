@@ -3,13 +3,16 @@
 //! - [`v1`]: the client API, `cellog.v1.Cellog`, and sealed mail between cells, `cellog.v1.Mail`.
 //! - [`raft`]: the transport between the nodes of a cell, `cellog.raft.v1.Raft`.
 //!
-//! [`FILE_DESCRIPTOR_SET`] describes both, for gRPC reflection.
+//! [`FILE_DESCRIPTOR_SET`] describes both, for gRPC reflection and the HTTP API's OpenAPI document. The messages of
+//! [`v1`] are also `serde` types in the protobuf JSON mapping (the `.proto` field names, 64-bit integers as strings,
+//! bytes as base64, enums by name, every field written), for the node's HTTP API.
 
 #![allow(missing_docs, clippy::all, reason = "generated code")]
 
 /// The client API.
 pub mod v1 {
     tonic::include_proto!("cellog.v1");
+    include!(concat!(env!("OUT_DIR"), "/cellog.v1.serde.rs"));
 }
 
 /// The transport between the nodes of a cell.

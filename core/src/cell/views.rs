@@ -123,6 +123,17 @@ impl Cell {
         Ok(records)
     }
 
+    /// The first sequence of a partition stored at or after `time` (one past its last when none is): where a reader
+    /// that starts from a time begins, as a consumer delivering from that time would.
+    pub fn first_seq_at_or_after(&self, stream: &str, partition: u32, time: Millis) -> Result<u64, Rejection> {
+        let s = self.stream(stream)?;
+        let log = s
+            .partitions()
+            .get(partition as usize)
+            .ok_or_else(|| invalid(format!("stream {stream:?} has no partition {partition}")))?;
+        Ok(log.first_seq_at_or_after(time))
+    }
+
     /// The newest retained message on a subject (for newest-wins, key-value use).
     pub fn last_for_subject(&self, stream: &str, subject: &str) -> Result<Record, Rejection> {
         let s = self.stream(stream)?;

@@ -80,3 +80,117 @@ pub async fn scrape(metrics_addr: SocketAddr) -> String {
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
     text
 }
+
+/// An HTTP answer: status, headers and body.
+pub struct Answer {
+    pub status: u16,
+    pub headers: hyper::HeaderMap,
+    pub body: String,
+}
+
+impl Answer {
+    /// The body as JSON.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|error| panic!("not JSON ({error}): {}", self.body))
+    }
+
+    /// A header's value.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|value| value.to_str().ok())
+    }
+}
+
+/// Opens an HTTP/1.1 connection to `addr` and sends one request; the answer's body is left to read.
+pub async fn http_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> hyper::Response<hyper::body::Incoming> {
+    let stream = tokio::net::TcpStream::connect(addr).await.expect("connected");
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.expect("an HTTP connection");
+    tokio::spawn(connection);
+    let mut request = hyper::Request::builder().method(method).uri(path).header("host", "cellog");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request.body(http_body_util::Full::new(bytes::Bytes::from(body))).expect("a request");
+    sender.send_request(request).await.expect("an answer")
+}
+
+/// One HTTP request with a JSON body (or none), its whole answer read.
+pub async fn http(addr: SocketAddr, method: &str, path: &str, body: Option<serde_json::Value>) -> Answer {
+    http_with(addr, method, path, &[], body.map(|body| body.to_string().into_bytes()).unwrap_or_default()).await
+}
+
+/// The same with headers and a raw body.
+pub async fn http_with(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: Vec<u8>) -> Answer {
+    use http_body_util::BodyExt;
+    let answer = http_request(addr, method, path, headers, body).await;
+    let status = answer.status().as_u16();
+    let headers = answer.headers().clone();
+    let body = answer.into_body().collect().await.expect("the body").to_bytes();
+    Answer { status, headers, body: String::from_utf8_lossy(&body).into_owned() }
+}
+
+/// The events of a server-sent event stream, read as they come.
+pub struct Events {
+    body: hyper::body::Incoming,
+    buffer: String,
+}
+
+/// One server-sent event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    pub event: String,
+    pub id: Option<String>,
+    pub data: serde_json::Value,
+}
+
+impl Events {
+    /// Opens `path` as an event stream.
+    pub async fn open(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Events {
+        let answer = http_request(addr, "GET", path, headers, Vec::new()).await;
+        assert_eq!(answer.status().as_u16(), 200, "{path}");
+        let kind = answer.headers().get("content-type").and_then(|value| value.to_str().ok()).unwrap_or("");
+        assert!(kind.starts_with("text/event-stream"), "{kind}");
+        Events { body: answer.into_body(), buffer: String::new() }
+    }
+
+    /// The next event (comments skipped), or `None` when the stream ended; fails after ten seconds of waiting.
+    pub async fn next(&mut self) -> Option<Event> {
+        use http_body_util::BodyExt;
+        loop {
+            while let Some(cut) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..cut + 2).collect();
+                let (mut event, mut id, mut data) = ("message".to_string(), None, String::new());
+                for line in block.lines() {
+                    if let Some(value) = line.strip_prefix("event:") {
+                        event = value.trim().to_string();
+                    } else if let Some(value) = line.strip_prefix("id:") {
+                        id = Some(value.trim().to_string());
+                    } else if let Some(value) = line.strip_prefix("data:") {
+                        data.push_str(value.trim());
+                    }
+                }
+                if !data.is_empty() {
+                    let data = serde_json::from_str(&data).expect("an event's data is JSON");
+                    return Some(Event { event, id, data });
+                }
+            }
+            let frame = tokio::time::timeout(std::time::Duration::from_secs(10), self.body.frame())
+                .await
+                .expect("an event within ten seconds");
+            match frame {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        self.buffer.push_str(&String::from_utf8_lossy(&data));
+                    }
+                }
+                _ => return None,
+            }
+        }
+    }
+}
