@@ -265,7 +265,9 @@ impl Listeners {
             return Err("TLS is not available in simulation".to_string());
         }
 
-        let Services { client: client_service, api: _, mail: mail_service, raft: raft_service } = services;
+        // No HTTP port in simulation.
+        let Services { client: client_service, api, mail: mail_service, raft: raft_service } = services;
+        drop(api);
         let (client, raft) = (self.client, self.raft);
         let client_stopped = stopped.clone();
         Ok(vec![

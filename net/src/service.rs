@@ -518,6 +518,7 @@ impl<S: Storage + Clone> CellogService<S> {
         v1::PublishResult { result: Some(result) }
     }
 
+    #[cfg(not(madsim))]
     /// Publishes `requests` as `actor` in their order, pipelined as a `PublishBatch` call is, and answers each in
     /// place (the HTTP API's batch). After one that could not be proposed, the rest are not tried and answer the
     /// same error.
@@ -537,6 +538,7 @@ impl<S: Storage + Clone> CellogService<S> {
         results
     }
 
+    #[cfg(not(madsim))]
     /// What the console shows, from this node's replica without a read barrier (any node answers, as of what it
     /// applied): the streams `actor` may see with their consumers, and the node's view of the cell.
     pub(crate) fn overview(&self, actor: &Actor) -> Result<Overview, Status> {
@@ -556,11 +558,13 @@ impl<S: Storage + Clone> CellogService<S> {
         Ok((streams, self.status()?))
     }
 
+    #[cfg(not(madsim))]
     /// How this node treats callers (who a call's credential names).
     pub(crate) fn callers(&self) -> &Callers {
         &self.callers
     }
 
+    #[cfg(not(madsim))]
     /// The node this API serves.
     pub(crate) fn node(&self) -> &Arc<CellNode<S>> {
         &self.node
@@ -585,6 +589,7 @@ impl<S: Storage + Clone> CellogService<S> {
 }
 
 /// What the console shows: each visible stream with its consumers, and the node's view of the cell.
+#[cfg(not(madsim))]
 pub(crate) type Overview = (Vec<(v1::StreamInfo, Vec<v1::ConsumerInfo>)>, v1::ClusterStatusResponse);
 
 /// Waits for one submitted publish of a batch.

@@ -1,6 +1,8 @@
 //! The HTTP port of a node over real HTTP: every route of the JSON API, its errors, a follower's answer, the live
 //! tails over server-sent events and WebSocket, the OpenAPI document and the console.
 
+#![cfg(not(madsim))]
+
 mod common;
 
 use std::net::SocketAddr;
