@@ -559,14 +559,22 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     for config in &configs[1..] {
         key.store(&config.data_dir).with_context(|| format!("giving node {} the cell key", config.id))?;
     }
-    let mut nodes = Vec::new();
-    for config in &configs {
-        nodes.push(start(config, Homes::default()).await.with_context(|| format!("starting node {}", config.id))?);
-    }
+    // Started together, so that no node asks for votes of one that is not listening yet (each such refusal would
+    // be logged as an error on every first start).
+    let nodes = futures::future::try_join_all(configs.iter().map(|config| async move {
+        start(config, Homes::default()).await.with_context(|| format!("starting node {}", config.id))
+    }))
+    .await?;
     println!("cellog dev: a 3-node cell with data under {}", args.data.display());
     for node in &nodes {
-        let metrics = node.metrics_addr.map(|addr| format!("http://{addr}/metrics")).unwrap_or_default();
-        println!("  node {}  client {}  raft {}  metrics {metrics}", node.node.id(), node.client_addr, node.raft_addr);
+        let http = node.metrics_addr.map(|addr| format!("http://{addr}/")).unwrap_or_default();
+        println!("  node {}  client {}  raft {}  http {http}", node.node.id(), node.client_addr, node.raft_addr);
+    }
+    if let Some(addr) = nodes.first().and_then(|node| node.metrics_addr) {
+        println!(
+            "console: http://{addr}/console#token={} (JSON API under http://{addr}/v1/, see /v1/openapi.json)",
+            root_token
+        );
     }
     let addrs: Vec<String> = nodes.iter().map(|node| node.client_addr.to_string()).collect();
     let tls = ClientTls { ca_pem: std::fs::read(&certs.ca).context("reading the dev CA")?, identity: None };

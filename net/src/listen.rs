@@ -169,15 +169,22 @@ impl Listeners {
                     () = until_stopped(watch_stopped) => {}
                 }
             });
-            let reflection = tonic_reflection::server::Builder::configure()
-                .register_encoded_file_descriptor_set(cellog_proto::FILE_DESCRIPTOR_SET)
-                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-                .build_v1();
-            let reflection =
-                reflection.inspect_err(|error| tracing::error!(%error, "gRPC reflection unavailable")).ok();
+            // Both versions of reflection: many tools (grpcurl before 1.9, Python's grpcio-reflection, Postman,
+            // grpcui) ask only `v1alpha`.
+            let reflection = || {
+                tonic_reflection::server::Builder::configure()
+                    .register_encoded_file_descriptor_set(cellog_proto::FILE_DESCRIPTOR_SET)
+                    .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            };
+            let unavailable = |error: &tonic_reflection::server::Error| {
+                tracing::error!(%error, "gRPC reflection unavailable");
+            };
+            let v1 = reflection().build_v1().inspect_err(unavailable).ok();
+            let v1alpha = reflection().build_v1alpha().inspect_err(unavailable).ok();
             let result = client_server
                 .add_service(health_service)
-                .add_optional_service(reflection)
+                .add_optional_service(v1)
+                .add_optional_service(v1alpha)
                 .add_service(client_service)
                 .add_service(mail_service)
                 .serve_with_incoming_shutdown(client, until_stopped(client_stopped))

@@ -200,7 +200,7 @@ async fn health_reflection_and_metrics_answer() {
     use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
     use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
     use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
-    let mut reflection = ServerReflectionClient::new(channel);
+    let mut reflection = ServerReflectionClient::new(channel.clone());
     let request = tonic_reflection::pb::v1::ServerReflectionRequest {
         host: String::new(),
         message_request: Some(MessageRequest::ListServices(String::new())),
@@ -216,6 +216,25 @@ async fn health_reflection_and_metrics_answer() {
     };
     let names: Vec<String> = list.service.into_iter().map(|service| service.name).collect();
     assert!(names.contains(&"cellog.v1.Cellog".to_string()), "{names:?}");
+
+    // The older version too, which many tools still ask.
+    use tonic_reflection::pb::v1alpha::server_reflection_client::ServerReflectionClient as AlphaClient;
+    use tonic_reflection::pb::v1alpha::server_reflection_request::MessageRequest as AlphaRequest;
+    use tonic_reflection::pb::v1alpha::server_reflection_response::MessageResponse as AlphaResponse;
+    let request = tonic_reflection::pb::v1alpha::ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(AlphaRequest::ListServices(String::new())),
+    };
+    let mut answers = AlphaClient::new(channel)
+        .server_reflection_info(futures::stream::iter([request]))
+        .await
+        .expect("v1alpha reflection answers")
+        .into_inner();
+    let answer = answers.message().await.expect("an answer").expect("one message");
+    let Some(AlphaResponse::ListServicesResponse(list)) = answer.message_response else {
+        panic!("not a service list: {answer:?}");
+    };
+    assert!(list.service.iter().any(|service| service.name == "cellog.v1.Cellog"), "{list:?}");
 
     let text = common::scrape(node.metrics_addr.expect("metrics served")).await;
     for metric in [

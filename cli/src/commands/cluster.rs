@@ -45,9 +45,12 @@ fn print_status(status: &v1::ClusterStatusResponse) {
         status.leader_id.map_or("unknown".to_string(), |id| format!("node {id} at {}", status.leader_addr)),
         if status.repairing { " (repairing: catching up lost entries)" } else { "" }
     );
+    let index = |index: Option<u64>| index.map_or("none".to_string(), |index| index.to_string());
     println!(
-        "  log index {:?}, applied {:?}, state digest {}",
-        status.last_log_index, status.applied_index, status.state_digest
+        "  log index {}, applied {}, state digest {}",
+        index(status.last_log_index),
+        index(status.applied_index),
+        status.state_digest
     );
     let mut table = Table::new(["id", "role", "client", "raft", "matched"]).right([4]);
     for node in &status.nodes {
