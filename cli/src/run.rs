@@ -42,9 +42,10 @@ pub struct NodeArgs {
     /// Where it serves its peers [default: 127.0.0.1:7501].
     #[arg(long, env = "CELLOG_RAFT_ADDR")]
     raft_addr: Option<SocketAddr>,
-    /// Where it serves Prometheus metrics on /metrics [default: 127.0.0.1:7601; "off" for none].
-    #[arg(long, env = "CELLOG_METRICS_ADDR")]
-    metrics_addr: Option<String>,
+    /// Where it serves HTTP: the JSON API, live tails, the console and Prometheus metrics on /metrics [default:
+    /// 127.0.0.1:7601; "off" for none]. Also `--metrics-addr` and CELLOG_METRICS_ADDR, as before.
+    #[arg(long, alias = "metrics-addr", env = "CELLOG_HTTP_ADDR")]
+    http_addr: Option<String>,
     /// The client address other nodes and clients are told [default: --client-addr].
     #[arg(long, env = "CELLOG_ADVERTISE_CLIENT_ADDR")]
     advertise_client_addr: Option<String>,
@@ -134,7 +135,8 @@ struct FileConfig {
     data_dir: Option<PathBuf>,
     client_addr: Option<SocketAddr>,
     raft_addr: Option<SocketAddr>,
-    metrics_addr: Option<String>,
+    #[serde(alias = "metrics_addr")]
+    http_addr: Option<String>,
     advertise_client_addr: Option<String>,
     advertise_raft_addr: Option<String>,
     #[serde(default)]
@@ -257,10 +259,11 @@ impl NodeArgs {
         };
         let peers =
             peers.iter().map(|peer| peer.parse::<Peer>()).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
-        let metrics_addr = match self.metrics_addr.or(file.metrics_addr).as_deref() {
+        let old_env = std::env::var("CELLOG_METRICS_ADDR").ok();
+        let metrics_addr = match self.http_addr.or(old_env).or(file.http_addr).as_deref() {
             None => Some(addr("127.0.0.1:7601")),
             Some("off" | "none" | "") => None,
-            Some(text) => Some(text.parse().with_context(|| format!("metrics address {text:?}"))?),
+            Some(text) => Some(text.parse().with_context(|| format!("HTTP address {text:?}"))?),
         };
         let defaults = RaftTiming::default();
         let root_token = match self.root_token_file.or(file.root_token_file) {

@@ -151,44 +151,11 @@ async fn acknowledged_publishes_survive_a_killed_leader_exactly_once() {
     assert_eq!(stored(&nodes[last], 3).await.len(), N_MESSAGES);
 }
 
-/// Runs `cellog dev` until its ready line, returning the process and the lines it printed.
-fn dev(data: &std::path::Path, base_port: u16) -> (std::process::Child, Vec<String>) {
-    use std::io::BufRead;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cellog"))
-        .args(["dev", "--data", &data.display().to_string(), "--base-port", &base_port.to_string()])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::inherit())
-        .spawn()
-        .expect("cellog dev starts");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut reader = std::io::BufReader::new(stdout).lines();
-    let mut lines = Vec::new();
-    for line in reader.by_ref() {
-        let line = line.expect("a line");
-        let ready = line.starts_with("ready:");
-        lines.push(line);
-        if ready {
-            // Keep reading what it prints later, as a terminal would.
-            std::thread::spawn(move || reader.for_each(drop));
-            return (child, lines);
-        }
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("cellog dev ended before it was ready: {lines:?}");
-}
-
-fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {
-    let killed = std::process::Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
-    assert!(killed.expect("kill runs").success());
-    child.wait().expect("it exits")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cellog_dev_runs_a_cell_and_comes_back_with_its_data() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let base_port = 20_000 + u16::try_from(std::process::id() % 20_000).expect("a port");
-    let (mut child, lines) = dev(dir.path(), base_port);
+    let (mut child, lines) = common::dev(dir.path(), base_port);
     assert_eq!(lines.iter().filter(|line| line.trim_start().starts_with("node ")).count(), 3, "{lines:?}");
     let addrs: Vec<String> = (1..=3).map(|i| format!("127.0.0.1:{}", base_port + i)).collect();
     // The dev cell made its root token in its data directory; a call without it is refused.
@@ -229,13 +196,13 @@ async fn cellog_dev_runs_a_cell_and_comes_back_with_its_data() {
         })
         .await
         .expect("published");
-    assert!(terminate(&mut child).success(), "Ctrl-C/SIGTERM exits 0");
+    assert!(common::terminate(&mut child).success(), "Ctrl-C/SIGTERM exits 0");
 
-    let (mut child, _) = dev(dir.path(), base_port);
+    let (mut child, _) = common::dev(dir.path(), base_port);
     let client = cellog_client::Client::new(addrs, options).expect("a client");
     let messages = client.read("kept", ack.partition, ack.seq, 1, false).await.expect("read").messages;
     assert_eq!(messages[0].payload, Bytes::from_static(b"kept"), "the message survived the restart");
-    assert!(terminate(&mut child).success());
+    assert!(common::terminate(&mut child).success());
 }
 
 /// A node whose identity says it was a voter but whose store is gone lost its disk: it must not vote or lead on an

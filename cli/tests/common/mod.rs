@@ -162,3 +162,36 @@ pub async fn wait_converged(nodes: &[NodeProcess]) -> (u64, String) {
     }
     panic!("replicas did not converge: {last:?}");
 }
+
+/// Runs `cellog dev` until its ready line, returning the process and the lines it printed.
+pub fn dev(data: &std::path::Path, base_port: u16) -> (std::process::Child, Vec<String>) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cellog"))
+        .args(["dev", "--data", &data.display().to_string(), "--base-port", &base_port.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .expect("cellog dev starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut reader = std::io::BufReader::new(stdout).lines();
+    let mut lines = Vec::new();
+    for line in reader.by_ref() {
+        let line = line.expect("a line");
+        let ready = line.starts_with("ready:");
+        lines.push(line);
+        if ready {
+            // Keep reading what it prints later, as a terminal would.
+            std::thread::spawn(move || reader.for_each(drop));
+            return (child, lines);
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("cellog dev ended before it was ready: {lines:?}");
+}
+
+pub fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {
+    let killed = std::process::Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+    assert!(killed.expect("kill runs").success());
+    child.wait().expect("it exits")
+}
