@@ -259,3 +259,11 @@ fn a_filter_covers_another_exactly_when_it_matches_everything_the_other_matches(
         }
     }
 }
+
+#[test]
+fn a_token_is_named_by_the_first_eight_bytes_of_its_hash_alone() {
+    let mut hash = [0u8; 32];
+    hash[..8].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef, 0x01, 0x02, 0x03, 0x04]);
+    hash[8..].fill(0xff);
+    assert_eq!(cellog_core::TokenHash(hash).to_string(), "deadbeef01020304");
+}

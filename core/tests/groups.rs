@@ -551,3 +551,18 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_members_window_counts_its_own_deliveries_awaiting_an_ack() {
+    let mut h = stream_of(2);
+    let a = join(&mut h, "a", Strategy::Range).unwrap();
+    one_per_partition(&mut h, 2);
+    one_per_partition(&mut h, 2);
+    let (_, deliveries) = member_fetch(&mut h, "a", a.generation, 3).unwrap();
+    assert_eq!(deliveries.len(), 3);
+    let pending = |h: &Harness| h.cell.member_work("orders", "g", "a", a.generation).unwrap().1;
+    assert_eq!(pending(&h), 3, "every delivery of every partition it owns counts");
+    let first = &deliveries[0].record;
+    member_ack(&mut h, "a", a.generation, first.partition, first.seq).unwrap();
+    assert_eq!(pending(&h), 2, "an ack frees its place");
+}

@@ -1093,6 +1093,13 @@ fn a_command_is_bounded_by_its_whole_encoded_size() {
         matches!(big_key.check_size(), Err(Rejection::Invalid { reason }) if reason.contains("bytes encoded")),
         "and the whole, counted on its own, over the command's"
     );
+    let largest = PublishRequest {
+        msg_id: Some("an-id".into()),
+        key: Some(Bytes::from_static(b"a key")),
+        ..PublishRequest::new("s.a.longer.subject", payload.clone())
+    };
+    let size = Command::Publish(largest).check_size().expect("the largest payload fits with room for the rest");
+    assert!(size > payload.len() + 16, "{size}");
     let too_big = Command::Publish(PublishRequest::new("s.a", Bytes::from(vec![0u8; payload.len() + 1])));
     assert_eq!(
         too_big.check(),
