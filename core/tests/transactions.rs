@@ -998,3 +998,16 @@ fn a_committed_delivery_delay_counts_from_the_commit() {
     let fetched = h.fetch("orders", "c", 10);
     assert_eq!(fetched.iter().map(|d| h.text(d)).collect::<Vec<_>>(), vec!["later"]);
 }
+
+#[test]
+fn an_instance_fenced_after_its_abort_is_told_it_is_fenced_not_that_its_transaction_aborted() {
+    let (mut h, r) = open();
+    stage(&mut h, "orders.a", "x", r).unwrap();
+    let Outcome::TransactionAborted { next } = abort(&mut h, r).unwrap() else { panic!("an abort") };
+    // A newer instance starts while the old one holds no open transaction; the old one then commits at the epoch
+    // its abort handed it: that epoch never ended a transaction, so nothing is replayed.
+    let new = h.init_producer("tx");
+    assert_eq!(new.epoch, next.epoch + 1);
+    assert_eq!(commit(&mut h, next).unwrap_err(), Rejection::Fenced { current_epoch: new.epoch });
+    assert_eq!(abort(&mut h, next).unwrap_err(), Rejection::Fenced { current_epoch: new.epoch });
+}
