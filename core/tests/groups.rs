@@ -566,3 +566,23 @@ fn a_members_window_counts_its_own_deliveries_awaiting_an_ack() {
     member_ack(&mut h, "a", a.generation, first.partition, first.seq).unwrap();
     assert_eq!(pending(&h), 2, "an ack frees its place");
 }
+
+#[test]
+fn a_change_of_generation_is_announced_and_a_heartbeat_that_changes_nothing_is_not() {
+    let mut h = stream_of(2);
+    let a = join(&mut h, "a", Strategy::CooperativeSticky).unwrap();
+    h.take_effects();
+    let again = heartbeat(&mut h, "a", a.generation, &[]).unwrap();
+    assert_eq!((again.generation, again.partitions), (a.generation, a.partitions));
+    let changed: Vec<_> = h.take_effects().into_iter().filter(|e| matches!(e, Effect::GroupChanged { .. })).collect();
+    assert!(changed.is_empty(), "{changed:?}");
+    // A second member's join moves the generation, and is announced with what it revokes from the first.
+    let b = join(&mut h, "b", Strategy::CooperativeSticky).unwrap();
+    assert!(b.generation > a.generation);
+    let changed: Vec<_> = h.take_effects().into_iter().filter(|e| matches!(e, Effect::GroupChanged { .. })).collect();
+    assert!(
+        matches!(&changed[..], [Effect::GroupChanged { change: GroupChange::Joined, member, revoking, .. }]
+            if &**member == "b" && revoking.len() == 1),
+        "{changed:?}"
+    );
+}
