@@ -226,6 +226,20 @@ fn a_subject_removal_also_makes_room_under_the_stream_limit() {
 }
 
 #[test]
+fn a_subject_removal_also_makes_room_under_the_stream_byte_limit() {
+    let mut h = Harness::new();
+    // Every message here takes 3 bytes of subject and 1 of payload: two fit in 8.
+    h.create_stream("s", StreamConfig { max_messages_per_subject: Some(1), max_bytes: Some(8), ..config(&["s.>"]) });
+    h.publish("s.a", "1").unwrap();
+    h.publish("s.b", "2").unwrap();
+    h.take_effects();
+    // Replacing s.a's value frees its bytes, so the byte limit needs no second removal.
+    h.publish("s.a", "3").unwrap();
+    assert_eq!(removals(&mut h), vec![(0, 1, RemovalReason::SubjectLimit)]);
+    assert_eq!(retained(&h, "s", 0), vec![2, 3]);
+}
+
+#[test]
 fn a_lowered_per_subject_limit_applies_at_once() {
     let mut h = Harness::new();
     h.simple_stream("s");
