@@ -213,30 +213,22 @@ fn a_subject_limit_removes_the_subjects_oldest_not_the_streams() {
 }
 
 #[test]
-fn a_subject_removal_also_makes_room_under_the_stream_limit() {
-    let mut h = Harness::new();
-    h.create_stream("s", StreamConfig { max_messages_per_subject: Some(1), max_messages: Some(2), ..config(&["s.>"]) });
-    h.publish("s.a", "1").unwrap();
-    h.publish("s.b", "2").unwrap();
-    h.take_effects();
-    // Replacing s.a's value frees a slot, so the stream limit needs no second removal.
-    h.publish("s.a", "3").unwrap();
-    assert_eq!(removals(&mut h), vec![(0, 1, RemovalReason::SubjectLimit)]);
-    assert_eq!(retained(&h, "s", 0), vec![2, 3]);
-}
-
-#[test]
-fn a_subject_removal_also_makes_room_under_the_stream_byte_limit() {
-    let mut h = Harness::new();
-    // Every message here takes 3 bytes of subject and 1 of payload: two fit in 8.
-    h.create_stream("s", StreamConfig { max_messages_per_subject: Some(1), max_bytes: Some(8), ..config(&["s.>"]) });
-    h.publish("s.a", "1").unwrap();
-    h.publish("s.b", "2").unwrap();
-    h.take_effects();
-    // Replacing s.a's value frees its bytes, so the byte limit needs no second removal.
-    h.publish("s.a", "3").unwrap();
-    assert_eq!(removals(&mut h), vec![(0, 1, RemovalReason::SubjectLimit)]);
-    assert_eq!(retained(&h, "s", 0), vec![2, 3]);
+fn a_subject_removal_also_makes_room_under_the_stream_limits() {
+    // Every message here takes 3 bytes of subject and 1 of payload: two fit under either limit.
+    for limits in [
+        StreamConfig { max_messages: Some(2), ..config(&["s.>"]) },
+        StreamConfig { max_bytes: Some(8), ..config(&["s.>"]) },
+    ] {
+        let mut h = Harness::new();
+        h.create_stream("s", StreamConfig { max_messages_per_subject: Some(1), ..limits.clone() });
+        h.publish("s.a", "1").unwrap();
+        h.publish("s.b", "2").unwrap();
+        h.take_effects();
+        // Replacing s.a's value frees a slot and its bytes, so the stream limit needs no second removal.
+        h.publish("s.a", "3").unwrap();
+        assert_eq!(removals(&mut h), vec![(0, 1, RemovalReason::SubjectLimit)], "{limits:?}");
+        assert_eq!(retained(&h, "s", 0), vec![2, 3], "{limits:?}");
+    }
 }
 
 #[test]
