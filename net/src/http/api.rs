@@ -12,13 +12,10 @@ use serde_json::{Map, Value};
 use tonic::{Code, Status};
 
 use super::error::ApiError;
-use super::routes::{self, Matched, PUBLISH_BATCH, Unmatched, Verb};
+use super::routes::{self, MAX_BATCH, Matched, PUBLISH_BATCH, Unmatched, Verb};
 use super::{Http, openapi};
 use crate::metrics::Metered;
 use crate::service::CellogService;
-
-/// The most messages one batch publish carries (a `PublishBatch` call's window).
-pub const MAX_BATCH: usize = crate::service::BATCH_WINDOW;
 
 /// Answers one request of the JSON API.
 pub(crate) async fn serve<S: Storage + Clone>(

@@ -34,7 +34,7 @@ use crate::limits::Limits;
 use crate::metrics::{Metered, Metrics};
 use crate::service::CellogService;
 
-pub use api::MAX_BATCH;
+pub use routes::MAX_BATCH;
 pub use tail::{DEFAULT_MAX_BEHIND, HEARTBEAT, MAX_MAX_BEHIND};
 
 /// The largest request body the JSON API reads: the largest gRPC message, its bytes in base64 (a third more), and

@@ -233,7 +233,7 @@ fn operation(route: &routes::Route) -> Value {
             "type": "object",
             "required": ["messages"],
             "properties": { "messages": { "type": "array", "items": reference("cellog.v1.PublishRequest"),
-                "maxItems": super::api::MAX_BATCH } }
+                "maxItems": routes::MAX_BATCH } }
         });
         let answer = json!({
             "type": "object",

@@ -46,6 +46,9 @@ pub(crate) struct Route {
 /// response, `{"results": [PublishResult…]}`, in order.
 pub(crate) const PUBLISH_BATCH: &str = "PublishBatch";
 
+/// The most messages one batch publish carries (a `PublishBatch` call's window).
+pub const MAX_BATCH: usize = crate::service::BATCH_WINDOW;
+
 const fn route(verb: Verb, path: &'static str, rpc: &'static str, tag: &'static str) -> Route {
     Route { verb, path, rpc, tag }
 }
