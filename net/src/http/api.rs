@@ -130,7 +130,7 @@ fn decode<T: serde::de::DeserializeOwned>(input: Value) -> Result<T, ApiError> {
 }
 
 /// `message` as a gRPC request carrying the HTTP request's credential.
-fn grpc<T>(credential: Option<&HeaderValue>, message: T) -> Result<tonic::Request<T>, ApiError> {
+pub(crate) fn grpc<T>(credential: Option<&HeaderValue>, message: T) -> Result<tonic::Request<T>, ApiError> {
     let mut request = tonic::Request::new(message);
     if let Some(value) = credential {
         let value = value.to_str().ok().and_then(|value| value.parse().ok()).ok_or_else(|| {

@@ -47,12 +47,7 @@ pub(crate) async fn asset<S: Storage + Clone>(
 }
 
 fn overview<S: Storage + Clone>(http: &Http<S>, headers: &HeaderMap) -> Result<serde_json::Value, ApiError> {
-    let mut request = tonic::Request::new(());
-    if let Some(value) = headers.get(header::AUTHORIZATION)
-        && let Ok(value) = value.to_str().unwrap_or_default().parse()
-    {
-        request.metadata_mut().insert(cellog_client::token::AUTHORIZATION, value);
-    }
+    let request = super::api::grpc(headers.get(header::AUTHORIZATION), ())?;
     let actor = http.service.callers().actor(&request)?;
     let (streams, cluster) = http.service.overview(&actor)?;
     let streams: Vec<_> = streams

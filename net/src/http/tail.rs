@@ -141,12 +141,7 @@ impl<S: Storage + Clone> Tail<S> {
         resume: Option<String>,
     ) -> Result<Self, ApiError> {
         let service = http.service.clone();
-        let mut request = tonic::Request::new(());
-        if let Some(value) = headers.get(axum::http::header::AUTHORIZATION)
-            && let Ok(value) = value.to_str().unwrap_or_default().parse()
-        {
-            request.metadata_mut().insert(cellog_client::token::AUTHORIZATION, value);
-        }
+        let request = super::api::grpc(headers.get(axum::http::header::AUTHORIZATION), ())?;
         let actor = service.callers().actor(&request)?;
         let principal = service.principal(&actor)?;
         let scope = Scope::of(&principal);
