@@ -18,18 +18,18 @@ use crate::commands::client;
 pub struct Workload {
     /// Messages.
     #[arg(long)]
-    count: Option<u64>,
+    pub(crate) count: Option<u64>,
     /// Payload bytes per message.
     #[arg(long, default_value_t = 256)]
-    size: usize,
+    pub(crate) size: usize,
     /// Stream to use (publish benchmarks re-create it).
     #[arg(long, default_value = "BENCH")]
-    stream: String,
+    pub(crate) stream: String,
     /// Subject to publish to.
     #[arg(long, default_value = "bench.a")]
-    subject: String,
+    pub(crate) subject: String,
     #[command(flatten)]
-    connect: Connect,
+    pub(crate) connect: Connect,
 }
 
 #[derive(Subcommand)]
@@ -71,6 +71,9 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 0)]
         busy_rate: u64,
     },
+    /// Live tails over HTTP (server-sent events): the node's memory per tail with TAILS held open, then the latency
+    /// from publishing a message to its event on a tail, one message at a time [default count: 2000].
+    Tail(crate::tail_bench::TailArgs),
     /// A consumer group of MEMBERS consuming a stream of PARTITIONS takes one more member: the time until it is
     /// settled again and how much consumption paused, for an eager strategy (range) and for cooperative sticky.
     Rebalance(crate::rebalance::RebalanceArgs),
@@ -80,7 +83,7 @@ pub enum BenchCommand {
     Soak(crate::soak::SoakArgs),
 }
 
-fn progress(count: u64, what: &str) -> ProgressBar {
+pub(crate) fn progress(count: u64, what: &str) -> ProgressBar {
     let bar = ProgressBar::new(count);
     let style = ProgressStyle::with_template("{msg:>8} [{bar:40}] {pos}/{len} {per_sec} eta {eta}")
         .unwrap_or_else(|_| ProgressStyle::default_bar())
@@ -90,7 +93,7 @@ fn progress(count: u64, what: &str) -> ProgressBar {
     bar
 }
 
-async fn recreate(client: &Client, workload: &Workload) -> anyhow::Result<()> {
+pub(crate) async fn recreate(client: &Client, workload: &Workload) -> anyhow::Result<()> {
     match client.delete_stream(&workload.stream).await {
         Ok(()) => {}
         Err(error) if error.reason() == Some("STREAM_NOT_FOUND") => {}
@@ -110,13 +113,13 @@ async fn recreate(client: &Client, workload: &Workload) -> anyhow::Result<()> {
 }
 
 /// Figures of one run.
-struct Report {
-    what: &'static str,
-    messages: u64,
-    bytes: u64,
-    elapsed: Duration,
-    latencies: Vec<Duration>,
-    errors: u64,
+pub(crate) struct Report {
+    pub(crate) what: &'static str,
+    pub(crate) messages: u64,
+    pub(crate) bytes: u64,
+    pub(crate) elapsed: Duration,
+    pub(crate) latencies: Vec<Duration>,
+    pub(crate) errors: u64,
 }
 
 impl Report {
@@ -154,6 +157,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Latency { workload, subscriptions, idle_seconds, busy_rate } => {
             latency(workload, subscriptions, idle_seconds, busy_rate).await?
         }
+        BenchCommand::Tail(args) => crate::tail_bench::run(args).await?,
         BenchCommand::Soak(args) => return crate::soak::run(args).await,
         BenchCommand::Rebalance(args) => return crate::rebalance::run(args).await,
     };
@@ -165,7 +169,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn request(workload: &Workload, payload: &Bytes, index: u64) -> v1::PublishRequest {
+pub(crate) fn request(workload: &Workload, payload: &Bytes, index: u64) -> v1::PublishRequest {
     v1::PublishRequest {
         subject: workload.subject.clone(),
         payload: payload.clone(),
@@ -203,7 +207,7 @@ async fn publish(workload: Workload, window: usize) -> anyhow::Result<Report> {
     Ok(Report { what: "pub", messages: count, bytes: count * workload.size as u64, elapsed, latencies, errors })
 }
 
-fn report_error(error: Option<ClientError>) {
+pub(crate) fn report_error(error: Option<ClientError>) {
     if let Some(error) = error {
         eprintln!("first error: {error}");
     }

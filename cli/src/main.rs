@@ -11,6 +11,7 @@ mod rebalance;
 mod run;
 mod soak;
 mod table;
+mod tail_bench;
 
 use commands::{auth, cluster, consumer, group, mail, peer, publish, stream, txn};
 

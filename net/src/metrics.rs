@@ -47,6 +47,11 @@ pub struct Metrics {
     streams: Gauge,
     messages: Gauge,
     bodies_unreadable: Gauge,
+    /// Live tails open on the HTTP port.
+    pub http_tails: Gauge,
+    /// This process's resident memory, read from `/proc/self/status` at each scrape (-1 where there is none, and in
+    /// the simulator, whose runs must not depend on the host).
+    resident_memory: Gauge,
     /// Refusals for each cap, one counter a cap. Not a labelled family: a family's map is a std `HashMap`, whose
     /// random keys would draw from the simulator's random numbers when the first one is made, and so make a simulated
     /// run depend on what made a map before it.
@@ -158,6 +163,8 @@ impl Metrics {
             streams: Gauge::default(),
             messages: Gauge::default(),
             bodies_unreadable: Gauge::default(),
+            http_tails: Gauge::default(),
+            resident_memory: Gauge::default(),
             caps_reached: Cap::ALL.map(|cap| (cap, Counter::default())),
             groups: Arc::new(Groups::default()),
         };
@@ -226,6 +233,13 @@ impl Metrics {
              takes a whole snapshot",
             metrics.bodies_unreadable.clone(),
         );
+        registry.register("http_tails", "Live tails open on the HTTP port", metrics.http_tails.clone());
+        registry.register_with_unit(
+            "resident_memory",
+            "This process's resident memory",
+            prometheus_client::registry::Unit::Bytes,
+            metrics.resident_memory.clone(),
+        );
         *metrics.registry.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = registry;
         metrics
     }
@@ -246,6 +260,7 @@ impl Metrics {
             self.observe_replica(&replica);
         }
         self.bodies_unreadable.set(saturating_i64(node.bodies().n_unreadable()));
+        self.resident_memory.set(resident_bytes().map_or(-1, saturating_i64));
         let mut text = String::new();
         let registry = self.registry.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if encode(&mut text, &registry).is_err() {
@@ -303,6 +318,20 @@ impl Metrics {
         self.streams.set(saturating_i64(names.len() as u64));
         self.messages.set(saturating_i64(n_messages));
     }
+}
+
+/// This process's resident set size, from the kernel's `VmRSS` line (kB); `None` where there is no `/proc`.
+#[cfg(not(madsim))]
+fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find_map(|line| line.strip_prefix("VmRSS:"))?;
+    let kib: u64 = line.trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kib * 1024)
+}
+
+#[cfg(madsim)]
+fn resident_bytes() -> Option<u64> {
+    None
 }
 
 fn saturating_i64(value: u64) -> i64 {

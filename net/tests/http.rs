@@ -379,7 +379,7 @@ async fn a_tail_pushes_what_is_published_and_resumes_without_a_gap_or_a_repeat()
 
 #[tokio::test]
 async fn the_openapi_document_and_the_console_are_served() {
-    let (node, _client) = one_node("http-docs").await;
+    let (node, client) = one_node("http-docs").await;
     let addr = http_addr(&node);
     let document = ok(addr, "GET", "/v1/openapi.json", None).await;
     assert_eq!(document["openapi"], "3.1.0");
@@ -391,6 +391,17 @@ async fn the_openapi_document_and_the_console_are_served() {
     let overview = ok(addr, "GET", "/console/overview", None).await;
     assert_eq!(overview["cluster"]["state"], "Leader");
     assert_eq!(http(addr, "GET", "/", None).await.status, 303);
-    assert!(http(addr, "GET", "/metrics", None).await.body.contains("cellog_"));
+
+    // The metrics count open tails and the node's resident memory.
+    let stream = v1::StreamConfig { subjects: vec!["m.>".into()], ..Default::default() };
+    client.create_stream("m", stream).await.expect("created");
+    let _tail = Events::open(addr, "/v1/streams/m/tail", &[]).await;
+    let metrics = http(addr, "GET", "/metrics", None).await.body;
+    let figure = |name: &str| -> i64 {
+        let line = metrics.lines().find(|line| line.starts_with(&format!("{name} "))).expect(name);
+        line[name.len() + 1..].trim().parse().expect("a number")
+    };
+    assert_eq!(figure("cellog_http_tails"), 1, "{metrics}");
+    assert!(figure("cellog_resident_memory_bytes") > 1 << 20, "{metrics}");
     let _ = node.stop().await;
 }

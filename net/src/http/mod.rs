@@ -88,6 +88,8 @@ pub(crate) fn router<S: Storage + Clone>(
 }
 
 async fn render_metrics<S: Storage + Clone>(State(http): State<Arc<Http<S>>>) -> Response {
+    let open = http.max_tails.saturating_sub(http.tails.available_permits());
+    http.metrics.http_tails.set(i64::try_from(open).unwrap_or(i64::MAX));
     (
         [(axum::http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
         http.metrics.render(&http.node),
