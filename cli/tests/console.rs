@@ -1,8 +1,9 @@
 //! The web console in a real browser: headless Chromium, driven over WebDriver by chromedriver (Debian's `chromium`
 //! and `chromium-driver`, which `ci/install-deps` installs), opens the console of a running `cellog dev`, tails a
-//! stream, publishes from the page, and sees the message in the tail and the stream's count change. It keeps a
-//! screenshot (`cellog-console.png` in the temp directory; `CELLOG_UPDATE_SCREENSHOT=1` writes `docs/console.png`). `CELLOG_SKIP_BROWSER=1`
-//! skips it on a machine without Chromium; anywhere else a missing browser fails it.
+//! stream, publishes from the page, and sees the message in the tail, the stream's count change, and the consumers
+//! and consumer groups listed. It keeps a screenshot (`cellog-console.png` in the temp directory;
+//! `CELLOG_UPDATE_SCREENSHOT=1` writes `docs/console.png`). `CELLOG_SKIP_BROWSER=1` skips it on a machine without
+//! Chromium; anywhere else a missing browser fails it.
 
 // The node binary runs on RocksDB.
 #![cfg(feature = "node")]
@@ -176,12 +177,21 @@ fn the_console_shows_a_published_message_in_its_tail_and_counts() {
         }
     };
     let console = console.replace(&format!(":{}/", base_port + 201), &format!(":{http_port}/"));
+    // A durable consumer and a consumer group with a member, for the console's tables.
+    let made = [
+        ("/v1/streams/demo/consumers", json!({ "name": "audit", "config": {} })),
+        ("/v1/streams/demo/groups/billing/join", json!({ "member": "worker-1", "session_timeout_ms": "600000" })),
+    ];
+    for (path, body) in made {
+        let answer = request(http_port, "POST", path, Some(token), Some(&body));
+        assert_eq!(answer.0, 200, "{path}: {}", answer.1);
+    }
 
     let mut session = (0, Value::Null);
     for _ in 0..50 {
         let capabilities = json!({ "capabilities": { "alwaysMatch": { "browserName": "chrome", "goog:chromeOptions": {
             "binary": "/usr/bin/chromium",
-            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1000"]
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1200"]
         } } } });
         session = std::panic::catch_unwind(|| request(driver_port, "POST", "/session", None, Some(&capabilities)))
             .unwrap_or((0, Value::Null));
@@ -209,7 +219,11 @@ fn the_console_shows_a_published_message_in_its_tail_and_counts() {
         browser.wait_for("#publish-result", "the publish is acknowledged", |text| text.starts_with("published: demo"));
         browser.wait_for("#tail", "the message is in the tail", |text| text.contains("hello from the browser"));
         browser.wait_for("td[data-messages=\"demo\"]", "the count changes", |text| text == "1");
-        browser.wait_for("#consumers tbody", "the tables are drawn", |text| !text.is_empty());
+        browser.wait_for("#consumers tbody", "the consumers are listed", |text| text.contains("audit"));
+        browser.wait_for("#groups tbody", "the group is listed with its member", |text| {
+            text.contains("billing") && text.contains("worker-1") && text.contains("settled")
+        });
+        browser.call("POST", "/execute/sync", Some(json!({ "script": "window.scrollTo(0, 0)", "args": [] })));
         let png = browser.call("GET", "/screenshot", None);
         let png = base64::engine::general_purpose::STANDARD.decode(png.as_str().expect("base64")).expect("a PNG");
         let kept = std::env::temp_dir().join("cellog-console.png");

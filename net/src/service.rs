@@ -117,7 +117,6 @@ fn sees_consumer<'a>(stream: &'a str, consumer: &'a str) -> impl FnOnce(&Cell, &
     }
 }
 
-/// A group's info as the caller's scope sees it.
 /// The streams `actor` may see, as its scope names them (the streams of its scope; every one for an admin, else
 /// those it may read), each with its consumers' infos as of the cell's time if `with_consumers`.
 fn visible_streams(
@@ -146,6 +145,7 @@ fn visible_streams(
         .collect()
 }
 
+/// A group's info as the caller's scope sees it.
 fn group_out(stream: &str, scope: Scope<'_>, mut info: cellog_core::GroupInfo) -> v1::GroupInfo {
     info.consumer = scope.consumer_info_out(info.consumer);
     convert::group_info_to_wire(stream, info)
@@ -544,17 +544,28 @@ impl<S: Storage + Clone> CellogService<S> {
     pub(crate) fn overview(&self, actor: &Actor) -> Result<Overview, Status> {
         let streams = {
             let replica = lock(&self.node)?;
-            visible_streams(&replica.cell, actor, true).map_err(|rejection| from_rejection(&rejection))?
-        };
-        let streams = streams
-            .into_iter()
-            .map(|(info, consumers)| {
-                let name = info.name.to_string();
+            let cell = &replica.cell;
+            let principal = cell.authenticate(actor).map_err(|rejection| from_rejection(&rejection))?;
+            let scope = Scope::of(&principal);
+            let streams = visible_streams(cell, actor, true).map_err(|rejection| from_rejection(&rejection))?;
+            let mut overview = Vec::with_capacity(streams.len());
+            for (info, consumers) in streams {
+                let named = info.name.to_string();
+                let stored = scope.name_in(&named);
+                // The groups the caller may see: those it may consume, or every one for an admin.
+                let mut groups = Vec::new();
+                for group in cell.group_names(&stored).map_err(|rejection| from_rejection(&rejection))? {
+                    if sees_consumer(&stored, &group)(cell, &principal).is_ok() {
+                        let group = cell.group_info(&stored, &group, cell.last_at());
+                        groups.push(group_out(&named, scope, group.map_err(|rejection| from_rejection(&rejection))?));
+                    }
+                }
                 let consumers =
-                    consumers.into_iter().map(|consumer| convert::consumer_info_to_wire(&name, consumer)).collect();
-                (convert::stream_info_to_wire(info), consumers)
-            })
-            .collect();
+                    consumers.into_iter().map(|consumer| convert::consumer_info_to_wire(&named, consumer)).collect();
+                overview.push(StreamOverview { stream: convert::stream_info_to_wire(info), consumers, groups });
+            }
+            overview
+        };
         Ok((streams, self.status()?))
     }
 
@@ -588,9 +599,17 @@ impl<S: Storage + Clone> CellogService<S> {
     }
 }
 
-/// What the console shows: each visible stream with its consumers, and the node's view of the cell.
+/// What the console shows: each visible stream, and the node's view of the cell.
 #[cfg(not(madsim))]
-pub(crate) type Overview = (Vec<(v1::StreamInfo, Vec<v1::ConsumerInfo>)>, v1::ClusterStatusResponse);
+pub(crate) type Overview = (Vec<StreamOverview>, v1::ClusterStatusResponse);
+
+/// A stream as the console shows it: its info, its consumers, and its consumer groups.
+#[cfg(not(madsim))]
+pub(crate) struct StreamOverview {
+    pub stream: v1::StreamInfo,
+    pub consumers: Vec<v1::ConsumerInfo>,
+    pub groups: Vec<v1::GroupInfo>,
+}
 
 /// Waits for one submitted publish of a batch.
 enum Pending {

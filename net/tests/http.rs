@@ -388,13 +388,19 @@ async fn the_openapi_document_and_the_console_are_served() {
     assert!(page.status == 200 && page.body.contains("console.js"), "{}", page.body);
     let script = http(addr, "GET", "/console/console.js", None).await;
     assert_eq!(script.header("content-type"), Some("text/javascript; charset=utf-8"));
+    let stream = v1::StreamConfig { subjects: vec!["m.>".into()], ..Default::default() };
+    client.create_stream("m", stream).await.expect("created");
+    let join = json!({ "member": "w1", "strategy": "STRATEGY_RANGE", "session_timeout_ms": "30000" });
+    ok(addr, "POST", "/v1/streams/m/groups/billing/join", Some(join)).await;
     let overview = ok(addr, "GET", "/console/overview", None).await;
     assert_eq!(overview["cluster"]["state"], "Leader");
+    let entry = &overview["streams"][0];
+    assert_eq!(entry["stream"]["name"], "m", "{overview}");
+    assert_eq!(entry["groups"][0]["name"], "billing", "{overview}");
+    assert_eq!(entry["groups"][0]["members"][0]["name"], "w1", "{overview}");
     assert_eq!(http(addr, "GET", "/", None).await.status, 303);
 
     // The metrics count open tails and the node's resident memory.
-    let stream = v1::StreamConfig { subjects: vec!["m.>".into()], ..Default::default() };
-    client.create_stream("m", stream).await.expect("created");
     let _tail = Events::open(addr, "/v1/streams/m/tail", &[]).await;
     let metrics = http(addr, "GET", "/metrics", None).await.body;
     let figure = |name: &str| -> i64 {

@@ -1,6 +1,7 @@
 //! The web console: one page, its script and its style, embedded in the binary (no build step). It shows what this
 //! node's replica holds (`/console/overview`: streams with counts and bytes, consumers with lag and the age of the
-//! oldest unacknowledged message, the cell with its leader, term and indexes), refreshed every two seconds, a live
+//! oldest unacknowledged message, consumer groups with their members, generation and lag, the cell with its
+//! leader, term and indexes), refreshed every two seconds, a live
 //! tail of a stream and a subject, and a form to publish. The page reads a token from its address's fragment
 //! (`/console#token=…`, never sent to the server) or asks for one, and sends it as `Authorization: Bearer`.
 
@@ -52,7 +53,13 @@ fn overview<S: Storage + Clone>(http: &Http<S>, headers: &HeaderMap) -> Result<s
     let (streams, cluster) = http.service.overview(&actor)?;
     let streams: Vec<_> = streams
         .iter()
-        .map(|(stream, consumers)| json!({ "stream": value(stream), "consumers": consumers.iter().map(value).collect::<Vec<_>>() }))
+        .map(|entry| {
+            json!({
+                "stream": value(&entry.stream),
+                "consumers": entry.consumers.iter().map(value).collect::<Vec<_>>(),
+                "groups": entry.groups.iter().map(value).collect::<Vec<_>>(),
+            })
+        })
         .collect();
     Ok(json!({ "streams": streams, "cluster": value(&cluster) }))
 }

@@ -142,6 +142,20 @@ function render(overview) {
     cell(tr, k.acked, "n");
     cell(tr, k.dead_lettered, "n");
   });
+  const groups = [];
+  for (const entry of overview.streams) for (const group of entry.groups || []) groups.push(group);
+  fill("groups", groups, 8, (tr, g) => {
+    const members = g.members || [];
+    cell(tr, g.stream);
+    cell(tr, g.name);
+    cell(tr, String(g.strategy).replace(/^STRATEGY_/, "").toLowerCase().replace(/_/g, " "));
+    cell(tr, g.generation, "n");
+    cell(tr, g.rebalancing ? "rebalancing" : "settled", g.rebalancing ? "lagging" : "");
+    cell(tr, members.length + (members.length ? ": " + members.map((m) => m.name).join(" ") : ""));
+    cell(tr, g.rebalances, "n");
+    const lag = g.consumer ? g.consumer.lag_total : 0;
+    cell(tr, lag, Number(lag) > 0 ? "n lagging" : "n");
+  });
   if (!$("tail-stream").value && overview.streams.length > 0) $("tail-stream").value = overview.streams[0].stream.name;
 }
 
