@@ -468,33 +468,12 @@ async fn record_membership(config: NodeConfig, node: Arc<CellNode<Metered<Arc<Ro
     }
 }
 
-/// Waits for Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(terminate) => terminate,
-            Err(_) => {
-                let _ = interrupt.await;
-                return;
-            }
-        };
-        tokio::select! {
-            _ = interrupt => {}
-            _ = terminate.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = interrupt.await;
-}
-
 /// `cellog node`.
 pub async fn node(args: NodeArgs) -> anyhow::Result<()> {
     let (config, homes) = args.resolve()?;
     let running = start(&config, homes).await?;
     let failed = tokio::select! {
-        () = shutdown_signal() => None,
+        () = crate::commands::shutdown_signal() => None,
         reason = running.failed() => Some(reason),
     };
     if let Some(reason) = failed {
@@ -590,7 +569,7 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         addrs.join(",")
     );
     let failed = tokio::select! {
-        () = shutdown_signal() => None,
+        () = crate::commands::shutdown_signal() => None,
         reason = futures::future::select_all(nodes.iter().map(|node| Box::pin(node.failed()))) => Some(reason.0),
     };
     // Whoever read the ready line may be gone by now: a closed stdout must not turn a clean stop into a panic.

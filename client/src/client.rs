@@ -274,6 +274,12 @@ fn cellog(channel: Channel) -> CellogClient<Channel> {
         .max_encoding_message_size(MAX_CLIENT_MESSAGE)
 }
 
+/// The client API of the one node at `addr` (`host:port`), with the wire limits and none of [`Client`]'s routing or
+/// retries: what a node uses to pass a caller's call on to its leader. Connects on first use.
+pub fn node_api(addr: &str, tls: Option<&ClientTls>) -> Result<CellogClient<Channel>, ClientError> {
+    Ok(cellog(connect(addr, tls)?))
+}
+
 /// Sealed mail over a channel, with the wire limits.
 fn mail(channel: Channel) -> MailClient<Channel> {
     MailClient::new(channel).max_decoding_message_size(MAX_CLIENT_MESSAGE).max_encoding_message_size(MAX_CLIENT_MESSAGE)

@@ -19,7 +19,9 @@ pub mod status;
 pub mod token;
 
 pub use cellog_proto::v1 as proto;
-pub use client::{BatchResult, Client, ClientError, ClientOptions, ClientTls, DISCOVERY_INTERVAL, item_error};
+pub use client::{
+    BatchResult, Client, ClientError, ClientOptions, ClientTls, DISCOVERY_INTERVAL, item_error, node_api,
+};
 pub use group::{GroupMember, MemberOptions, Rebalance};
 
 /// A plain ack (applied) of each message `deliveries` handed over, in their order.

@@ -208,7 +208,7 @@ impl Listeners {
             }
         }));
         if let Some(listener) = self.metrics {
-            let router = crate::http::router(api, node, metrics, limits);
+            let router = crate::http::router(api, node, metrics, limits, tls.map(|tls| tls.ca_pem().to_vec()));
             servers.push(serve_http(listener, router, stopped));
         }
         Ok(servers)

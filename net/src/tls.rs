@@ -84,6 +84,11 @@ mod real {
             ServerTlsConfig::new().identity(self.identity()).client_ca_root(Certificate::from_pem(&self.ca))
         }
 
+        /// The cell's CA certificate (PEM).
+        pub fn ca_pem(&self) -> &[u8] {
+            &self.ca
+        }
+
         /// Dialing a peer: its certificate must chain to the CA (and name the address dialed); this node's own
         /// certificate goes with the call.
         pub fn dial(&self) -> ClientTlsConfig {

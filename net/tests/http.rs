@@ -261,7 +261,7 @@ fn config(id: u64, addrs: &[(SocketAddr, SocketAddr, SocketAddr)]) -> NodeConfig
 }
 
 #[tokio::test]
-async fn a_follower_answers_with_the_leader_and_tails_from_its_own_replica() {
+async fn a_follower_passes_calls_to_the_leader_and_tails_from_its_own_replica() {
     let addrs: Vec<_> = (0..3).map(|_| (free_addr(), free_addr(), free_addr())).collect();
     let mut nodes = Vec::new();
     for id in 1..=3 {
@@ -285,20 +285,35 @@ async fn a_follower_answers_with_the_leader_and_tails_from_its_own_replica() {
     let stream = v1::StreamConfig { subjects: vec!["f.>".into()], partitions: 1, ..Default::default() };
     client.create_stream("f", stream).await.expect("created");
     let follower = nodes.iter().find(|node| node.node.id() != leader).expect("a follower");
-    let leader_client_addr = addrs[(leader - 1) as usize].0.to_string();
 
-    let mut tail = Events::open(http_addr(follower), "/v1/streams/f/tail", &[]).await;
-    let answer =
-        http(http_addr(follower), "POST", "/v1/messages", Some(json!({ "subject": "f.a", "payload": b64("x") }))).await;
-    assert_eq!(answer.status, 503, "{}", answer.body);
-    let error = answer.json()["error"].clone();
-    assert_eq!((error["code"].as_str(), error["reason"].as_str()), (Some("UNAVAILABLE"), Some("NOT_LEADER")));
-    assert_eq!(error["leader_addr"].as_str(), Some(leader_client_addr.as_str()));
-    assert_eq!(answer.header("cellog-leader"), Some(leader_client_addr.as_str()));
-
-    client.publish(common_publish("f.a", "through the leader")).await.expect("published");
-    let event = tail.next().await.expect("an event");
-    assert_eq!((event.event.as_str(), payload_of(&event.data)), ("message", "through the leader".to_string()));
+    // A follower passes a write on to the leader and answers with its answer; its tail reads its own replica.
+    let follower_addr = http_addr(follower);
+    let mut tail = Events::open(follower_addr, "/v1/streams/f/tail", &[]).await;
+    let message = json!({ "subject": "f.a", "payload": b64("through a follower"), "msg_id": "a-1" });
+    let ack = ok(follower_addr, "POST", "/v1/messages", Some(message.clone())).await;
+    assert_eq!((ack["seq"].as_str(), ack["duplicate"].as_bool()), (Some("1"), Some(false)), "{ack}");
+    let again = ok(follower_addr, "POST", "/v1/messages", Some(message)).await;
+    assert_eq!((again["seq"].as_str(), again["duplicate"].as_bool()), (Some("1"), Some(true)), "{again}");
+    let batch = json!({ "messages": [
+        { "subject": "f.b", "payload": b64("batch 1") },
+        { "subject": "nowhere", "payload": b64("refused") },
+        { "subject": "f.b", "payload": b64("batch 2") },
+    ] });
+    let results = ok(follower_addr, "POST", "/v1/messages/batch", Some(batch)).await["results"].clone();
+    assert_eq!(results[0]["ack"]["seq"], "2", "{results}");
+    assert_eq!(results[1]["error"]["detail"]["reason"], "NO_STREAM_FOR_SUBJECT", "{results}");
+    assert_eq!(results[2]["ack"]["seq"], "3", "{results}");
+    // The leader's refusal is the answer.
+    let exists = json!({ "name": "f", "config": { "subjects": ["other.>"] } });
+    let answer = http(follower_addr, "POST", "/v1/streams", Some(exists)).await;
+    assert_eq!(answer.status, 409, "{}", answer.body);
+    let mut payloads = Vec::new();
+    while payloads.len() < 3 {
+        let event = tail.next().await.expect("an event");
+        assert_eq!(event.event, "message");
+        payloads.push(payload_of(&event.data));
+    }
+    assert_eq!(payloads, ["through a follower", "batch 1", "batch 2"]);
     for node in nodes {
         let _ = node.stop().await;
     }

@@ -28,7 +28,7 @@ pub enum GroupCommand {
         connect: Connect,
     },
     /// Join a group as a member: print its deliveries (acknowledging each) and its assignment changes until
-    /// interrupted (or --count deliveries), then leave.
+    /// interrupted or terminated (Ctrl-C, SIGTERM) or --count deliveries, then leave.
     Join {
         stream: String,
         group: String,
@@ -171,11 +171,14 @@ pub async fn run(command: GroupCommand) -> anyhow::Result<()> {
             let mut me = GroupMember::join(client(&connect)?, &stream, &group, &member, options, &mut printer).await?;
             println!("joined {group} on {stream} as {member} at generation {}", me.generation());
             let mut seen = 0u64;
+            // Ctrl-C or SIGTERM: the member leaves the group (its partitions go to the others at once, not after
+            // its session times out).
+            let mut stop = std::pin::pin!(super::shutdown_signal());
             let outcome: anyhow::Result<()> = async {
                 loop {
                     let deliveries = tokio::select! {
                         deliveries = me.fetch(256, &mut printer) => deliveries?,
-                        _ = tokio::signal::ctrl_c() => return Ok(()),
+                        () = &mut stop => return Ok(()),
                     };
                     if deliveries.is_empty() {
                         tokio::time::sleep(Duration::from_millis(200)).await;

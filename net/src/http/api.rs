@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use tonic::{Code, Status};
 
 use super::error::ApiError;
+use super::forward::Forward;
 use super::routes::{self, MAX_BATCH, Matched, PUBLISH_BATCH, Unmatched, Verb};
 use super::{Http, openapi};
 use crate::metrics::Metered;
@@ -64,7 +65,7 @@ pub(crate) async fn serve<S: Storage + Clone>(
         ))
     })?;
     let credential = headers.get(axum::http::header::AUTHORIZATION);
-    let call = call(&http.service, route.rpc, credential, input);
+    let call = call(&http.service, &http.forward, route.rpc, credential, input);
     let answer = tokio::time::timeout(http.request_timeout, call).await.map_err(|_| {
         ApiError::from(cellog_client::status::failed(
             Code::DeadlineExceeded,
@@ -150,6 +151,11 @@ fn encode<T: serde::Serialize>(message: &T) -> Result<Value, ApiError> {
         .map_err(|error| Status::internal(format!("the answer could not be written as JSON: {error}")).into())
 }
 
+/// A copy of `request`'s message, to pass on to the leader if this node is refused.
+fn message_of<T: Clone>(request: &tonic::Request<T>) -> T {
+    request.get_ref().clone()
+}
+
 /// A batch publish's request, `{"messages": [PublishRequest…]}`.
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -164,8 +170,10 @@ macro_rules! operations {
         pub(crate) const OPERATIONS: &[&str] = &[$($rpc),*];
 
         /// Calls operation `rpc` of the service with `input` as its request message.
+        /// On a follower, a call it refuses as `NOT_LEADER` is passed on to the leader (see [`Forward`]).
         async fn call<S: Storage + Clone>(
             service: &CellogService<Metered<S>>,
+            forward: &Forward,
             rpc: &str,
             credential: Option<&HeaderValue>,
             input: Value,
@@ -173,8 +181,18 @@ macro_rules! operations {
             match rpc {
                 $($rpc => {
                     let request = grpc(credential, decode(input)?)?;
-                    let answer = Cellog::$method(service, request).await?;
-                    encode(answer.get_ref())
+                    let message = message_of(&request);
+                    let answer = match Cellog::$method(service, request).await {
+                        Ok(answer) => answer.into_inner(),
+                        Err(refused) => match Forward::leader_of(&refused).and_then(|leader| forward.client(&leader)) {
+                            Some(mut leader) => {
+                                let passed = leader.$method(grpc(credential, message)?).await;
+                                Forward::answer(refused, passed)?
+                            }
+                            None => return Err(refused.into()),
+                        },
+                    };
+                    encode(&answer)
                 })*
                 PUBLISH_BATCH => {
                     let batch: BatchRequest = decode(input)?;
@@ -185,7 +203,27 @@ macro_rules! operations {
                         ));
                     }
                     let actor = service.callers().actor(&grpc(credential, ())?)?;
-                    let results = service.publish_all(&actor, batch.messages).await;
+                    let mut results = service.publish_all(&actor, batch.messages.clone()).await;
+                    // Refused whole as NOT_LEADER (the first was, so all were and none was proposed): passed on.
+                    let leader = match results.first().and_then(|first| first.result.as_ref()) {
+                        Some(v1::publish_result::Result::Error(error)) => {
+                            Forward::leader_of(&cellog_client::status::from_item_error(error.clone()))
+                                .and_then(|leader| forward.client(&leader))
+                        }
+                        _ => None,
+                    };
+                    if let Some(mut leader) = leader {
+                        let refused = cellog_client::status::from_item_error(match &results[0].result {
+                            Some(v1::publish_result::Result::Error(error)) => error.clone(),
+                            _ => v1::Error::default(),
+                        });
+                        let passed = leader.publish_batch(grpc(credential, futures::stream::iter(batch.messages))?).await;
+                        let mut answers = Forward::answer(refused, passed)?;
+                        results.clear();
+                        while let Some(result) = answers.message().await? {
+                            results.push(result);
+                        }
+                    }
                     Ok(serde_json::json!({ "results": results.iter().map(encode).collect::<Result<Vec<_>, _>>()? }))
                 }
                 _ => Err(Status::unimplemented(format!("operation {rpc} is not served over HTTP")).into()),

@@ -14,6 +14,7 @@
 pub(crate) mod api;
 pub(crate) mod console;
 pub(crate) mod error;
+pub(crate) mod forward;
 pub(crate) mod openapi;
 pub(crate) mod routes;
 pub(crate) mod tail;
@@ -53,6 +54,8 @@ pub(crate) struct Http<S: Storage + Clone> {
     pub tails: Arc<Semaphore>,
     pub max_tails: usize,
     pub request_timeout: std::time::Duration,
+    /// How a call refused as `NOT_LEADER` reaches the leader.
+    pub forward: forward::Forward,
 }
 
 /// The node's HTTP router.
@@ -61,6 +64,7 @@ pub(crate) fn router<S: Storage + Clone>(
     node: Arc<CellNode<Metered<S>>>,
     metrics: Arc<Metrics>,
     limits: &Limits,
+    ca_pem: Option<Vec<u8>>,
 ) -> axum::Router {
     let max_calls = limits.max_connections.max(1);
     let max_tails = limits.max_subscriptions.max(1);
@@ -73,6 +77,7 @@ pub(crate) fn router<S: Storage + Clone>(
         tails: Arc::new(Semaphore::new(max_tails)),
         max_tails,
         request_timeout: limits.request_timeout,
+        forward: forward::Forward::new(ca_pem),
     });
     axum::Router::new()
         .route("/metrics", get(render_metrics::<S>))

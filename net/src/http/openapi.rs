@@ -365,8 +365,8 @@ pub(crate) fn document() -> Value {
             "version": env!("CARGO_PKG_VERSION"),
             "description": "The cellog client API over HTTP: the operations of the gRPC service cellog.v1.Cellog, \
                             their messages in the protobuf JSON mapping. Send `Authorization: Bearer TOKEN`. A node \
-                            that does not lead answers 503 UNAVAILABLE naming the leader (leader_addr, its gRPC \
-                            address; header cellog-leader)."
+                            that does not lead passes the call to the leader; if it cannot reach it, it answers 503 \
+                            UNAVAILABLE naming the leader (leader_addr, its gRPC address; header cellog-leader)."
         },
         "security": [{ "bearer": [] }],
         "paths": paths,
