@@ -164,3 +164,16 @@ async fn main() -> std::process::ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every subcommand's arguments are well formed (clap checks names, flags and groups only in debug builds, and only
+    /// when that subcommand is parsed: a clash would otherwise reach a user as a panic, or in a release build as a
+    /// flag meaning one thing where another was meant).
+    #[test]
+    fn the_command_line_is_well_formed() {
+        super::Cli::command().debug_assert();
+    }
+}

@@ -75,10 +75,10 @@ pub enum TokenCommand {
     /// Revoke a token: calls carrying it are refused from now on.
     Revoke {
         /// The token (or give its SHA-256 with --sha256).
-        #[arg(required_unless_present = "sha256")]
+        #[arg(id = "revoked", value_name = "TOKEN", required_unless_present = "sha256")]
         token: Option<String>,
         /// The token's SHA-256, in hex.
-        #[arg(long, conflicts_with = "token")]
+        #[arg(long, conflicts_with = "revoked")]
         sha256: Option<String>,
         #[command(flatten)]
         connect: Connect,

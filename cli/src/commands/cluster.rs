@@ -4,7 +4,7 @@ use cellog_client::proto as v1;
 use clap::Subcommand;
 
 use crate::Connect;
-use crate::commands::client;
+use crate::commands::{client, client_of};
 use crate::table::Table;
 
 #[derive(Subcommand)]
@@ -71,8 +71,7 @@ pub async fn run(command: ClusterCommand) -> anyhow::Result<()> {
             // Status is about one node, so ask each in turn until one answers.
             let mut last_error = anyhow::anyhow!("no node address given");
             for server in &connect.server {
-                let one = Connect { server: vec![server.clone()], ..connect.clone() };
-                match client(&one)?.cluster_status().await {
+                match client_of(&connect, vec![server.clone()])?.cluster_status().await {
                     Ok(status) => {
                         print_status(&status);
                         return Ok(());

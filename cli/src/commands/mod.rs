@@ -78,13 +78,19 @@ pub fn tls(connect: &Connect) -> anyhow::Result<Option<ClientTls>> {
 
 /// A client for `connect`.
 pub fn client(connect: &Connect) -> anyhow::Result<Client> {
+    client_of(connect, connect.server.clone())
+}
+
+/// A client of the nodes at `servers` with `connect`'s credential and TLS (those of the dev cell when `connect` names
+/// its servers, whichever of them `servers` is).
+pub fn client_of(connect: &Connect, servers: Vec<String>) -> anyhow::Result<Client> {
     let options = ClientOptions {
         retry_for: Duration::from_secs(connect.timeout),
         token: token(connect)?,
         tls: tls(connect)?,
         ..ClientOptions::default()
     };
-    Ok(Client::new(connect.server.clone(), options)?)
+    Ok(Client::new(servers, options)?)
 }
 
 /// Waits for Ctrl-C or SIGTERM.

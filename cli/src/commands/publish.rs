@@ -18,9 +18,10 @@ pub struct PubArgs {
     /// Message id (deduplicates retries); with --count, a suffix -N is added.
     #[arg(long)]
     id: Option<String>,
-    /// Partitioning key.
+    /// Partitioning key: messages with the same key go to the same partition (`--key` is the client certificate's
+    /// key).
     #[arg(long)]
-    key: Option<String>,
+    partition_key: Option<String>,
     /// A header KEY=VALUE (repeatable).
     #[arg(long = "header", short = 'H')]
     headers: Vec<String>,
@@ -51,7 +52,7 @@ pub async fn publish(args: PubArgs) -> anyhow::Result<()> {
         let request = v1::PublishRequest {
             subject: args.subject.clone(),
             payload: body.clone(),
-            key: args.key.clone().map(Bytes::from),
+            key: args.partition_key.clone().map(Bytes::from),
             msg_id,
             headers: headers.clone(),
             ..v1::PublishRequest::default()
