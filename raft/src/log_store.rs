@@ -30,6 +30,86 @@ pub struct LogStore<S> {
     storage: S,
     sizes: LogSizes,
     flusher: Flusher,
+    recent: Recent,
+}
+
+/// The most bytes of log (as stored) [`Recent`] keeps.
+const RECENT_BYTES: u64 = 32 << 20;
+
+/// The newest entries of the log as they were appended, so that what Raft reads back of what it just wrote (to apply
+/// it, and on a leader once more for each follower it sends it to) is not read, verified and decoded from storage
+/// again. Always the log's tail, contiguous: every append, truncation and purge goes through the store and changes
+/// it too, and a node starts with it empty. Older entries, and every read reaching before it, come from storage.
+#[derive(Clone, Debug, Default)]
+struct Recent(Arc<Mutex<RecentEntries>>);
+
+#[derive(Debug, Default)]
+struct RecentEntries {
+    /// Contiguous by index, each with its stored size.
+    entries: std::collections::VecDeque<(Entry, u64)>,
+    bytes: u64,
+}
+
+impl Recent {
+    fn lock(&self) -> std::sync::MutexGuard<'_, RecentEntries> {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Notes entries appended after a truncation to `first` (what was kept from `first` on is gone).
+    fn appended(&self, first: u64, appended: Vec<(Entry, u64)>) {
+        let mut recent = self.lock();
+        recent.truncate(first);
+        let follows = recent.entries.back().is_none_or(|(last, _)| last.log_id.index.checked_add(1) == Some(first));
+        if !follows {
+            // A gap (a snapshot installed past the log's end): the tail starts again here.
+            recent.entries.clear();
+            recent.bytes = 0;
+        }
+        for (entry, size) in appended {
+            recent.bytes += size;
+            recent.entries.push_back((entry, size));
+        }
+        while recent.bytes > RECENT_BYTES {
+            let Some((_, size)) = recent.entries.pop_front() else { break };
+            recent.bytes -= size;
+        }
+    }
+
+    /// The entries of `range` if they are all held, or the log's end comes first.
+    fn read(&self, range: &std::ops::Range<u64>) -> Option<Vec<Entry>> {
+        let recent = self.lock();
+        let first = recent.entries.front()?.0.log_id.index;
+        if range.start < first {
+            return None;
+        }
+        let skip = usize::try_from(range.start - first).ok()?;
+        let take = usize::try_from(range.end.saturating_sub(range.start)).unwrap_or(usize::MAX);
+        Some(recent.entries.iter().skip(skip).take(take).map(|(entry, _)| entry.clone()).collect())
+    }
+}
+
+impl RecentEntries {
+    /// Forgets the entries from `index` on.
+    fn truncate(&mut self, index: u64) {
+        while let Some((last, size)) = self.entries.back() {
+            if last.log_id.index < index {
+                break;
+            }
+            self.bytes -= size;
+            self.entries.pop_back();
+        }
+    }
+
+    /// Forgets the entries up to `index`.
+    fn purge(&mut self, index: u64) {
+        while let Some((first, size)) = self.entries.front() {
+            if first.log_id.index > index {
+                break;
+            }
+            self.bytes -= size;
+            self.entries.pop_front();
+        }
+    }
 }
 
 /// Appends written and waiting for a sync, and the task that syncs them: started by the first append (on the node's
@@ -200,7 +280,7 @@ fn write_error(error: StorageError) -> RaftStorageError {
 impl<S: Storage + Clone> LogStore<S> {
     /// The log store over `storage`, whose log entries have the stored `sizes`.
     pub fn new(storage: S, sizes: LogSizes) -> Self {
-        LogStore { storage, sizes, flusher: Flusher::default() }
+        LogStore { storage, sizes, flusher: Flusher::default(), recent: Recent::default() }
     }
 
     /// The stored size of each entry, shared with the store as it changes.
@@ -245,8 +325,11 @@ impl<S: Storage + Clone> RaftLogReader<TypeConfig> for LogStore<S> {
 }
 
 impl<S: Storage + Clone> LogStore<S> {
-    /// The entries in `range`, contiguous, read and verified.
+    /// The entries in `range`, contiguous: the recent ones as appended, older ones read and verified.
     fn read_entries(&self, range: std::ops::Range<u64>) -> Result<Vec<Entry>, RaftStorageError> {
+        if let Some(entries) = self.recent.read(&range) {
+            return Ok(entries);
+        }
         let records = self.storage.scan(Space::Log, range.clone(), usize::MAX).map_err(read_error)?;
         // Entries come back contiguous from the start of the range, or from the first stored entry when the range
         // reaches back into the purged part (a shorter tail is fine: the log may end sooner).
@@ -329,20 +412,28 @@ impl<S: Storage + Clone> RaftLogStorage<TypeConfig> for LogStore<S> {
         I::IntoIter: OptionalSend,
     {
         let mut batch = Batch::new();
-        let mut last = None;
+        let mut appended = Vec::new();
         for entry in entries {
             let encoded = encode(&entry);
-            self.sizes.insert(entry.log_id.index, (encoded.len() + crate::storage::FRAME_BYTES) as u64);
+            let size = (encoded.len() + crate::storage::FRAME_BYTES) as u64;
+            self.sizes.insert(entry.log_id.index, size);
             batch.put(Space::Log, entry.log_id.index, &encoded);
-            last = Some(entry.log_id.index);
+            appended.push((entry, size));
         }
-        if let Some(last) = last {
-            batch.put(Space::Meta, MetaKey::SyncedLog as u64, &encode(&last));
+        let first = appended.first().map(|(entry, _)| entry.log_id.index);
+        if let Some((last, _)) = appended.last() {
+            batch.put(Space::Meta, MetaKey::SyncedLog as u64, &encode(&last.log_id.index));
         }
         // Written now, so that the entries are readable when this returns; flushed once a sync after the write ends.
         if let Err(error) = self.storage.write(batch) {
+            if let Some(first) = first {
+                self.recent.lock().truncate(first);
+            }
             callback.log_io_completed(Err(std::io::Error::other(error.to_string())));
             return Err(write_error(error));
+        }
+        if let Some(first) = first {
+            self.recent.appended(first, appended);
         }
         #[cfg(madsim)]
         if cellog_planted::active(cellog_planted::Mutant::AckBeforeFsync) {
@@ -355,6 +446,7 @@ impl<S: Storage + Clone> RaftLogStorage<TypeConfig> for LogStore<S> {
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), RaftStorageError> {
         self.sizes.remove_from(log_id.index);
+        self.recent.lock().truncate(log_id.index);
         let mut batch = Batch::new();
         batch.delete_range(Space::Log, log_id.index..u64::MAX);
         match log_id.index.checked_sub(1) {
@@ -378,6 +470,53 @@ impl<S: Storage + Clone> RaftLogStorage<TypeConfig> for LogStore<S> {
         let up_to = log_id.index;
         batch.delete_range(Space::Log, 0..up_to.saturating_add(1));
         self.sizes.remove_up_to(up_to);
+        self.recent.lock().purge(up_to);
         self.write_synced(batch).await.map_err(write_error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::{CommittedLeaderId, EntryPayload};
+
+    use super::*;
+
+    fn entry(term: u64, index: u64) -> (Entry, u64) {
+        (Entry { log_id: LogId::new(CommittedLeaderId::new(term, 1), index), payload: EntryPayload::Blank }, 1 << 20)
+    }
+
+    fn held(recent: &Recent, range: std::ops::Range<u64>) -> Option<Vec<(u64, u64)>> {
+        recent
+            .read(&range)
+            .map(|entries| entries.iter().map(|entry| (entry.log_id.leader_id.term, entry.log_id.index)).collect())
+    }
+
+    #[test]
+    fn the_recent_entries_follow_appends_truncations_and_purges_and_stay_bounded() {
+        let recent = Recent::default();
+        assert_eq!(held(&recent, 1..3), None, "empty: everything from storage");
+        recent.appended(1, (1..=5).map(|index| entry(1, index)).collect());
+        assert_eq!(held(&recent, 2..4), Some(vec![(1, 2), (1, 3)]));
+        assert_eq!(held(&recent, 4..100), Some(vec![(1, 4), (1, 5)]), "the log ends at 5");
+        assert_eq!(held(&recent, 6..100), Some(vec![]), "nothing past the end");
+        // A new leader's entries replace 4 and 5.
+        recent.appended(4, vec![entry(2, 4)]);
+        assert_eq!(held(&recent, 1..100), Some(vec![(1, 1), (1, 2), (1, 3), (2, 4)]));
+        recent.lock().truncate(3);
+        assert_eq!(held(&recent, 1..100), Some(vec![(1, 1), (1, 2)]));
+        recent.lock().purge(1);
+        assert_eq!(held(&recent, 1..100), None, "1 is before the held entries: read from storage");
+        assert_eq!(held(&recent, 2..3), Some(vec![(1, 2)]));
+        // A snapshot installed past the end: the tail starts again.
+        recent.appended(10, vec![entry(3, 10)]);
+        assert_eq!(held(&recent, 2..3), None);
+        assert_eq!(held(&recent, 10..11), Some(vec![(3, 10)]));
+        // Bounded: the oldest go first.
+        let n = RECENT_BYTES / (1 << 20) + 5;
+        recent.appended(11, (11..11 + n).map(|index| entry(3, index)).collect());
+        let lock = recent.lock();
+        assert_eq!(lock.bytes, RECENT_BYTES);
+        assert_eq!(lock.entries.front().map(|(entry, _)| entry.log_id.index), Some(11 + n - RECENT_BYTES / (1 << 20)));
+        assert_eq!(lock.entries.back().map(|(entry, _)| entry.log_id.index), Some(10 + n));
     }
 }
