@@ -565,6 +565,18 @@ fn a_members_window_counts_its_own_deliveries_awaiting_an_ack() {
     let first = &deliveries[0].record;
     member_ack(&mut h, "a", a.generation, first.partition, first.seq).unwrap();
     assert_eq!(pending(&h), 2, "an ack frees its place");
+    let second = &deliveries[1].record;
+    h.apply(Command::MemberAck {
+        stream: "orders".into(),
+        group: "g".into(),
+        member: "a".into(),
+        generation: a.generation,
+        partition: second.partition,
+        seq: second.seq,
+        kind: AckKind::Nack { delay_ms: 60_000 },
+    })
+    .unwrap();
+    assert_eq!(pending(&h), 1, "a delivery waiting out its nack's delay holds no place, though its member keeps it");
 }
 
 #[test]
