@@ -146,12 +146,15 @@ impl ClientError {
         }
     }
 
-    /// The error a retried call ends with, `last` being its last attempt's: a refusal that says only that the last
-    /// attempt was not proposed (no leader there, a rate limit) does not make the call a refusal when an earlier
-    /// attempt got no answer, since that one may have been applied.
+    /// The error a retried call ends with, `last` being its last attempt's. When an earlier attempt got no answer
+    /// (and so may have been applied), two kinds of refusal do not make the call a refusal: one that says only that
+    /// the last attempt was not proposed (no leader there, a rate limit), and one that says the caller's standing
+    /// moved on in between (a group member whose session ended, or a partition that moved to another member: an
+    /// ack that landed unanswered is followed by such a refusal of its repeat, not by "already done").
     fn settle(last: ClientError, earlier_unknown: bool) -> ClientError {
         let not_proposed = matches!(last.code(), Some(Code::Unavailable | Code::ResourceExhausted));
-        if earlier_unknown && not_proposed && !last.outcome_unknown() {
+        let standing_moved = matches!(last.reason(), Some("UNKNOWN_MEMBER" | "NOT_OWNER"));
+        if earlier_unknown && (not_proposed || standing_moved) && !last.outcome_unknown() {
             ClientError::Indefinite { last: Box::new(last) }
         } else {
             last
@@ -202,6 +205,22 @@ fn classify(status: &Status, idempotent: bool, retry_backpressure: bool) -> Next
 /// The error one item of a batch answer (an ack, a publish of a batch) carries, as a [`ClientError`].
 pub fn item_error(error: v1::Error) -> ClientError {
     from_item_error(error).into()
+}
+
+/// The items of an ack call's answer, each refusal settled as [`ClientError::settle`] does: when an earlier attempt
+/// got no answer, an ack the answered attempt refused may have been applied by that one.
+fn settle_items(mut results: Vec<v1::AckResult>, earlier_unknown: bool) -> Vec<v1::AckResult> {
+    if earlier_unknown {
+        for result in &mut results {
+            if let Some(v1::ack_result::Result::Error(error)) = &mut result.result {
+                let settled = ClientError::settle(item_error(error.clone()), true);
+                if let ClientError::Indefinite { .. } = settled {
+                    *error = outcome_unknown_item(&settled);
+                }
+            }
+        }
+    }
+    results
 }
 
 /// An item error that says its outcome is unknown (`UNKNOWN`, `OUTCOME_UNKNOWN`), with why.
@@ -927,19 +946,7 @@ impl Client {
         let request = v1::AckRequest { stream: stream.to_string(), consumer: consumer.to_string(), acks };
         let call = |mut c: CellogClient<Channel>, r| async move { c.ack(r).await };
         let (response, earlier_unknown) = self.call_tracked(cellog, true, request, call).await?;
-        let mut results = response.results;
-        if earlier_unknown {
-            // An ack the answered attempt did not propose may have been applied by an earlier, unanswered one.
-            for result in &mut results {
-                if let Some(v1::ack_result::Result::Error(error)) = &mut result.result {
-                    let settled = ClientError::settle(item_error(error.clone()), true);
-                    if let ClientError::Indefinite { .. } = settled {
-                        *error = outcome_unknown_item(&settled);
-                    }
-                }
-            }
-        }
-        Ok(results)
+        Ok(settle_items(response.results, earlier_unknown))
     }
 
     /// Joins a consumer group as `member` (a new incarnation if it was in it): its assignment. Not retried when its
@@ -1042,7 +1049,9 @@ impl Client {
             generation,
             acks,
         };
-        Ok(self.call(true, request, |mut c, r| async move { c.member_ack(r).await }).await?.results)
+        let call = |mut c: CellogClient<Channel>, r| async move { c.member_ack(r).await };
+        let (response, earlier_unknown) = self.call_tracked(cellog, true, request, call).await?;
+        Ok(settle_items(response.results, earlier_unknown))
     }
 
     /// Commits a partition's position as a member: everything below `next_seq` is done.
@@ -1178,6 +1187,41 @@ mod tests {
         // A verdict of the cell on the call itself stays one: a repeat is answered by the state it left.
         assert!(!ClientError::settle(error(Code::FailedPrecondition, "FENCED"), true).outcome_unknown());
         assert!(!ClientError::settle(error(Code::NotFound, "STREAM_NOT_FOUND"), true).outcome_unknown());
+        // A member's standing that moved on in between is no verdict on an attempt that went before it.
+        for reason in ["UNKNOWN_MEMBER", "NOT_OWNER"] {
+            let moved = error(Code::FailedPrecondition, reason);
+            assert!(!ClientError::settle(moved.clone(), false).outcome_unknown(), "{reason}, nothing unanswered");
+            let settled = ClientError::settle(moved, true);
+            assert!(settled.outcome_unknown(), "{reason} after an unanswered attempt: {settled}");
+            assert_eq!(settled.reason(), Some(reason));
+        }
+    }
+
+    #[test]
+    fn an_ack_item_refused_after_an_unanswered_attempt_is_answered_as_unknown() {
+        let refused = |reason: &str| v1::AckResult {
+            result: Some(v1::ack_result::Result::Error(v1::Error {
+                code: Code::FailedPrecondition as i32,
+                detail: Some(v1::ErrorDetail { reason: reason.to_string(), ..Default::default() }),
+            })),
+            already_done: false,
+        };
+        let reason = |result: &v1::AckResult| match &result.result {
+            Some(v1::ack_result::Result::Error(error)) => error.detail.as_ref().map(|d| d.reason.clone()),
+            _ => None,
+        };
+        let answered = vec![refused("NOT_OWNER"), refused("NOT_DELIVERED")];
+        let kept = settle_items(answered.clone(), false);
+        assert_eq!(
+            kept.iter().map(reason).collect::<Vec<_>>(),
+            [Some("NOT_OWNER".into()), Some("NOT_DELIVERED".into())]
+        );
+        let settled = settle_items(answered, true);
+        assert_eq!(
+            settled.iter().map(reason).collect::<Vec<_>>(),
+            [Some("OUTCOME_UNKNOWN".into()), Some("NOT_DELIVERED".into())],
+            "a refusal that the state an earlier attempt left explains stays one"
+        );
     }
 
     #[test]
