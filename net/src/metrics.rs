@@ -366,6 +366,10 @@ impl<S: Storage> Storage for Metered<S> {
         self.inner.read_framed(space, key)
     }
 
+    fn read_many_framed(&self, space: Space, keys: &[u64]) -> Vec<Result<Option<Vec<u8>>, StorageError>> {
+        self.inner.read_many_framed(space, keys)
+    }
+
     fn scan_framed(
         &self,
         space: Space,
@@ -409,6 +413,7 @@ mod tests {
         disk: SimDisk,
         syncs: AtomicU64,
         checkpoints: AtomicU64,
+        many: AtomicU64,
     }
 
     impl Storage for Counting {
@@ -417,6 +422,10 @@ mod tests {
         }
         fn read_framed(&self, space: Space, key: u64) -> Result<Option<Vec<u8>>, StorageError> {
             self.disk.read_framed(space, key)
+        }
+        fn read_many_framed(&self, space: Space, keys: &[u64]) -> Vec<Result<Option<Vec<u8>>, StorageError>> {
+            self.many.fetch_add(1, Ordering::Relaxed);
+            self.disk.read_many_framed(space, keys)
         }
         fn scan_framed(
             &self,
@@ -444,8 +453,12 @@ mod tests {
 
     #[test]
     fn the_metered_store_passes_every_call_on() {
-        let inner =
-            Arc::new(Counting { disk: SimDisk::new(1), syncs: AtomicU64::new(0), checkpoints: AtomicU64::new(0) });
+        let inner = Arc::new(Counting {
+            disk: SimDisk::new(1),
+            syncs: AtomicU64::new(0),
+            checkpoints: AtomicU64::new(0),
+            many: AtomicU64::new(0),
+        });
         let metered = Metered::new(inner.clone(), Arc::new(Metrics::new()));
         let mut batch = Batch::new();
         batch.put(Space::Bodies, 7, b"body");
@@ -454,6 +467,8 @@ mod tests {
         metered.checkpoint().unwrap();
         assert_eq!(metered.get(Space::Bodies, 7), Ok(Some(b"body".to_vec())));
         assert_eq!(metered.key_bounds(Space::Bodies), Ok(Some((7, 7))));
+        assert_eq!(metered.get_many(Space::Bodies, &[8, 7]), vec![Ok(None), Ok(Some(b"body".to_vec()))]);
+        assert_eq!(inner.many.load(Ordering::Relaxed), 1, "a batched read reaches the store it wraps");
         assert_eq!(metered.sync_delay(), Duration::from_millis(3));
         assert_eq!(inner.syncs.load(Ordering::Relaxed), 1);
         assert_eq!(inner.checkpoints.load(Ordering::Relaxed), 1, "a checkpoint reaches the store it wraps");

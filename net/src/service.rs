@@ -145,6 +145,18 @@ fn visible_streams(
         .collect()
 }
 
+/// A payload read for an answer: `None` when retention removed the message since it was read (answered as if the
+/// read came after the removal), `DATA_LOSS BODY_UNREADABLE` when this node's copy does not verify.
+fn payload_answer(payload: Result<bytes::Bytes, BodyError>) -> Result<Option<bytes::Bytes>, Status> {
+    match payload {
+        Ok(payload) => Ok(Some(payload)),
+        Err(BodyError::Removed { .. }) => Ok(None),
+        Err(BodyError::Unreadable { partition, seq, reason }) => {
+            Err(crate::status::body_unreadable(partition, seq, &reason))
+        }
+    }
+}
+
 /// A group's info as the caller's scope sees it.
 fn group_out(stream: &str, scope: Scope<'_>, mut info: cellog_core::GroupInfo) -> v1::GroupInfo {
     info.consumer = scope.consumer_info_out(info.consumer);
@@ -241,17 +253,30 @@ impl<S: Storage + Clone> CellogService<S> {
         authorized(&replica.cell, actor, authorize).map_err(|rejection| from_rejection(&rejection))
     }
 
-    /// A record's payload for an answer, read from this node's storage after the apply or read, outside the
-    /// replica's lock: `None` when retention removed the message in between (it is answered as if the read came
-    /// after the removal), `DATA_LOSS BODY_UNREADABLE` when this node's copy does not verify.
-    pub(crate) fn payload(&self, stream: &str, record: &Record) -> Result<Option<bytes::Bytes>, Status> {
-        match self.node.payload(stream, record) {
-            Ok(payload) => Ok(Some(payload)),
-            Err(BodyError::Removed { .. }) => Ok(None),
-            Err(BodyError::Unreadable { partition, seq, reason }) => {
-                Err(crate::status::body_unreadable(partition, seq, &reason))
+    /// The payloads of `records` for an answer, read in one batched read from this node's storage after the apply or
+    /// read, outside the replica's lock. Each is `None` when retention removed the message in between (it is
+    /// answered as if the read came after the removal), `DATA_LOSS BODY_UNREADABLE` when this node's copy does not
+    /// verify.
+    pub(crate) fn payloads(&self, stream: &str, records: &[&Record]) -> Vec<Result<Option<bytes::Bytes>, Status>> {
+        self.node.payloads(stream, records).into_iter().map(payload_answer).collect()
+    }
+
+    /// Deliveries with their payloads for the wire, their bodies read in one batched read under the stored name
+    /// `stored`; one whose message was removed meanwhile is left out.
+    fn deliveries_to_wire(
+        &self,
+        stored: &str,
+        deliveries: Vec<cellog_core::Delivery>,
+    ) -> Result<Vec<v1::Delivery>, Status> {
+        let records: Vec<&Record> = deliveries.iter().map(|delivery| &delivery.record).collect();
+        let payloads = self.payloads(stored, &records);
+        let mut wire = Vec::with_capacity(deliveries.len());
+        for (delivery, payload) in deliveries.into_iter().zip(payloads) {
+            if let Some(payload) = payload? {
+                wire.push(convert::delivery_to_wire(delivery, payload));
             }
         }
+        Ok(wire)
     }
 
     /// Pushes deliveries to a subscriber, at most `window` unacknowledged at once. Pushed, not polled: it proposes
@@ -327,10 +352,12 @@ impl<S: Storage + Clone> CellogService<S> {
                     }
                 };
                 let delivered = deliveries.len();
-                for delivery in deliveries {
+                let records: Vec<&Record> = deliveries.iter().map(|delivery| &delivery.record).collect();
+                let payloads = service.payloads(&stored, &records);
+                for (delivery, payload) in deliveries.into_iter().zip(payloads) {
                     // A body this node cannot read ends the stream with its error; the delivery comes again after
                     // its ack wait.
-                    let item = match service.payload(&stored, &delivery.record) {
+                    let item = match payload {
                         Ok(Some(payload)) => Ok(convert::delivery_to_wire(delivery, payload)),
                         Ok(None) => continue,
                         Err(status) => Err(status),
@@ -415,21 +442,6 @@ impl<S: Storage + Clone> CellogService<S> {
             });
         }
         Ok(Response::new(v1::AckResponse { results }))
-    }
-
-    /// A group's deliveries for the wire, their bodies read under the stored name `stored`.
-    fn deliveries_to_wire(
-        &self,
-        stored: &str,
-        deliveries: Vec<cellog_core::Delivery>,
-    ) -> Result<Vec<v1::Delivery>, Status> {
-        let mut wire = Vec::with_capacity(deliveries.len());
-        for delivery in deliveries {
-            if let Some(payload) = self.payload(stored, &delivery.record)? {
-                wire.push(convert::delivery_to_wire(delivery, payload));
-            }
-        }
-        Ok(wire)
     }
 
     fn status(&self) -> Result<v1::ClusterStatusResponse, Status> {
@@ -739,10 +751,11 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
             self.read_in(scope, &actor, authorize, read).await?
         };
         let applied_index = lock(&self.node)?.last_applied.map_or(0, |log_id| log_id.index);
+        let payloads = self.payloads(&request.stream, &records.iter().collect::<Vec<_>>());
         let mut messages = Vec::with_capacity(records.len());
-        for record in records {
+        for (record, payload) in records.into_iter().zip(payloads) {
             // A message removed since it was read is one the read no longer finds.
-            if let Some(payload) = self.payload(&request.stream, &record)? {
+            if let Some(payload) = payload? {
                 messages.push(convert::record_to_wire(scope.record_out(record), payload));
             }
         }
@@ -855,13 +868,7 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         let stored = Scope::of(&self.principal(&actor)?).name_in(&request.stream);
         match outcome {
             Outcome::Fetched(deliveries) => {
-                let mut wire = Vec::with_capacity(deliveries.len());
-                for delivery in deliveries {
-                    if let Some(payload) = self.payload(&stored, &delivery.record)? {
-                        wire.push(convert::delivery_to_wire(delivery, payload));
-                    }
-                }
-                Ok(Response::new(v1::FetchResponse { deliveries: wire }))
+                Ok(Response::new(v1::FetchResponse { deliveries: self.deliveries_to_wire(&stored, deliveries)? }))
             }
             other => Err(unexpected(&other)),
         }

@@ -194,6 +194,24 @@ impl<S: Storage> StoredBodies<S> {
         }
     }
 
+    /// The bodies `bodies` refer to, each read and verified as [`StoredBodies::read`] does, in one batched read.
+    pub fn read_many(&self, bodies: &[&BodyRef]) -> Vec<Result<Bytes, BodyReadError>> {
+        let keys: Vec<u64> = bodies.iter().map(|body| body.key).collect();
+        self.storage
+            .get_many(Space::Bodies, &keys)
+            .into_iter()
+            .zip(bodies)
+            .map(|(read, body)| match read {
+                Ok(Some(bytes)) => {
+                    body.verify(&bytes).map_err(|reason| BodyReadError::Damaged { reason })?;
+                    Ok(Bytes::from(bytes))
+                }
+                Ok(None) => Err(BodyReadError::Missing { key: body.key }),
+                Err(error) => Err(BodyReadError::Damaged { reason: error.to_string() }),
+            })
+            .collect()
+    }
+
     /// Reads that failed on damage since the node started.
     pub fn n_unreadable(&self) -> u64 {
         self.n_unreadable.load(Ordering::Relaxed)

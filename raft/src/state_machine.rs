@@ -98,8 +98,47 @@ pub fn payload<S: Storage>(
         Body::Stored(body) => body,
         Body::Tombstone { .. } => return Ok(Bytes::new()),
     };
+    checked(bodies, replica, stream, record, body, bodies.read(body))
+}
+
+/// The payloads of `records`, as [`payload`] gives each, with their bodies read in one batched read.
+pub fn payloads<S: Storage>(
+    bodies: &StoredBodies<S>,
+    replica: &Mutex<Replica>,
+    stream: &str,
+    records: &[&Record],
+) -> Vec<Result<Bytes, BodyError>> {
+    let stored: Vec<&BodyRef> = records
+        .iter()
+        .filter_map(|record| match &record.body {
+            Body::Stored(body) => Some(body),
+            Body::Tombstone { .. } => None,
+        })
+        .collect();
+    let mut reads = bodies.read_many(&stored).into_iter();
+    records
+        .iter()
+        .map(|record| match &record.body {
+            Body::Stored(body) => {
+                let read = reads.next().unwrap_or(Err(BodyReadError::Missing { key: body.key }));
+                checked(bodies, replica, stream, record, body, read)
+            }
+            Body::Tombstone { .. } => Ok(Bytes::new()),
+        })
+        .collect()
+}
+
+/// What a read of `record`'s body gives: the payload, or why it is not served.
+fn checked<S: Storage>(
+    bodies: &StoredBodies<S>,
+    replica: &Mutex<Replica>,
+    stream: &str,
+    record: &Record,
+    body: &BodyRef,
+    read: Result<Bytes, BodyReadError>,
+) -> Result<Bytes, BodyError> {
     let (partition, seq) = (record.partition, record.seq);
-    let reason = match bodies.read(body) {
+    let reason = match read {
         Ok(bytes) => return Ok(bytes),
         Err(BodyReadError::Missing { .. }) => {
             // Released bodies are deleted only after their message is gone from the state, so a body missing

@@ -25,6 +25,11 @@ fn conformance<S: Storage>(store: S, reopen: impl FnOnce(S) -> S) {
     assert_eq!(store.scan(Space::Log, 4..4, 10).unwrap(), vec![]);
     assert_eq!(store.key_bounds(Space::Log).unwrap(), Some((1, 5)));
     assert_eq!(store.key_bounds(Space::Bodies).unwrap(), None);
+    // A batched read answers each key in the order asked, found or not.
+    let many = store.get_many(Space::Log, &[4, 9, 1, 4]);
+    let expected = [Some(b"log-4".to_vec()), None, Some(b"log-1".to_vec()), Some(b"log-4".to_vec())];
+    assert_eq!(many, expected.map(Ok).to_vec());
+    assert_eq!(store.get_many(Space::Log, &[]), vec![]);
 
     // Overwrite and range delete.
     let mut batch = Batch::new();
@@ -58,6 +63,11 @@ fn conformance<S: Storage>(store: S, reopen: impl FnOnce(S) -> S) {
             "record {key} must not verify"
         );
     }
+    // In a batched read, each damaged record fails alone.
+    let many = store.get_many(Space::State, &[7, 10, 9]);
+    assert!(matches!(many[0], Err(StorageError::Corrupt { key: 7, .. })), "{many:?}");
+    assert_eq!(many[1], Ok(None));
+    assert!(matches!(many[2], Err(StorageError::Corrupt { key: 9, .. })), "{many:?}");
     assert!(matches!(store.scan(Space::State, 0..100, 10), Err(StorageError::Corrupt { .. })));
     let mut batch = Batch::new();
     batch.delete_range(Space::State, 0..u64::MAX);

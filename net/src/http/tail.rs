@@ -16,7 +16,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use cellog_core::{Cell, Millis, Scope};
+use cellog_core::{Cell, Millis, Record, Scope};
 use cellog_raft::storage::Storage;
 use futures::{Stream, StreamExt};
 use serde_json::{Value, json};
@@ -206,8 +206,10 @@ impl<S: Storage + Clone> Tail<S> {
             };
             let scope = Scope::of(&self.principal);
             let mut events = Vec::new();
-            for (record, next) in records {
-                match self.service.payload(&self.stream, &record) {
+            let refs: Vec<&Record> = records.iter().map(|(record, _)| record).collect();
+            let payloads = self.service.payloads(&self.stream, &refs);
+            for ((record, next), payload) in records.into_iter().zip(payloads) {
+                match payload {
                     Ok(Some(payload)) => {
                         let message = convert::record_to_wire(scope.record_out(record), payload);
                         match serde_json::to_value(&message) {

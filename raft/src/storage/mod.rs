@@ -221,6 +221,11 @@ pub trait Storage: Send + Sync + 'static {
     /// The stored bytes under a key.
     fn read_framed(&self, space: Space, key: u64) -> Result<Option<Vec<u8>>, StorageError>;
 
+    /// The stored bytes under each of `keys`, in their order, each read on its own (a failed read fails only its
+    /// key), batched where the store can look many up at once. Required, so that a wrapper cannot lose the
+    /// batching by forgetting to forward it.
+    fn read_many_framed(&self, space: Space, keys: &[u64]) -> Vec<Result<Option<Vec<u8>>, StorageError>>;
+
     /// Up to `limit` stored records with keys in `keys`, in key order.
     fn scan_framed(&self, space: Space, keys: Range<u64>, limit: usize) -> Result<Vec<(u64, Vec<u8>)>, StorageError>;
 
@@ -249,6 +254,19 @@ pub trait Storage: Send + Sync + 'static {
         }
     }
 
+    /// Verified records under each of `keys`, in their order; each that does not verify is an error of its own.
+    fn get_many(&self, space: Space, keys: &[u64]) -> Vec<Result<Option<Vec<u8>>, StorageError>> {
+        self.read_many_framed(space, keys)
+            .into_iter()
+            .zip(keys)
+            .map(|(read, &key)| {
+                read.and_then(|framed| {
+                    framed.map(|framed| unframe(space, key, &framed).map(<[u8]>::to_vec)).transpose()
+                })
+            })
+            .collect()
+    }
+
     /// Verified records in key order; the first one that does not verify is an error.
     fn scan(&self, space: Space, keys: Range<u64>, limit: usize) -> Result<Vec<(u64, Vec<u8>)>, StorageError> {
         self.scan_framed(space, keys, limit)?
@@ -264,6 +282,9 @@ impl<S: Storage + ?Sized> Storage for std::sync::Arc<S> {
     }
     fn read_framed(&self, space: Space, key: u64) -> Result<Option<Vec<u8>>, StorageError> {
         (**self).read_framed(space, key)
+    }
+    fn read_many_framed(&self, space: Space, keys: &[u64]) -> Vec<Result<Option<Vec<u8>>, StorageError>> {
+        (**self).read_many_framed(space, keys)
     }
     fn scan_framed(&self, space: Space, keys: Range<u64>, limit: usize) -> Result<Vec<(u64, Vec<u8>)>, StorageError> {
         (**self).scan_framed(space, keys, limit)

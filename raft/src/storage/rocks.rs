@@ -106,6 +106,16 @@ impl Storage for RocksStorage {
         self.db.get_cf(self.family(space), key_bytes(key)).map_err(io)
     }
 
+    /// One batched lookup (RocksDB sorts the keys and reads each block once), instead of a lookup per key.
+    fn read_many_framed(&self, space: Space, keys: &[u64]) -> Vec<Result<Option<Vec<u8>>, StorageError>> {
+        let keys: Vec<[u8; 8]> = keys.iter().map(|&key| key_bytes(key)).collect();
+        self.db
+            .batched_multi_get_cf(self.family(space), keys.iter(), false)
+            .into_iter()
+            .map(|read| read.map(|found| found.map(|bytes| bytes.to_vec())).map_err(io))
+            .collect()
+    }
+
     fn scan_framed(&self, space: Space, keys: Range<u64>, limit: usize) -> Result<Vec<(u64, Vec<u8>)>, StorageError> {
         let mut records = Vec::new();
         if keys.start >= keys.end {

@@ -209,6 +209,11 @@ impl Storage for SimDisk {
         Ok(state.view.get(&(space, key)).cloned())
     }
 
+    /// One by one, as a device without batched lookups would: each draws its own read error.
+    fn read_many_framed(&self, space: Space, keys: &[u64]) -> Vec<Result<Option<Vec<u8>>, StorageError>> {
+        keys.iter().map(|&key| self.read_framed(space, key)).collect()
+    }
+
     fn scan_framed(&self, space: Space, keys: Range<u64>, limit: usize) -> Result<Vec<(u64, Vec<u8>)>, StorageError> {
         let mut state = self.lock();
         state.check_readable(space, keys.start)?;
