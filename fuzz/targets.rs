@@ -191,6 +191,17 @@ pub fn requests() -> Vec<Request> {
             },
             Command::LeaveGroup { stream: "orders".into(), group: "g".into(), member: "m2".into() },
         ],
+        vec![
+            Command::PutCell { cell: "east".into(), addresses: vec!["east-1:7400".into(), "east-2:7400".into()] },
+            Command::PutCell { cell: "west".into(), addresses: vec!["west-1:7400".into()] },
+            Command::PlaceStream { stream: "orders".into(), cell: "east".into() },
+            Command::MoveStream { stream: "orders".into(), to: "west".into(), epoch: 1 },
+            Command::FinishMove { stream: "orders".into(), epoch: 2 },
+            Command::Unplace { stream: "orders".into() },
+            Command::ReceiveStream { stream: "jobs".into(), epoch: 2, from: "west".into() },
+            Command::AcceptStream { stream: "jobs".into(), epoch: 2 },
+            Command::FenceStream { stream: "orders".into(), epoch: 3, to: "west".into() },
+        ],
         vec![Command::UpdateStream {
             name: "orders".into(),
             config: StreamConfig { max_messages: Some(1), partitions: 2, ..StreamConfig::with_subjects(["orders.>"]) },

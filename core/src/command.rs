@@ -362,6 +362,68 @@ pub enum Command {
         /// First sequence not yet done.
         next_seq: u64,
     },
+    /// The directory records a cell and its nodes' addresses (replacing any it held): see [`crate::placement`].
+    PutCell {
+        /// The cell's name.
+        cell: String,
+        /// Its nodes' client addresses.
+        addresses: Vec<String>,
+    },
+    /// The directory places a stream on a cell, at ownership epoch 1; placing it again on the same cell changes
+    /// nothing.
+    PlaceStream {
+        /// The stream.
+        stream: String,
+        /// Its cell.
+        cell: String,
+    },
+    /// The directory records a move of a stream to another cell at the next epoch, if the stream is at `epoch` and no
+    /// move of it is under way.
+    MoveStream {
+        /// The stream.
+        stream: String,
+        /// The cell it moves to.
+        to: String,
+        /// The epoch the mover saw: the move happens only from it.
+        epoch: u64,
+    },
+    /// The directory records the move of a stream at `epoch` done.
+    FinishMove {
+        /// The stream.
+        stream: String,
+        /// The epoch of the move.
+        epoch: u64,
+    },
+    /// The directory forgets a stream's placement.
+    Unplace {
+        /// The stream.
+        stream: String,
+    },
+    /// The cell that owns a stream stops accepting writes to it from `epoch` on: it moved to cell `to`.
+    FenceStream {
+        /// The stream.
+        stream: String,
+        /// The epoch of the move.
+        epoch: u64,
+        /// The cell it moved to.
+        to: String,
+    },
+    /// A stream moves to this cell at `epoch` from cell `from`: writes wait until [`Command::AcceptStream`].
+    ReceiveStream {
+        /// The stream.
+        stream: String,
+        /// The epoch of the move.
+        epoch: u64,
+        /// The cell it moves from.
+        from: String,
+    },
+    /// This cell owns a stream from `epoch` on and accepts writes to it.
+    AcceptStream {
+        /// The stream.
+        stream: String,
+        /// The epoch of the move.
+        epoch: u64,
+    },
 }
 
 impl Command {
@@ -571,6 +633,23 @@ pub enum Outcome {
         generation: u64,
         /// The deliveries.
         deliveries: Vec<Delivery>,
+    },
+    /// The directory holds the cell with these addresses; `created` is false when it already knew the cell.
+    CellPut {
+        /// Whether this command added it.
+        created: bool,
+    },
+    /// A stream's placement as the directory now records it.
+    Placed(crate::placement::Placement),
+    /// The directory no longer places the stream.
+    Unplaced,
+    /// A stream's ownership as this cell now sees it; for a fence, the last sequence of each partition when it was
+    /// fenced (the position the new owner catches up to).
+    Ownership {
+        /// The ownership.
+        ownership: crate::placement::Ownership,
+        /// The last sequence of each partition (0 for an empty one), by partition.
+        last_seqs: Vec<u64>,
     },
 }
 

@@ -284,6 +284,53 @@ pub enum Rejection {
         /// The group's current generation.
         generation: u64,
     },
+    /// The stream moved to another cell: nothing was written here. Send the write to that cell (the directory
+    /// gives its addresses).
+    #[error("stream {stream:?} moved to cell {cell:?} at ownership epoch {epoch}; nothing was written here")]
+    Moved {
+        /// The stream.
+        stream: String,
+        /// The cell that owns it now.
+        cell: String,
+        /// The ownership epoch it moved at.
+        epoch: u64,
+    },
+    /// The stream is moving to this cell and accepts writes once it has caught up with the cell it comes from.
+    #[error(
+        "stream {stream:?} is moving here from cell {from:?} (ownership epoch {epoch}) and accepts writes once it has \
+         caught up; retry shortly"
+    )]
+    StreamMoving {
+        /// The stream.
+        stream: String,
+        /// The cell it moves from.
+        from: String,
+        /// The epoch it will be owned at here.
+        epoch: u64,
+    },
+    /// A step of a move named an ownership epoch the cell has already passed (or, in the directory, not the
+    /// current one): a later move overtook it. Nothing changed.
+    #[error("stream {stream:?}: ownership epoch {epoch} is stale; the current epoch is {current}")]
+    StaleEpoch {
+        /// The stream.
+        stream: String,
+        /// The epoch asked for.
+        epoch: u64,
+        /// The epoch recorded.
+        current: u64,
+    },
+    /// The directory records no cell of that name.
+    #[error("cell {cell:?} is not in the directory; add it first")]
+    CellNotFound {
+        /// The cell asked for.
+        cell: String,
+    },
+    /// The directory has not placed the stream on any cell.
+    #[error("stream {stream:?} is not placed on any cell")]
+    NotPlaced {
+        /// The stream asked for.
+        stream: String,
+    },
 }
 
 /// Which cap a [`Rejection::CapReached`] is about.
@@ -383,6 +430,8 @@ pub enum NameKind {
     Header,
     /// A principal's name.
     Principal,
+    /// A cell's name.
+    Cell,
 }
 
 impl std::fmt::Display for NameKind {
@@ -396,6 +445,7 @@ impl std::fmt::Display for NameKind {
             NameKind::TransactionalId => "transactional id",
             NameKind::Header => "header",
             NameKind::Principal => "principal name",
+            NameKind::Cell => "cell name",
         })
     }
 }

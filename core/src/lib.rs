@@ -37,6 +37,7 @@ mod index;
 mod info;
 mod memory;
 mod partition;
+pub mod placement;
 mod route;
 mod snapshot;
 mod stream;

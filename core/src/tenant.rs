@@ -185,7 +185,15 @@ impl<'a> Scope<'a> {
             | Command::DeletePrincipal { .. }
             | Command::AddToken { .. }
             | Command::RevokeToken { .. }
-            | Command::ReserveSubjects { .. }) => other,
+            | Command::ReserveSubjects { .. }
+            | Command::PutCell { .. }
+            | Command::PlaceStream { .. }
+            | Command::MoveStream { .. }
+            | Command::FinishMove { .. }
+            | Command::Unplace { .. }
+            | Command::FenceStream { .. }
+            | Command::ReceiveStream { .. }
+            | Command::AcceptStream { .. }) => other,
         }
     }
 

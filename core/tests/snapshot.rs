@@ -1020,6 +1020,58 @@ fn the_committed_version_7_snapshot_restores_to_the_state_that_wrote_it() {
     }
 }
 
+/// [`busy_with_groups`] as a directory that also moved streams: cells and placements recorded (one move under way),
+/// its widest stream fenced (moved to another cell) and a stream it receives.
+fn busy_with_moves() -> Harness {
+    let mut h = busy_with_groups();
+    let stream = widest_stream(&h);
+    for cell in ["east", "west"] {
+        h.ok(Command::PutCell {
+            cell: cell.into(),
+            addresses: vec![format!("{cell}-1:7400"), format!("{cell}-2:7400")],
+        });
+    }
+    h.ok(Command::PlaceStream { stream: stream.clone(), cell: "east".into() });
+    h.ok(Command::PlaceStream { stream: "elsewhere".into(), cell: "west".into() });
+    h.ok(Command::MoveStream { stream: stream.clone(), to: "west".into(), epoch: 1 });
+    h.ok(Command::FenceStream { stream, epoch: 2, to: "west".into() });
+    h.ok(Command::ReceiveStream { stream: "incoming".into(), epoch: 4, from: "west".into() });
+    h
+}
+
+/// The whole snapshot of [`busy_with_moves`] as version 8 writes it: the directory and ownership in the state.
+/// Committed: every later version must keep restoring it.
+const VERSION_8_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/snapshot-v8-busy.bin");
+
+#[test]
+fn the_committed_version_8_snapshot_restores_to_the_state_that_wrote_it() {
+    let h = busy_with_moves();
+    let stream = widest_stream(&h);
+    assert!(matches!(h.cell.ownership(&stream), cellog_core::placement::Ownership::Moved { epoch: 2, .. }));
+    let (whole, _) = whole_snapshot(&h);
+    let committed = fixture(VERSION_8_FIXTURE, &whole);
+    let restored = restored_whole(&committed, h.now);
+    assert_eq!(restored.cell.without_stale_timers(), h.cell.without_stale_timers());
+    assert_eq!(restored.cell.directory(), h.cell.directory());
+    assert_eq!(restored.cell.ownership("incoming"), h.cell.ownership("incoming"));
+    assert!(Cell::reencode_snapshot(&committed).expect("the fixture decodes") == committed);
+    if SNAPSHOT_VERSION == 8 {
+        let (again, _) = whole_snapshot(&restored_whole(&committed, h.now));
+        assert!(again == committed, "the version 8 encoding changed; bump SNAPSHOT_VERSION and migrate");
+    }
+}
+
+/// A version 7 state knew no directory and no moves: it owns every stream at epoch 0.
+#[test]
+fn a_version_7_snapshot_owns_every_stream_and_places_none() {
+    let committed = std::fs::read(VERSION_7_FIXTURE).expect("the fixture is committed");
+    let cell = Cell::restore(&committed).expect("a version 7 snapshot restores");
+    assert!(cell.directory().is_empty());
+    for name in cell.stream_names() {
+        assert_eq!(cell.ownership(&name), &cellog_core::placement::Ownership::Owned { epoch: 0 });
+    }
+}
+
 /// A version 4 state kept no time of activity: its producers count as active at the state's time, so an upgrade
 /// gives each its whole idle time and expires none at once.
 #[test]

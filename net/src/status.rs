@@ -116,6 +116,11 @@ pub fn rejection_parts(rejection: &Rejection) -> (Code, ErrorDetail) {
         Rejection::GroupNotFound { .. } => (Code::NotFound, "GROUP_NOT_FOUND"),
         Rejection::UnknownMember { .. } => (Code::FailedPrecondition, "UNKNOWN_MEMBER"),
         Rejection::NotOwner { .. } => (Code::FailedPrecondition, "NOT_OWNER"),
+        Rejection::Moved { .. } => (Code::FailedPrecondition, "MOVED"),
+        Rejection::StreamMoving { .. } => (Code::Unavailable, "STREAM_MOVING"),
+        Rejection::StaleEpoch { .. } => (Code::FailedPrecondition, "STALE_EPOCH"),
+        Rejection::CellNotFound { .. } => (Code::NotFound, "CELL_NOT_FOUND"),
+        Rejection::NotPlaced { .. } => (Code::NotFound, "NOT_PLACED"),
     };
     let mut detail = detail(reason, message);
     match rejection {
@@ -129,6 +134,15 @@ pub fn rejection_parts(rejection: &Rejection) -> (Code, ErrorDetail) {
             detail.generation = *generation
         }
         Rejection::WrongLastSequence { last } | Rejection::WrongLastSubjectSequence { last } => detail.last_seq = *last,
+        Rejection::Moved { cell, epoch, .. } | Rejection::StreamMoving { from: cell, epoch, .. } => {
+            detail.cell = cell.clone();
+            detail.ownership_epoch = *epoch;
+            if matches!(rejection, Rejection::StreamMoving { .. }) {
+                // The new owner accepts once it has caught up: usually well within a second.
+                detail.retry_after_ms = 200;
+            }
+        }
+        Rejection::StaleEpoch { current, .. } => detail.ownership_epoch = *current,
         _ => {}
     }
     (code, detail)

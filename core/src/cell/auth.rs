@@ -108,7 +108,15 @@ impl Cell {
             Command::PutPrincipal { .. }
             | Command::DeletePrincipal { .. }
             | Command::AddToken { .. }
-            | Command::RevokeToken { .. } => auth.authorize(principal, &Access::ClusterAdmin)?,
+            | Command::RevokeToken { .. }
+            | Command::PutCell { .. }
+            | Command::PlaceStream { .. }
+            | Command::MoveStream { .. }
+            | Command::FinishMove { .. }
+            | Command::Unplace { .. }
+            | Command::FenceStream { .. }
+            | Command::ReceiveStream { .. }
+            | Command::AcceptStream { .. } => auth.authorize(principal, &Access::ClusterAdmin)?,
             Command::Tick | Command::As { .. } | Command::ReserveSubjects { .. } => {
                 return Err(Rejection::PermissionDenied {
                     principal: principal.to_string(),

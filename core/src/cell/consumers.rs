@@ -153,7 +153,9 @@ impl Cell {
             let original = source.message(letter.partition, letter.seq).cloned();
             let target = source.config().dead_letter_stream.clone();
             let mut copy = None;
+            // A dead-letter stream that moved to another cell gets no copy here (it would fork that stream's log).
             if let (Some(message), Some(target)) = (original, target)
+                && super::placement::writable(&self.ownership, &target).is_ok()
                 && let Some(dead_letters) = self.streams.get_mut(target.as_str())
             {
                 let mut headers = message.headers().cloned().unwrap_or_default();

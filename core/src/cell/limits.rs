@@ -4,6 +4,7 @@ use crate::auth::Actor;
 use crate::command::{AckKind, Command, PublishRequest};
 use crate::config::{MAX_DURATION_MS, MAX_PAYLOAD_LIMIT};
 use crate::error::{Cap, NameKind, Rejection};
+use crate::placement::{MAX_ADDRESS_BYTES, MAX_CELL_ADDRESSES};
 use crate::subject::{tenant_of, validate_name, validate_subject};
 use crate::tenant::validate_scoped_name;
 
@@ -80,6 +81,49 @@ pub(super) fn check_id(kind: NameKind, id: &str) -> Result<(), Rejection> {
 pub(super) fn check_duration(what: &str, value: u64) -> Result<(), Rejection> {
     if value > MAX_DURATION_MS {
         return Err(invalid(format!("{what} of {value} ms exceeds the limit of {MAX_DURATION_MS} ms")));
+    }
+    Ok(())
+}
+
+/// A stream name in a placement: a stored name, so a tenant's (`TENANT/NAME`) too.
+fn check_placed_stream(name: &str) -> Result<(), Rejection> {
+    validate_scoped_name(name).map_err(|reason| Rejection::InvalidName {
+        kind: NameKind::Stream,
+        name: name.to_string(),
+        reason,
+    })
+}
+
+/// A move's epoch: 0 is the epoch of a stream never placed, so no move is at it.
+fn check_move_epoch(epoch: u64) -> Result<(), Rejection> {
+    if epoch == 0 {
+        return Err(invalid("a move's ownership epoch is at least 1 (epoch 0 is a stream no directory placed)"));
+    }
+    Ok(())
+}
+
+/// A cell's node addresses: at least one, at most [`MAX_CELL_ADDRESSES`], each a short `HOST:PORT` or URL without
+/// whitespace, and no address twice.
+fn check_addresses(addresses: &[String]) -> Result<(), Rejection> {
+    if addresses.is_empty() || addresses.len() > MAX_CELL_ADDRESSES {
+        return Err(invalid(format!(
+            "a cell has between 1 and {MAX_CELL_ADDRESSES} addresses; {} were given",
+            addresses.len()
+        )));
+    }
+    for (i, address) in addresses.iter().enumerate() {
+        if address.is_empty() || address.len() > MAX_ADDRESS_BYTES {
+            return Err(invalid(format!(
+                "address {address:?} is {} bytes long; an address is 1 to {MAX_ADDRESS_BYTES} bytes",
+                address.len()
+            )));
+        }
+        if address.chars().any(|c| c.is_control() || c.is_whitespace()) {
+            return Err(invalid(format!("address {address:?} holds whitespace or a control character")));
+        }
+        if addresses[..i].contains(address) {
+            return Err(invalid(format!("address {address:?} is given twice")));
+        }
     }
     Ok(())
 }
@@ -236,6 +280,24 @@ impl Command {
             Command::DeletePrincipal { name } | Command::AddToken { principal: name, .. } => check_principal(name),
             Command::ReserveSubjects { filter } => crate::subject::validate_filter(filter)
                 .map_err(|reason| Rejection::InvalidSubject { subject: filter.clone(), reason }),
+            Command::PutCell { cell, addresses } => {
+                check_name(NameKind::Cell, cell)?;
+                check_addresses(addresses)
+            }
+            Command::PlaceStream { stream, cell } | Command::MoveStream { stream, to: cell, .. } => {
+                check_placed_stream(stream)?;
+                check_name(NameKind::Cell, cell)
+            }
+            Command::FenceStream { stream, to: cell, epoch } | Command::ReceiveStream { stream, from: cell, epoch } => {
+                check_placed_stream(stream)?;
+                check_name(NameKind::Cell, cell)?;
+                check_move_epoch(*epoch)
+            }
+            Command::AcceptStream { stream, epoch } | Command::FinishMove { stream, epoch } => {
+                check_placed_stream(stream)?;
+                check_move_epoch(*epoch)
+            }
+            Command::Unplace { stream } => check_placed_stream(stream),
             _ => Ok(()),
         }
     }

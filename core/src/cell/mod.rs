@@ -15,8 +15,9 @@ use crate::body::BodyRef;
 use crate::command::{Command, Effect, Outcome};
 use crate::error::Rejection;
 use crate::group::Group;
+use crate::placement::{Directory, Ownership};
 use crate::route::Router;
-use crate::snapshot::{v3, v4, v5, v6, v7};
+use crate::snapshot::{v3, v4, v5, v6, v7, v8};
 use crate::stream::Stream;
 use crate::time::Millis;
 
@@ -24,6 +25,7 @@ mod auth;
 mod consumers;
 mod groups;
 mod limits;
+mod placement;
 mod publish;
 mod streams;
 mod timers;
@@ -76,6 +78,11 @@ pub struct Cell {
     auth: Auth,
     /// Consumer groups by (stream, group); each consumes through the stream's consumer of the group's name.
     groups: BTreeMap<(Arc<str>, Arc<str>), Group>,
+    /// The directory's records of cells and placements (empty unless this cell is a deployment's directory).
+    directory: Directory,
+    /// The ownership of each stream name a move named, kept after the stream is deleted (so that a stream created
+    /// again under a moved name stays fenced); a name not here is owned at epoch 0.
+    ownership: BTreeMap<Arc<str>, Ownership>,
     /// Which stream claims a subject: derived from the streams' configs, not encoded, rebuilt on decode
     /// ([`Cell::rebuild_derived`]).
     #[serde(skip)]
@@ -131,6 +138,8 @@ impl Cell {
             next_body: 1,
             auth: Auth::default(),
             groups: BTreeMap::new(),
+            directory: Directory::default(),
+            ownership: BTreeMap::new(),
             router: Router::default(),
             producers_expire_from: ExpiryBound(Millis::MAX),
             members_expire_from: ExpiryBound(Millis::MAX),
@@ -159,6 +168,8 @@ impl Cell {
             next_body: cell.next_body,
             auth: Auth::default(),
             groups: BTreeMap::new(),
+            directory: Directory::default(),
+            ownership: BTreeMap::new(),
             router: Router::default(),
             producers_expire_from: ExpiryBound(Millis::MAX),
             members_expire_from: ExpiryBound(Millis::MAX),
@@ -201,6 +212,16 @@ impl Cell {
         let (state, groups) = cell.split();
         let groups = groups.into_iter().map(|(key, group)| (key, group.into())).collect();
         Cell { groups, ..Cell::from_v6(state) }
+    }
+
+    /// The state a version 8 snapshot holds: version 7's, the directory's records and streams' ownership.
+    pub(crate) fn from_v8(cell: v8::Cell) -> Self {
+        let (state, directory, ownership) = cell.split();
+        Cell {
+            directory: directory.into(),
+            ownership: ownership.into_iter().map(|(name, o)| (name, o.into())).collect(),
+            ..Cell::from_v7(state)
+        }
     }
 
     /// Rebuilds what is derived from the state and not encoded (the subject router), after decoding.
@@ -360,6 +381,14 @@ impl Cell {
                 self.check_member_owns(&stream, &group, &member, generation, partition)?;
                 self.commit_cursor(&stream, &group, partition, next_seq)
             }
+            Command::PutCell { cell, addresses } => self.put_cell(&cell, addresses),
+            Command::PlaceStream { stream, cell } => self.place_stream(&stream, &cell),
+            Command::MoveStream { stream, to, epoch } => self.move_stream(&stream, &to, epoch),
+            Command::FinishMove { stream, epoch } => self.finish_move(&stream, epoch),
+            Command::Unplace { stream } => self.unplace(&stream),
+            Command::FenceStream { stream, epoch, to } => self.fence_stream(&stream, epoch, &to),
+            Command::ReceiveStream { stream, epoch, from } => self.receive_stream(&stream, epoch, &from),
+            Command::AcceptStream { stream, epoch } => self.accept_stream(&stream, epoch),
         }
     }
 }

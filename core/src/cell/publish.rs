@@ -78,6 +78,7 @@ impl Cell {
     pub(super) fn publish(&mut self, at: Millis, mut request: PublishRequest) -> Result<Outcome, Rejection> {
         let pin = self.check_pin(&request)?;
         let stream = Self::route(&self.router, &mut self.streams, &request.subject)?;
+        super::placement::writable(&self.ownership, stream.name())?;
         if let Some((target, ..)) = &pin
             && target == stream.name()
         {
@@ -178,6 +179,7 @@ impl Cell {
 
     pub(super) fn recall(&mut self, _at: Millis, stream: &str, partition: u32, seq: u64) -> Result<Outcome, Rejection> {
         let s = stream_in(&mut self.streams, stream)?;
+        super::placement::writable(&self.ownership, stream)?;
         if s.recall(partition, seq, _at, &mut self.effects)? {
             self.effects.push(Effect::Recalled { stream: s.name().clone(), partition, seq });
         }

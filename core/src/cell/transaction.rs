@@ -388,6 +388,8 @@ impl Cell {
                 // Deleted and created again since staging: not the stream the message was staged for.
                 return Err(Rejection::StreamNotFound { stream: message.stream.to_string() });
             }
+            // Fenced since staging: the stream's writes go to another cell now.
+            self.writable(&message.stream)?;
             if message.request.msg_id.as_deref().is_some_and(|id| stream.remembers(id)) {
                 continue;
             }

@@ -24,6 +24,8 @@ impl Cell {
             ("cell".to_string(), digest_of(&(counters, &self.timers, &self.pinned_by, &self.stream_names))),
             ("producers".to_string(), digest_of(&(&self.producers, &self.transactional_ids))),
             ("principals".to_string(), digest_of(&self.auth)),
+            ("directory".to_string(), digest_of(&self.directory)),
+            ("ownership".to_string(), digest_of(&self.ownership)),
         ];
         for (name, stream) in &self.streams {
             parts.push((format!("stream {name}"), digest_of(stream)));
