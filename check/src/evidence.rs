@@ -69,14 +69,3 @@ pub struct Evidence {
     /// What the workload promised.
     pub duties: Duties,
 }
-
-impl Evidence {
-    /// The time of the last event of the history.
-    pub fn end_ms(&self) -> u64 {
-        self.operations
-            .iter()
-            .map(|operation| operation.completed.as_ref().map_or(operation.invoked_ms, |(at, _)| *at))
-            .max()
-            .unwrap_or(0)
-    }
-}

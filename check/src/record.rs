@@ -131,3 +131,77 @@ impl History {
         self.lock().events.iter().map(|event| format!("{event}\n")).collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use super::*;
+    use crate::history::Fingerprint;
+
+    /// A history whose clock moves 10 ms at every reading, from 1 s.
+    fn history() -> History {
+        let ticks = Arc::new(AtomicU64::new(100));
+        History::new(Arc::new(move || Duration::from_millis(ticks.fetch_add(1, Ordering::Relaxed) * 10)))
+    }
+
+    fn publish(msg_id: &str, txn: Option<(u64, u32)>) -> Op {
+        Op::Publish { msg_id: msg_id.into(), subject: "s".into(), txn, delay_ms: None, payload: Fingerprint::of(b"x") }
+    }
+
+    fn published(stream: &str, seq: u64) -> Completion {
+        Completion::Ok(Value::Published { stream: stream.into(), partition: 0, seq, duplicate: false })
+    }
+
+    #[test]
+    fn events_are_timed_from_the_start_by_the_clock() {
+        let h = history();
+        let id = h.invoke("p", publish("a", None));
+        h.complete("p", id, published("orders", 1));
+        let times: Vec<u64> = h.events().iter().map(|event| event.at_ms).collect();
+        assert_eq!(times, [10, 20], "each reading of the clock, less the one at the start");
+    }
+
+    #[test]
+    fn acknowledged_holds_each_id_published_outside_a_transaction_where_it_first_landed() {
+        let h = history();
+        let cases = [
+            ("a", None, Some(published("orders", 1))),
+            ("b", None, Some(published("audit", 1))),
+            ("a", None, Some(published("orders", 2))),
+            ("staged", Some((1, 0)), Some(published("orders", 3))),
+            ("refused", None, Some(Completion::Fail("STORAGE_FULL".into()))),
+            ("unknown", None, Some(Completion::Unknown("timeout".into()))),
+            ("open", None, None),
+        ];
+        for (msg_id, txn, completion) in cases {
+            let id = h.invoke("p", publish(msg_id, txn));
+            if let Some(completion) = completion {
+                h.complete("p", id, completion);
+            }
+        }
+        let all: Vec<(String, (u32, u64))> = h.acknowledged().into_iter().collect();
+        assert_eq!(all, [("a".to_string(), (0, 1)), ("b".to_string(), (0, 1))]);
+        let orders: Vec<String> = h.acknowledged_in("orders").into_keys().collect();
+        assert_eq!(orders, ["a"]);
+        assert!(h.acknowledged_in("nowhere").is_empty());
+    }
+
+    #[cfg(feature = "client")]
+    #[test]
+    fn a_call_is_refused_only_when_the_cell_said_so() {
+        use cellog_client::{ClientError, item_error, proto};
+        // gRPC codes by number: 4 DEADLINE_EXCEEDED, 5 NOT_FOUND, 9 FAILED_PRECONDITION.
+        let status = |code: i32, reason: &str| {
+            item_error(proto::Error {
+                code,
+                detail: Some(proto::ErrorDetail { reason: reason.into(), ..Default::default() }),
+            })
+        };
+        assert_eq!(completion(Err(&status(5, "STREAM_NOT_FOUND"))), Completion::Fail("STREAM_NOT_FOUND".into()));
+        assert!(matches!(completion(Err(&status(4, ""))), Completion::Unknown(_)), "a timeout may have happened");
+        let after = ClientError::Indefinite { last: Box::new(status(9, "UNKNOWN_MEMBER")) };
+        assert!(matches!(completion(Err(&after)), Completion::Unknown(_)), "an earlier attempt may have landed");
+        assert_eq!(completion(Ok(Value::Done)), Completion::Ok(Value::Done));
+    }
+}

@@ -343,6 +343,16 @@ const ROWS: &[Row] = &[
         fails: &["watermark"],
     },
     Row {
+        name: "a peer's read of a stream other than its feed is not held to the feed's watermark",
+        history: |s| {
+            s.peer("feed", "mirror");
+            acked(s, 0, "o-1", "orders", 1);
+            acked(s, 10, "o-3", "orders", 3);
+            s.read(20, "mirror", "orders", 0, 1).messages(21, &[(0, 1, "o-1", 0), (0, 3, "o-3", 0)]);
+        },
+        fails: &[],
+    },
+    Row {
         name: "a removal past a peer's watermark",
         history: |s| {
             s.peer("feed", "mirror");
