@@ -158,6 +158,11 @@ fn the_directory_lists_cells_and_placements_in_order_and_replaces_a_cells_addres
     let streams: Vec<&str> = d.placements().map(|(name, _)| &**name).collect();
     assert_eq!(streams, ["alpha", "zeta"]);
     assert_eq!(d.placement("alpha").map(|p| &*p.cell), Some("b"));
+    assert_eq!(d.cell("b"), Some(&["b-9:7400".to_string()][..]));
+    assert_eq!(d.cell("a").map(<[String]>::len), Some(2));
+    assert_eq!(d.cell("z"), None);
+    assert!(!d.is_empty());
+    assert!(Harness::new().cell.directory().is_empty(), "a cell that is no directory records nothing");
 }
 
 #[test]
