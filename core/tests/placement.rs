@@ -147,6 +147,7 @@ fn the_directory_places_and_moves_streams_one_epoch_at_a_time() {
 #[test]
 fn the_directory_lists_cells_and_placements_in_order_and_replaces_a_cells_addresses() {
     let mut h = directory();
+    assert!(!h.cell.directory().is_empty(), "cells and no placements yet");
     assert_eq!(h.ok(put_cell("a")), Outcome::CellPut { created: false });
     h.ok(Command::PutCell { cell: "b".into(), addresses: vec!["b-9:7400".into()] });
     h.ok(place("zeta", "c"));
