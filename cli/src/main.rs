@@ -5,6 +5,7 @@
 //! OpenPGP to compile.
 
 mod bench;
+mod bench_kit;
 mod commands;
 mod rebalance;
 #[cfg(feature = "node")]

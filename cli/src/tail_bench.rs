@@ -14,7 +14,7 @@ use hyper::header::{ACCEPT, AUTHORIZATION, HOST};
 use hyper_util::rt::TokioIo;
 use tokio::time::Instant;
 
-use crate::bench::{Report, Workload, progress, recreate, report_error, request};
+use crate::bench_kit::{Report, Workload, progress, recreate, report_error, request};
 use crate::commands::{client, token};
 
 #[derive(clap::Args, Clone, Debug)]
