@@ -198,8 +198,23 @@ pub fn requests() -> Vec<Request> {
             Command::MoveStream { stream: "orders".into(), to: "west".into(), epoch: 1 },
             Command::FinishMove { stream: "orders".into(), epoch: 2 },
             Command::Unplace { stream: "orders".into() },
-            Command::ReceiveStream { stream: "jobs".into(), epoch: 2, from: "west".into() },
-            Command::AcceptStream { stream: "jobs".into(), epoch: 2 },
+            Command::ReceiveStream {
+                stream: "jobs".into(),
+                epoch: 2,
+                from: "west".into(),
+                config: Some(StreamConfig::with_subjects(["jobs.>"])),
+            },
+            Command::Ingest {
+                stream: "jobs".into(),
+                epoch: 2,
+                messages: vec![cellog_core::IngestMessage {
+                    partition: 0,
+                    seq: 7,
+                    request: PublishRequest::new("jobs.a", &b"copied"[..]).with_id("m-7"),
+                }],
+                through: vec![9],
+            },
+            Command::AcceptStream { stream: "jobs".into(), epoch: 2, through: vec![9] },
             Command::FenceStream { stream: "orders".into(), epoch: 3, to: "west".into() },
         ],
         vec![Command::UpdateStream {

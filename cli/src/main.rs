@@ -14,7 +14,7 @@ mod soak;
 mod table;
 mod tail_bench;
 
-use commands::{auth, cluster, consumer, group, mail, peer, publish, stream, txn};
+use commands::{auth, cells, cluster, consumer, group, mail, peer, publish, stream, txn};
 
 use clap::{Parser, Subcommand};
 
@@ -69,7 +69,8 @@ enum Command {
     /// Run a node of a cell on RocksDB under its data directory.
     #[cfg(feature = "node")]
     Node(Box<run::NodeArgs>),
-    /// Run a local three-node cell in this process, with data under ./.cellog-dev.
+    /// Run a local three-node cell in this process, with data under ./.cellog-dev (with `--cells N`, the directory
+    /// of N more cells beside it).
     #[cfg(feature = "node")]
     Dev(run::DevArgs),
     /// Create, list, inspect and delete streams.
@@ -94,6 +95,9 @@ enum Command {
     /// Cell membership and status.
     #[command(subcommand)]
     Cluster(cluster::ClusterCommand),
+    /// Many cells, through their directory: cells, streams' placements, moving a stream to another cell.
+    #[command(subcommand)]
+    Cells(cells::CellsCommand),
     /// Principals, their grants and API tokens.
     #[command(subcommand)]
     Auth(auth::AuthCommand),
@@ -145,6 +149,7 @@ async fn main() -> std::process::ExitCode {
                 Command::Sub(args) => publish::subscribe(args).await,
                 Command::Txn(command) => txn::run(command).await,
                 Command::Cluster(command) => cluster::run(command).await,
+                Command::Cells(command) => cells::run(command).await,
                 Command::Auth(command) => auth::run(command).await,
                 #[cfg(feature = "node")]
                 Command::Keys(command) => commands::keys::run(command),

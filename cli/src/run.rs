@@ -392,12 +392,20 @@ struct DevCerts {
 }
 
 impl DevCerts {
-    fn node(&self, id: u64) -> TlsFiles {
-        TlsFiles {
-            ca: self.ca.clone(),
-            cert: self.dir.join(format!("node-{id}.pem")),
-            key: self.dir.join(format!("node-{id}.key")),
+    /// Node `id` of `cell`: the dev cell's nodes' files are `node-ID`, another cell's `CELL-node-ID`, made on first
+    /// use under the same CA.
+    fn node(&self, cell: &str, id: u64) -> anyhow::Result<TlsFiles> {
+        use crate::commands::certs;
+        let stem = if cell == "dev" { format!("node-{id}") } else { format!("{cell}-node-{id}") };
+        let (cert, key) = (self.dir.join(format!("{stem}.pem")), self.dir.join(format!("{stem}.key")));
+        if !cert.exists() {
+            let (ca, _) = certs::load_ca(&self.dir)?;
+            let hosts = ["127.0.0.1".to_string(), "localhost".to_string()];
+            let issued = certs::issue_node(&ca, cell, id, &hosts)?;
+            certs::write_new(&key, &issued.key, true)?;
+            certs::write_new(&cert, &issued.cert, false)?;
         }
+        Ok(TlsFiles { ca: self.ca.clone(), cert, key })
     }
 }
 
@@ -490,31 +498,35 @@ pub async fn node(args: NodeArgs) -> anyhow::Result<()> {
 /// `cellog dev`.
 #[derive(clap::Args, Debug)]
 pub struct DevArgs {
-    /// Where the three nodes keep their data.
+    /// Where the nodes keep their data.
     #[arg(long, default_value = ".cellog-dev")]
     data: PathBuf,
-    /// Node i serves clients on BASE+i, peers on BASE+100+i and metrics on BASE+200+i.
+    /// Node i serves clients on BASE+i, peers on BASE+100+i and metrics on BASE+200+i; node i of cell dev-K on
+    /// BASE+10K+i, BASE+100+10K+i and BASE+200+10K+i.
     #[arg(long, default_value_t = 7400)]
     base_port: u16,
+    /// Cells besides the dev cell: with N of them, the dev cell is their directory and cells dev-1 to dev-N run
+    /// beside it, three nodes each, recorded in it (`cellog cells ls`).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=9))]
+    cells: u16,
 }
 
-/// `cellog dev`: three nodes of cell "dev" on loopback in this process.
-pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
+/// One cell of `cellog dev`: its three nodes' configs.
+fn dev_cell(args: &DevArgs, certs: &DevCerts, root_token: &str, k: u16) -> anyhow::Result<Vec<NodeConfig>> {
     let port = |offset: u16| -> anyhow::Result<SocketAddr> {
-        let port = args.base_port.checked_add(offset).context("--base-port is too high")?;
+        let port = args.base_port.checked_add(10 * k + offset).context("--base-port is too high")?;
         Ok(SocketAddr::from(([127, 0, 0, 1], port)))
     };
-    // The root token every client command of this directory uses by default (see `cellog auth`).
-    let token_path = args.data.join("root.token");
-    let root_token = dev_root_token(&token_path)?;
-    // The cell's CA and the nodes' certificates, made on the first start: the dev cell runs with TLS on.
-    let certs = dev_certs(&args.data.join("certs"))?;
+    let (cell, data) = match k {
+        0 => ("dev".to_string(), args.data.clone()),
+        k => (format!("dev-{k}"), args.data.join(format!("dev-{k}"))),
+    };
     let mut configs = Vec::new();
     for id in 1..=3u16 {
         configs.push(NodeConfig {
-            cell: "dev".to_string(),
+            cell: cell.clone(),
             id: u64::from(id),
-            data_dir: args.data.join(format!("node-{id}")),
+            data_dir: data.join(format!("node-{id}")),
             client_addr: port(id)?,
             raft_addr: port(100 + id)?,
             advertise_client_addr: None,
@@ -527,8 +539,8 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
             past: Past::Unknown,
             cell_id: None,
             callers: Callers::default(),
-            root_token: Some(root_token.clone()),
-            tls: Some(certs.node(u64::from(id))),
+            root_token: Some(root_token.to_string()),
+            tls: Some(certs.node(&cell, u64::from(id))?),
             limits: Limits::DEFAULT,
         });
     }
@@ -541,16 +553,38 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     for config in &configs[1..] {
         key.store(&config.data_dir).with_context(|| format!("giving node {} the cell key", config.id))?;
     }
+    Ok(configs)
+}
+
+/// `cellog dev`: three nodes of cell "dev" on loopback in this process, and with `--cells N` the cells it is the
+/// directory of.
+pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
+    // The root token every client command of this directory uses by default (see `cellog auth`).
+    let token_path = args.data.join("root.token");
+    let root_token = dev_root_token(&token_path)?;
+    // The cell's CA and the nodes' certificates, made on the first start: the dev cell runs with TLS on.
+    let certs = dev_certs(&args.data.join("certs"))?;
+    let mut cells = Vec::new();
+    for k in 0..=args.cells {
+        cells.push(dev_cell(&args, &certs, &root_token, k)?);
+    }
     // Started together, so that no node asks for votes of one that is not listening yet (each such refusal would
     // be logged as an error on every first start).
-    let nodes = futures::future::try_join_all(configs.iter().map(|config| async move {
-        start(config, Homes::default()).await.with_context(|| format!("starting node {}", config.id))
+    let nodes = futures::future::try_join_all(cells.iter().flatten().map(|config| async move {
+        start(config, Homes::default()).await.with_context(|| format!("starting node {} of {}", config.id, config.cell))
     }))
     .await?;
-    println!("cellog dev: a 3-node cell with data under {}", args.data.display());
-    for node in &nodes {
+    match args.cells {
+        0 => println!("cellog dev: a 3-node cell with data under {}", args.data.display()),
+        n => println!(
+            "cellog dev: a 3-node directory cell and {n} cells beside it, with data under {}",
+            args.data.display()
+        ),
+    }
+    for (node, config) in nodes.iter().zip(cells.iter().flatten()) {
         let http = node.metrics_addr.map(|addr| format!("http://{addr}/")).unwrap_or_default();
-        println!("  node {}  client {}  raft {}  http {http}", node.node.id(), node.client_addr, node.raft_addr);
+        let cell = if args.cells == 0 { String::new() } else { format!("{} ", config.cell) };
+        println!("  {cell}node {}  client {}  raft {}  http {http}", node.node.id(), node.client_addr, node.raft_addr);
     }
     if let Some(addr) = nodes.first().and_then(|node| node.metrics_addr) {
         println!(
@@ -558,11 +592,18 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
             root_token
         );
     }
-    let addrs: Vec<String> = nodes.iter().map(|node| node.client_addr.to_string()).collect();
     let tls = ClientTls { ca_pem: std::fs::read(&certs.ca).context("reading the dev CA")?, identity: None };
     let options = ClientOptions { token: Some(root_token), tls: Some(tls), ..ClientOptions::default() };
-    let client = Client::new(addrs.clone(), options)?;
+    let addrs_of = |configs: &[NodeConfig]| -> Vec<String> {
+        configs.iter().map(|config| config.client_addr.to_string()).collect()
+    };
+    let addrs = addrs_of(&cells[0]);
+    let client = Client::new(addrs.clone(), options.clone())?;
     let leader = wait_for_leader(&client).await?;
+    for configs in &cells[1..] {
+        wait_for_leader(&Client::new(addrs_of(configs), options.clone())?).await?;
+        client.put_cell(&configs[0].cell, addrs_of(configs)).await.context("recording a cell in the directory")?;
+    }
     println!(
         "ready: leader is node {leader}; try `cellog stream add demo --subjects 'demo.>'` and `cellog pub demo.hello hi` \
          (CELLOG_SERVER={})",

@@ -133,11 +133,23 @@ impl ClientError {
         }
     }
 
+    /// What the cell said of the error (its reason, the leader, the cell a stream moved to, ...), when it answered.
+    pub fn detail(&self) -> Option<&v1::ErrorDetail> {
+        match self {
+            ClientError::Status { detail, .. } => Some(detail),
+            ClientError::Indefinite { last } => last.detail(),
+            _ => None,
+        }
+    }
+
     /// Whether the call may have taken effect all the same: the cell did not say it refused it (a timeout, a broken
     /// connection, leadership moving while it was committed). Such a call counts as unknown, never as failed.
     pub fn outcome_unknown(&self) -> bool {
         match self {
-            ClientError::Status { code: Code::Unavailable, detail } => detail.reason != "NOT_LEADER",
+            // Refused by the cell all the same: not proposed here, or a stream still moving here.
+            ClientError::Status { code: Code::Unavailable, detail } => {
+                detail.reason != "NOT_LEADER" && detail.reason != "STREAM_MOVING"
+            }
             ClientError::Status { code, .. } => {
                 matches!(code, Code::Unknown | Code::Cancelled | Code::DeadlineExceeded | Code::Internal)
             }
@@ -149,11 +161,12 @@ impl ClientError {
     /// The error a retried call ends with, `last` being its last attempt's. When an earlier attempt got no answer
     /// (and so may have been applied), two kinds of refusal do not make the call a refusal: one that says only that
     /// the last attempt was not proposed (no leader there, a rate limit), and one that says the caller's standing
-    /// moved on in between (a group member whose session ended, or a partition that moved to another member: an
-    /// ack that landed unanswered is followed by such a refusal of its repeat, not by "already done").
+    /// moved on in between (a group member whose session ended, a partition that moved to another member, a stream
+    /// that moved to another cell: a call that landed unanswered is followed by such a refusal of its repeat, not by
+    /// "already done").
     fn settle(last: ClientError, earlier_unknown: bool) -> ClientError {
         let not_proposed = matches!(last.code(), Some(Code::Unavailable | Code::ResourceExhausted));
-        let standing_moved = matches!(last.reason(), Some("UNKNOWN_MEMBER" | "NOT_OWNER"));
+        let standing_moved = matches!(last.reason(), Some("UNKNOWN_MEMBER" | "NOT_OWNER" | "MOVED"));
         if earlier_unknown && (not_proposed || standing_moved) && !last.outcome_unknown() {
             ClientError::Indefinite { last: Box::new(last) }
         } else {
@@ -192,6 +205,8 @@ fn classify(status: &Status, idempotent: bool, retry_backpressure: bool) -> Next
             Next::Leader(detail.leader_addr)
         }
         (Code::ResourceExhausted, "RATE_LIMITED" | "STORAGE_FULL") if retry_backpressure => Next::Later(advised),
+        // The cell refused it: the stream is moving here and takes writes once it has caught up.
+        (Code::Unavailable, "STREAM_MOVING") => Next::Later(advised),
         // Refused before it reached the cell, or broken in flight: safe only when a repeat changes nothing.
         (Code::Unavailable | Code::Unknown | Code::Cancelled | Code::DeadlineExceeded | Code::Internal, _)
             if idempotent =>
@@ -877,6 +892,91 @@ impl Client {
         let request = v1::UnregisterPeerRequest { stream: stream.to_string(), peer: peer.to_string() };
         self.call(false, request, |mut c, r| async move { c.unregister_peer(r).await }).await?;
         Ok(())
+    }
+
+    /// The directory records `cell` with its nodes' client addresses (replacing those it held); true when it is new.
+    pub async fn put_cell(&self, cell: &str, addresses: Vec<String>) -> Result<bool, ClientError> {
+        let request = v1::PutCellRequest { cell: cell.to_string(), addresses };
+        Ok(self.call(true, request, |mut c, r| async move { c.put_cell(r).await }).await?.created)
+    }
+
+    /// Every cell the directory records, with its addresses.
+    pub async fn list_cells(&self) -> Result<Vec<v1::CellAddresses>, ClientError> {
+        Ok(self.call(true, v1::ListCellsRequest {}, |mut c, r| async move { c.list_cells(r).await }).await?.cells)
+    }
+
+    /// The directory places `stream` on `cell` at epoch 1 (the same placement again changes nothing).
+    pub async fn place_stream(&self, stream: &str, cell: &str) -> Result<v1::Placement, ClientError> {
+        let request = v1::PlaceStreamRequest { stream: stream.to_string(), cell: cell.to_string() };
+        self.call(true, request, |mut c, r| async move { c.place_stream(r).await }).await
+    }
+
+    /// The directory records a move of `stream` to `to` at the epoch after `epoch`, if `epoch` is current (the same
+    /// move again is answered alike).
+    pub async fn move_placement(&self, stream: &str, to: &str, epoch: u64) -> Result<v1::Placement, ClientError> {
+        let request = v1::MoveStreamRequest { stream: stream.to_string(), to: to.to_string(), epoch };
+        self.call(true, request, |mut c, r| async move { c.move_stream(r).await }).await
+    }
+
+    /// The directory records the move of `stream` at `epoch` done.
+    pub async fn finish_move(&self, stream: &str, epoch: u64) -> Result<v1::Placement, ClientError> {
+        let request = v1::FinishMoveRequest { stream: stream.to_string(), epoch };
+        self.call(true, request, |mut c, r| async move { c.finish_move(r).await }).await
+    }
+
+    /// Where `stream` lives, as the directory records it.
+    pub async fn locate_stream(&self, stream: &str) -> Result<v1::StreamLocation, ClientError> {
+        let request = v1::LocateStreamRequest { stream: stream.to_string() };
+        self.call(true, request, |mut c, r| async move { c.locate_stream(r).await }).await
+    }
+
+    /// This cell stops taking writes to `stream` from `epoch` on (it moved to `to`); the answer holds where each
+    /// partition ended.
+    pub async fn fence_stream(&self, stream: &str, epoch: u64, to: &str) -> Result<v1::StreamOwnership, ClientError> {
+        let request = v1::FenceStreamRequest { stream: stream.to_string(), epoch, to: to.to_string() };
+        self.call(true, request, |mut c, r| async move { c.fence_stream(r).await }).await
+    }
+
+    /// `stream` moves to this cell at `epoch` from `from`: writes wait until it is accepted. With a `config`, a cell
+    /// that does not hold the stream creates it in the same step.
+    pub async fn receive_stream(
+        &self,
+        stream: &str,
+        epoch: u64,
+        from: &str,
+        config: Option<v1::StreamConfig>,
+    ) -> Result<v1::StreamOwnership, ClientError> {
+        let request = v1::ReceiveStreamRequest { stream: stream.to_string(), epoch, from: from.to_string(), config };
+        self.call(true, request, |mut c, r| async move { c.receive_stream(r).await }).await
+    }
+
+    /// Copies messages into `stream` moving here, at their positions (what is here already is passed over).
+    pub async fn ingest(
+        &self,
+        stream: &str,
+        epoch: u64,
+        messages: Vec<v1::Message>,
+        through: Vec<u64>,
+    ) -> Result<v1::IngestMessagesResponse, ClientError> {
+        let request = v1::IngestMessagesRequest { stream: stream.to_string(), epoch, messages, through };
+        self.call(true, request, |mut c, r| async move { c.ingest_messages(r).await }).await
+    }
+
+    /// This cell takes writes to `stream` from `epoch` on, once it holds every partition `through` those positions.
+    pub async fn accept_stream(
+        &self,
+        stream: &str,
+        epoch: u64,
+        through: Vec<u64>,
+    ) -> Result<v1::StreamOwnership, ClientError> {
+        let request = v1::AcceptStreamRequest { stream: stream.to_string(), epoch, through };
+        self.call(true, request, |mut c, r| async move { c.accept_stream(r).await }).await
+    }
+
+    /// `stream`'s ownership as this cell sees it.
+    pub async fn ownership(&self, stream: &str) -> Result<v1::StreamOwnership, ClientError> {
+        let request = v1::GetOwnershipRequest { stream: stream.to_string() };
+        self.call(true, request, |mut c, r| async move { c.get_ownership(r).await }).await
     }
 
     /// Every consumer of a stream.

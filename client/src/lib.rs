@@ -7,11 +7,14 @@
 //! - [`limits`]: what the wire carries at most.
 //! - [`token`]: API tokens: the credential a call carries and the hash a cell keeps.
 //! - [`group`]: [`GroupMember`], a consumer group's member: heartbeats, assigned and revoked partitions, releases.
+//! - [`cells`]: [`Cells`], many cells: each stream's calls routed to its cell through the directory, routes kept and
+//!   learned again on `MOVED`, and a stream's move from one cell to another.
 //!
 //! It depends on the wire protocol alone (no storage, no Raft), so a tool that only talks to a cell builds quickly.
 
 #![allow(clippy::result_large_err, reason = "tonic's Status is large, and it is what every call returns")]
 
+pub mod cells;
 pub mod client;
 pub mod group;
 pub mod limits;
@@ -19,6 +22,7 @@ pub mod status;
 pub mod token;
 
 pub use cellog_proto::v1 as proto;
+pub use cells::{Cells, Moved};
 pub use client::{
     BatchResult, Client, ClientError, ClientOptions, ClientTls, DISCOVERY_INTERVAL, item_error, node_api,
 };

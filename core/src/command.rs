@@ -408,7 +408,9 @@ pub enum Command {
         /// The cell it moved to.
         to: String,
     },
-    /// A stream moves to this cell at `epoch` from cell `from`: writes wait until [`Command::AcceptStream`].
+    /// A stream moves to this cell at `epoch` from cell `from`: writes wait until [`Command::AcceptStream`]. With a
+    /// `config`, a stream this cell does not hold is created with it in the same step, so that it is never here
+    /// without being fenced as receiving, and a publish routed here meanwhile finds it and is told to wait.
     ReceiveStream {
         /// The stream.
         stream: String,
@@ -416,14 +418,47 @@ pub enum Command {
         epoch: u64,
         /// The cell it moves from.
         from: String,
+        /// Its config on the cell it moves from, to create it with if this cell does not hold it.
+        config: Option<crate::config::StreamConfig>,
     },
-    /// This cell owns a stream from `epoch` on and accepts writes to it.
+    /// This cell owns a stream from `epoch` on and accepts writes to it, once it holds every partition through the
+    /// positions the cell it moves from was fenced at.
     AcceptStream {
         /// The stream.
         stream: String,
         /// The epoch of the move.
         epoch: u64,
+        /// The last sequence of each partition when the cell it moves from was fenced (its fence's answer):
+        /// accepted only once this cell's partitions reach them, so no write here takes a position the old owner
+        /// had given.
+        through: Vec<u64>,
     },
+    /// A cell receiving a stream copies its messages from the cell it moves from, each at the position it holds
+    /// there (partition and sequence, ids kept, so deduplication carries over the move). Taken only while this cell
+    /// receives the stream at `epoch`. A message at or below its partition's last sequence is already here and is
+    /// passed over, so a copy retried after a lost answer changes nothing.
+    Ingest {
+        /// The stream.
+        stream: String,
+        /// The epoch of the move.
+        epoch: u64,
+        /// The messages, each partition's in rising sequence.
+        messages: Vec<IngestMessage>,
+        /// Per partition (empty, or one per partition), the last sequence the cell it moves from had given, so the
+        /// next write here follows it even when the messages up to it were removed there.
+        through: Vec<u64>,
+    },
+}
+
+/// A message copied into a stream moving here, at the position it held on the cell it moves from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IngestMessage {
+    /// Its partition.
+    pub partition: u32,
+    /// Its sequence there.
+    pub seq: u64,
+    /// The message: subject, payload, key, id and headers (nothing else: no condition, TTL, delay or transaction).
+    pub request: PublishRequest,
 }
 
 impl Command {
@@ -649,6 +684,13 @@ pub enum Outcome {
         /// The ownership.
         ownership: crate::placement::Ownership,
         /// The last sequence of each partition (0 for an empty one), by partition.
+        last_seqs: Vec<u64>,
+    },
+    /// Messages copied into a stream moving here: how many were new, and each partition's last sequence now.
+    Ingested {
+        /// Messages appended (those already here are not counted).
+        appended: u32,
+        /// The last sequence of each partition, by partition.
         last_seqs: Vec<u64>,
     },
 }

@@ -50,12 +50,13 @@ pub use body::BodyRef;
 pub use cell::transaction::{MAX_TRANSACTION_BYTES, MAX_TRANSACTION_MESSAGES};
 pub use cell::{
     Cell, MAX_COMMAND_BYTES, MAX_CONSUMERS_PER_STREAM, MAX_DEDUP_IDS, MAX_FETCH, MAX_GROUP_MEMBERS, MAX_HEADER_BYTES,
-    MAX_ID_BYTES, MAX_KEY_BYTES, MAX_OPEN_TRANSACTIONS, MAX_PEERS_PER_STREAM, MAX_PRODUCERS, MAX_READ,
-    MAX_RESPONSE_BYTES, MAX_SESSION_TIMEOUT_MS, MAX_STREAMS, MIN_SESSION_TIMEOUT_MS, PIN_HEADER, PRODUCER_IDLE_MS,
+    MAX_ID_BYTES, MAX_INGEST_GAP, MAX_INGEST_MESSAGES, MAX_KEY_BYTES, MAX_OPEN_TRANSACTIONS, MAX_PEERS_PER_STREAM,
+    MAX_PRODUCERS, MAX_READ, MAX_RESPONSE_BYTES, MAX_SESSION_TIMEOUT_MS, MAX_STREAMS, MIN_SESSION_TIMEOUT_MS,
+    PIN_HEADER, PRODUCER_IDLE_MS,
 };
 pub use command::{
-    AbortReason, AckKind, AckState, Body, Command, Delivery, Effect, GroupChange, Headers, MemberAssignment, Outcome,
-    ProducerRef, PublishAck, PublishRequest, Record, RemovalReason, Strategy,
+    AbortReason, AckKind, AckState, Body, Command, Delivery, Effect, GroupChange, Headers, IngestMessage,
+    MemberAssignment, Outcome, ProducerRef, PublishAck, PublishRequest, Record, RemovalReason, Strategy,
 };
 pub use config::{
     ConsumerConfig, DeliverPolicy, DiscardPolicy, MAX_DURATION_MS, MAX_PARTITIONS, MAX_PAYLOAD_LIMIT, RateLimit,

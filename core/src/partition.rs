@@ -188,6 +188,18 @@ impl Partition {
         seq
     }
 
+    /// Moves the next sequence on to `next`, leaving holes for the sequences passed over (an empty partition just
+    /// starts there, so the front slot is never a hole). Never moves it back.
+    pub(crate) fn skip_to(&mut self, next: u64) {
+        if self.slots.is_empty() {
+            self.first_seq = self.first_seq.max(next);
+            return;
+        }
+        while self.next_seq() < next {
+            self.slots.push_back(None);
+        }
+    }
+
     #[inline]
     pub(crate) fn take(&mut self, seq: u64) -> Option<Message> {
         let index = usize::try_from(seq.checked_sub(self.first_seq)?).ok()?;

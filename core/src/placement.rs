@@ -11,7 +11,9 @@
 //! 2. B is told it receives the stream at `e + 1` ([`Command::ReceiveStream`]): it refuses writes until step 4;
 //! 3. A is fenced at `e + 1` ([`Command::FenceStream`]): from that entry on it refuses every write with
 //!    [`Rejection::Moved`] naming B, and answers with its last position in each partition;
-//! 4. B catches up to those positions, then accepts at `e + 1` ([`Command::AcceptStream`]);
+//! 4. B catches up to those positions, copying A's messages at the positions they hold there
+//!    ([`Command::Ingest`]), then accepts at `e + 1` ([`Command::AcceptStream`], refused until B holds every
+//!    partition through A's positions);
 //! 5. the directory records the move done ([`Command::FinishMove`]).
 //!
 //! Epochs only rise, on both sides: a fence, receive or accept at an epoch below the one a cell holds is refused with
@@ -22,6 +24,7 @@
 //! [`Command::ReceiveStream`]: crate::Command::ReceiveStream
 //! [`Command::FenceStream`]: crate::Command::FenceStream
 //! [`Command::AcceptStream`]: crate::Command::AcceptStream
+//! [`Command::Ingest`]: crate::Command::Ingest
 //! [`Command::FinishMove`]: crate::Command::FinishMove
 //! [`Rejection::Moved`]: crate::Rejection::Moved
 //! [`Rejection::StaleEpoch`]: crate::Rejection::StaleEpoch
@@ -116,6 +119,16 @@ impl Ownership {
     pub fn epoch(&self) -> u64 {
         match self {
             Ownership::Owned { epoch } | Ownership::Receiving { epoch, .. } | Ownership::Moved { epoch, .. } => *epoch,
+        }
+    }
+}
+
+impl std::fmt::Display for Ownership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Ownership::Owned { epoch } => write!(f, "owned at epoch {epoch}"),
+            Ownership::Receiving { epoch, from } => write!(f, "receiving at epoch {epoch} from cell {from:?}"),
+            Ownership::Moved { epoch, to } => write!(f, "moved at epoch {epoch} to cell {to:?}"),
         }
     }
 }

@@ -552,6 +552,12 @@ impl Stream {
         seq
     }
 
+    /// Moves a partition's next sequence on to `next` (see [`Partition::skip_to`]): a message copied at its position
+    /// from another cell follows the holes that cell left.
+    pub(crate) fn skip_to(&mut self, partition: u32, next: u64) {
+        self.partitions[partition as usize].skip_to(next);
+    }
+
     /// Removes a message and its index entries. Returns whether it was there.
     pub fn remove(&mut self, partition: u32, seq: u64, reason: RemovalReason, effects: &mut Vec<Effect>) -> bool {
         let Some(message) = self.partitions[partition as usize].take(seq) else { return false };

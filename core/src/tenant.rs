@@ -193,7 +193,8 @@ impl<'a> Scope<'a> {
             | Command::Unplace { .. }
             | Command::FenceStream { .. }
             | Command::ReceiveStream { .. }
-            | Command::AcceptStream { .. }) => other,
+            | Command::AcceptStream { .. }
+            | Command::Ingest { .. }) => other,
         }
     }
 

@@ -4,7 +4,7 @@
 mod common;
 
 use cellog_core::placement::{Ownership, Placement};
-use cellog_core::{AckKind, Command, ConsumerConfig, NameKind, Outcome, Rejection, StreamConfig};
+use cellog_core::{AckKind, Command, ConsumerConfig, IngestMessage, NameKind, Outcome, Rejection, StreamConfig};
 use common::{Harness, config};
 
 fn put_cell(cell: &str) -> Command {
@@ -28,11 +28,15 @@ fn fence(stream: &str, epoch: u64, to: &str) -> Command {
 }
 
 fn receive(stream: &str, epoch: u64, from: &str) -> Command {
-    Command::ReceiveStream { stream: stream.into(), epoch, from: from.into() }
+    Command::ReceiveStream { stream: stream.into(), epoch, from: from.into(), config: None }
 }
 
 fn accept(stream: &str, epoch: u64) -> Command {
-    Command::AcceptStream { stream: stream.into(), epoch }
+    Command::AcceptStream { stream: stream.into(), epoch, through: vec![] }
+}
+
+fn accept_through(stream: &str, epoch: u64, through: &[u64]) -> Command {
+    Command::AcceptStream { stream: stream.into(), epoch, through: through.to_vec() }
 }
 
 fn placed(cell: &str, epoch: u64, moving_from: Option<&str>) -> Result<Outcome, Rejection> {
@@ -177,6 +181,34 @@ fn bad_directory_commands_are_refused_before_they_cost_anything() {
         (Command::PutCell { cell: "a".into(), addresses: vec!["h 1".into()] }, "whitespace"),
         (fence("orders", 0, "b"), "epoch is at least 1"),
         (accept("orders", 0), "epoch is at least 1"),
+        (ingest("orders", 0, vec![], vec![]), "epoch is at least 1"),
+        (ingest("orders", 2, vec![copied(0, 0, "x", None)], vec![]), "sequence is at least 1"),
+        (ingest("orders", 2, vec![], vec![0; 1025]), "at most 1024"),
+        (ingest("orders", 2, vec![copied(0, 1, "x", None); 10_001], vec![]), "at most 10000 messages"),
+        (
+            ingest(
+                "orders",
+                2,
+                vec![IngestMessage {
+                    request: cellog_core::PublishRequest { ttl_ms: Some(5), ..common::keyed("orders.x", "k", "x") },
+                    ..copied(0, 1, "x", None)
+                }],
+                vec![],
+            ),
+            "no condition, TTL, delay or transaction",
+        ),
+        (
+            ingest(
+                "orders",
+                2,
+                vec![IngestMessage {
+                    request: cellog_core::PublishRequest { subject: "orders..x".into(), ..Default::default() },
+                    ..copied(0, 1, "x", None)
+                }],
+                vec![],
+            ),
+            "orders..x",
+        ),
     ];
     for (command, needle) in cases {
         let mut h = Harness::new();
@@ -340,4 +372,186 @@ fn only_a_cluster_admin_places_or_fences() {
         assert!(matches!(refused, Err(Rejection::PermissionDenied { .. })), "{description}: {refused:?}");
     }
     assert_eq!(h.cell.ownership("orders"), &Ownership::Owned { epoch: 0 });
+}
+
+fn ingest(stream: &str, epoch: u64, messages: Vec<IngestMessage>, through: Vec<u64>) -> Command {
+    Command::Ingest { stream: stream.into(), epoch, messages, through }
+}
+
+/// A message as a move copies it: at `partition`/`seq`, with an id when given.
+fn copied(partition: u32, seq: u64, payload: &str, msg_id: Option<&str>) -> IngestMessage {
+    let request = cellog_core::PublishRequest {
+        msg_id: msg_id.map(Into::into),
+        ..common::keyed("orders.x", &common::key_for(partition % 2, 2), payload)
+    };
+    IngestMessage { partition, seq, request }
+}
+
+/// What a cell holds of a stream: (partition, seq, id, payload), in partition and sequence order.
+fn held(h: &Harness, stream: &str) -> Vec<(u32, u64, Option<String>, String)> {
+    let n = h.cell.stream_info(stream).unwrap().partitions.len() as u32;
+    (0..n)
+        .flat_map(|p| h.cell.read_from(stream, p, 1, 100).unwrap())
+        .map(|r| {
+            let payload = String::from_utf8_lossy(&h.payload(&r)).into_owned();
+            (r.partition, r.seq, r.msg_id.as_deref().map(Into::into), payload)
+        })
+        .collect()
+}
+
+/// The cell a stream moves to: the stream created as on the owner, receiving at epoch 2 from `a`.
+fn receiver() -> Harness {
+    let mut h = Harness::new();
+    h.create_stream("orders", StreamConfig { partitions: 2, ..config(&["orders.>"]) });
+    h.ok(receive("orders", 2, "a"));
+    h
+}
+
+#[test]
+fn a_move_copies_every_message_at_its_position_and_ids_keep_deduplicating() {
+    let mut a = owner();
+    a.publish_id("orders.x", "four", "m-4").unwrap();
+    a.ok(Command::Recall { stream: "orders".into(), partition: 1, seq: 1 });
+    let Outcome::Ownership { last_seqs, .. } = a.ok(fence("orders", 2, "b")) else { panic!("a fence answers") };
+    let records: Vec<IngestMessage> = (0..2)
+        .flat_map(|p| a.cell.read_from("orders", p, 1, 100).unwrap())
+        .filter(|r| matches!(r.body, cellog_core::Body::Stored(_)))
+        .map(|r| IngestMessage {
+            partition: r.partition,
+            seq: r.seq,
+            request: cellog_core::PublishRequest {
+                msg_id: r.msg_id.as_deref().map(Into::into),
+                key: r.key.clone(),
+                headers: r.headers.clone(),
+                ..cellog_core::PublishRequest::new(&*r.subject, a.payload(&r))
+            },
+        })
+        .collect();
+    let mut b = receiver();
+    assert_eq!(
+        b.apply(accept_through("orders", 2, &last_seqs)).map(|_| ()),
+        invalid(&format!(
+            "stream \"orders\" is not caught up: partition 0 holds through sequence 0 here, the cell it moves from \
+             through {}",
+            last_seqs[0]
+        ))
+        .map(|_| ()),
+        "nothing copied yet"
+    );
+    let (first, rest) = records.split_at(1);
+    assert_eq!(
+        b.ok(ingest("orders", 2, first.to_vec(), vec![])),
+        Outcome::Ingested { appended: 1, last_seqs: vec![1, 0] }
+    );
+    let before = common::state_parts(&b.cell);
+    // The whole copy again (a retry after a lost answer): what is here is passed over.
+    let answer = b.ok(ingest("orders", 2, records.clone(), last_seqs.clone()));
+    assert_eq!(answer, Outcome::Ingested { appended: rest.len() as u32, last_seqs: last_seqs.clone() });
+    assert_ne!(common::state_parts(&b.cell), before);
+    let again = common::state_parts(&b.cell);
+    assert_eq!(
+        b.ok(ingest("orders", 2, records, last_seqs.clone())),
+        Outcome::Ingested { appended: 0, last_seqs: last_seqs.clone() }
+    );
+    assert_eq!(common::state_parts(&b.cell), again, "a repeated copy changes nothing");
+    // The recalled message was not copied: its place is a hole, and the partition goes on where the owner's did.
+    let mut expected = held(&a, "orders");
+    expected.retain(|(p, seq, ..)| (*p, *seq) != (1, 1));
+    assert_eq!(held(&b, "orders"), expected);
+    assert_eq!(
+        b.apply(Command::Publish(common::keyed("orders.x", "k", "early"))).map(|_| ()),
+        Err(Rejection::StreamMoving { stream: "orders".into(), from: "a".into(), epoch: 2 })
+    );
+    b.ok(accept_through("orders", 2, &last_seqs));
+    let duplicate = b.publish_id("orders.x", "four again", "m-4").unwrap();
+    assert!(duplicate.duplicate, "the id published on the old owner is known here: {duplicate:?}");
+    let original = expected.iter().find(|(.., id, _)| id.as_deref() == Some("m-4")).expect("copied with its id");
+    assert_eq!((duplicate.partition, duplicate.seq), (original.0, original.1), "at the position it has on both");
+    let next = b.ok(Command::Publish(common::keyed("orders.x", &common::key_for(1, 2), "five")));
+    let Outcome::Published(ack) = next else { panic!("{next:?}") };
+    assert_eq!((ack.partition, ack.seq), (1, last_seqs[1] + 1), "the next write follows the owner's last position");
+    let late = b.apply(ingest("orders", 2, vec![], vec![])).expect_err("accepted: nothing more is copied");
+    assert!(late.to_string().contains("owned at epoch 2"), "{late}");
+}
+
+#[test]
+fn a_copy_passes_over_what_the_owner_removed_and_goes_on_where_its_log_ended() {
+    let mut b = receiver();
+    // Partition 0 held 5..7 (1..4 were removed there), then 8 and 9 were removed too; partition 1 held nothing.
+    let messages = vec![copied(0, 5, "five", Some("m-5")), copied(0, 7, "seven", None)];
+    assert_eq!(
+        b.ok(ingest("orders", 2, messages, vec![9, 0])),
+        Outcome::Ingested { appended: 2, last_seqs: vec![9, 0] }
+    );
+    let kept: Vec<(u32, u64)> = held(&b, "orders").into_iter().map(|(p, seq, ..)| (p, seq)).collect();
+    assert_eq!(kept, [(0, 5), (0, 7)]);
+    b.ok(accept_through("orders", 2, &[9, 0]));
+    let Outcome::Published(ack) = b.ok(Command::Publish(common::keyed("orders.x", &common::key_for(0, 2), "ten")))
+    else {
+        panic!("published")
+    };
+    assert_eq!(ack.seq, 10);
+    // Removing the copies leaves the partition starting past them, as on the owner.
+    b.ok(Command::Recall { stream: "orders".into(), partition: 0, seq: 5 });
+    assert_eq!(b.cell.read("orders", 0, 10).map(|r| r.seq), Ok(10));
+}
+
+#[test]
+fn bad_copies_are_refused_whole_and_change_nothing() {
+    let gap = cellog_core::MAX_INGEST_GAP;
+    let cases: Vec<(Command, &str)> = vec![
+        (ingest("orders", 3, vec![copied(0, 1, "x", None)], vec![]), "not receiving at epoch 3"),
+        (ingest("orders", 1, vec![copied(0, 1, "x", None)], vec![]), "epoch 1"),
+        (ingest("other", 2, vec![copied(0, 1, "x", None)], vec![]), "owned at epoch 0"),
+        (ingest("orders", 2, vec![copied(2, 1, "x", None)], vec![]), "names partition 2"),
+        (ingest("orders", 2, vec![copied(0, 3, "x", None), copied(0, 3, "y", None)], vec![]), "3 follows 3"),
+        (ingest("orders", 2, vec![copied(0, 1, "x", None), copied(0, gap + 3, "y", None)], vec![]), "passes over more"),
+        (ingest("orders", 2, vec![copied(0, 1, "x", None)], vec![gap + 5, 0]), "passes over more"),
+        (ingest("orders", 2, vec![], vec![1]), "given for 1 partitions"),
+        (ingest("orders", 2, vec![copied(1, 1, &"x".repeat(2 << 20), None)], vec![]), "payload"),
+    ];
+    for (command, needle) in cases {
+        let mut b = receiver();
+        let description = format!("{:.200}", format!("{command:?}"));
+        let before = common::state_parts(&b.cell);
+        let error = b.apply(command).expect_err(&description).to_string();
+        assert!(error.to_lowercase().contains(needle), "{description}: {error}");
+        assert_eq!(common::state_parts(&b.cell), before, "{description}");
+    }
+    // The first copy into an empty partition may start anywhere: the owner may have removed everything before it.
+    let mut b = receiver();
+    b.ok(ingest("orders", 2, vec![copied(0, gap * 4, "x", None)], vec![]));
+    assert_eq!(b.cell.read("orders", 0, gap * 4).map(|r| r.seq), Ok(gap * 4));
+}
+
+#[test]
+fn a_cell_receiving_a_stream_it_does_not_hold_creates_it_fenced_in_the_same_step() {
+    let mut b = Harness::new();
+    let orders = StreamConfig { partitions: 2, ..config(&["orders.>"]) };
+    let step = Command::ReceiveStream { stream: "orders".into(), epoch: 2, from: "a".into(), config: Some(orders) };
+    let receiving = Ownership::Receiving { epoch: 2, from: "a".into() };
+    assert_eq!(b.ok(step.clone()), Outcome::Ownership { ownership: receiving.clone(), last_seqs: vec![0, 0] });
+    assert_eq!(
+        b.apply(Command::Publish(common::keyed("orders.x", "k", "early"))),
+        Err(Rejection::StreamMoving { stream: "orders".into(), from: "a".into(), epoch: 2 }),
+        "a publish routed here finds the stream and waits"
+    );
+    let before = common::state_parts(&b.cell);
+    assert_eq!(b.ok(step), Outcome::Ownership { ownership: receiving, last_seqs: vec![0, 0] });
+    assert_eq!(common::state_parts(&b.cell), before, "the same step again changes nothing");
+    // A stale step creates nothing; a config that cannot be created refuses the whole step.
+    let stale_step =
+        Command::ReceiveStream { stream: "jobs".into(), epoch: 1, from: "a".into(), config: Some(config(&["jobs.>"])) };
+    b.ok(receive("jobs", 3, "a"));
+    assert_eq!(b.apply(stale_step), stale("jobs", 1, 3));
+    let overlapping = Command::ReceiveStream {
+        stream: "audit".into(),
+        epoch: 2,
+        from: "a".into(),
+        config: Some(config(&["orders.x"])),
+    };
+    let before = common::state_parts(&b.cell);
+    assert!(b.apply(overlapping).is_err(), "its subjects overlap orders'");
+    assert_eq!(common::state_parts(&b.cell), before);
+    assert_eq!(b.cell.ownership("audit"), &Ownership::Owned { epoch: 0 });
 }

@@ -1035,7 +1035,7 @@ fn busy_with_moves() -> Harness {
     h.ok(Command::PlaceStream { stream: "elsewhere".into(), cell: "west".into() });
     h.ok(Command::MoveStream { stream: stream.clone(), to: "west".into(), epoch: 1 });
     h.ok(Command::FenceStream { stream, epoch: 2, to: "west".into() });
-    h.ok(Command::ReceiveStream { stream: "incoming".into(), epoch: 4, from: "west".into() });
+    h.ok(Command::ReceiveStream { stream: "incoming".into(), epoch: 4, from: "west".into(), config: None });
     h
 }
 

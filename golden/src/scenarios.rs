@@ -40,10 +40,15 @@ pub enum Scenario {
     /// moves is revoked, released by its owner and granted to the newcomer a generation later; the others keep
     /// fetching throughout, and a stale generation's ack is refused.
     CooperativeRebalance,
+    /// A directory and two cells, east and west: a stream placed on east moves to west between two runs of
+    /// publishes. West receives it, east is fenced and answers where its log ends, the messages are copied at their
+    /// positions, west accepts, and the directory records the move done; a client whose route is stale is refused
+    /// by east with MOVED and sent on to west, where its ids still deduplicate.
+    StreamMovedBetweenCells,
 }
 
 /// Every scenario.
-pub const ALL: [Scenario; 11] = [
+pub const ALL: [Scenario; 12] = [
     Scenario::LeaderFailoverDuringBatchPublish,
     Scenario::ZombieProducerFenced,
     Scenario::TransactionAcrossSubjectsWhileAFollowerRestarts,
@@ -55,6 +60,7 @@ pub const ALL: [Scenario; 11] = [
     Scenario::SealedMailAcrossAHealingPartition,
     Scenario::GrantsAndTokens,
     Scenario::CooperativeRebalance,
+    Scenario::StreamMovedBetweenCells,
 ];
 
 /// The seed every scenario runs at.
@@ -78,6 +84,7 @@ impl Scenario {
             Scenario::SealedMailAcrossAHealingPartition => "sealed_mail_across_a_healing_partition",
             Scenario::GrantsAndTokens => "grants_and_tokens",
             Scenario::CooperativeRebalance => "cooperative_rebalance",
+            Scenario::StreamMovedBetweenCells => "stream_moved_between_cells",
         }
     }
 
@@ -102,6 +109,16 @@ impl Scenario {
                 sealed_mail(&cluster).await;
                 cluster.converge_in("alpha").await;
                 cluster.converge_in("bravo").await;
+                return cluster.trace().render();
+            }
+            if self == Scenario::StreamMovedBetweenCells {
+                let timing = RaftTiming { snapshot_every: SIM_SNAPSHOT_EVERY, ..RaftTiming::default() };
+                let mut cluster = Cluster::with_cells(&[("directory", 3), ("east", 3), ("west", 3)], timing, false);
+                cluster.set_replay(replay);
+                stream_moved_between_cells(&cluster).await;
+                for cell in ["directory", "east", "west"] {
+                    cluster.converge_in(cell).await;
+                }
                 return cluster.trace().render();
             }
             let snapshot_every = if self == Scenario::SnapshotCatchUp { 20 } else { SIM_SNAPSHOT_EVERY };
@@ -234,6 +251,7 @@ impl Scenario {
                     .expect("published");
             }
             Scenario::SealedMailAcrossAHealingPartition => unreachable!("played by `sealed_mail`"),
+            Scenario::StreamMovedBetweenCells => unreachable!("played by `stream_moved_between_cells`"),
             Scenario::GrantsAndTokens => grants_and_tokens(cluster).await,
             Scenario::CooperativeRebalance => cooperative_rebalance(cluster).await,
             Scenario::RetentionBlockedByALaggingPeer => {
@@ -410,6 +428,39 @@ async fn cooperative_rebalance(cluster: &Cluster) {
                 other => format!("{other:?}"),
             };
             cellog_sim::trace::harness(None, "group", &format!("stale ack of partition {moved}: {reason}"));
+        })
+        .await;
+}
+
+async fn stream_moved_between_cells(cluster: &Cluster) {
+    for cell in ["directory", "east", "west"] {
+        cluster.wait_leader_in(cell).await;
+    }
+    let (directory, east) = (cluster.client_in("directory"), cluster.client_in("east"));
+    let addresses: Vec<(&str, Vec<String>)> =
+        ["east", "west"].into_iter().map(|cell| (cell, cluster.addresses_in(cell))).collect();
+    let cells = cellog_client::Cells::new(directory.clone(), cellog_client::ClientOptions::default());
+    let mover = cellog_client::Cells::new(directory.clone(), cellog_client::ClientOptions::default());
+    cluster
+        .on_client(async move {
+            for (cell, addresses) in addresses {
+                directory.put_cell(cell, addresses).await.expect("cell recorded");
+            }
+            let config = v1::StreamConfig { subjects: vec!["orders.>".to_string()], ..v1::StreamConfig::default() };
+            east.create_stream(STREAM, config).await.expect("the stream");
+            directory.place_stream(STREAM, "east").await.expect("placed on east");
+            for index in 0..6 {
+                cells.publish(STREAM, message("orders.created", "m", index)).await.expect("published on east");
+            }
+            let moved = mover.move_stream(STREAM, "west").await.expect("moved");
+            let note = format!("{STREAM} epoch={} copied={} through={:?}", moved.epoch, moved.copied, moved.through);
+            cellog_sim::trace::harness(None, "moved", &note);
+            // The first client still routes to east: refused there with MOVED, sent on to west.
+            for index in 6..9 {
+                cells.publish(STREAM, message("orders.created", "m", index)).await.expect("published on west");
+            }
+            let again = cells.publish(STREAM, message("orders.created", "m", 2)).await.expect("a repeat");
+            assert!(again.duplicate, "an id published on east is known on west: {again:?}");
         })
         .await;
 }

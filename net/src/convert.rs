@@ -4,10 +4,11 @@
 
 use std::sync::Arc;
 
+use cellog_core::placement::{Ownership, Placement};
 use cellog_core::{
     AckKind, AckState, Body, ConsumerConfig, ConsumerInfo, DeliverPolicy, Delivery, DiscardPolicy, Grants, GroupInfo,
-    MemberAssignment, Millis, ProducerRef, PublishAck, PublishRequest, RateLimit, Record, RetentionPolicy, Strategy,
-    StreamConfig, StreamInfo, TokenHash,
+    IngestMessage, MemberAssignment, Millis, ProducerRef, PublishAck, PublishRequest, RateLimit, Record,
+    RetentionPolicy, Strategy, StreamConfig, StreamInfo, TokenHash,
 };
 use cellog_proto::v1;
 use tonic::Status;
@@ -359,4 +360,38 @@ pub fn group_info_to_wire(stream: &str, info: GroupInfo) -> v1::GroupInfo {
             .collect(),
         consumer: Some(consumer_info_to_wire(stream, info.consumer)),
     }
+}
+
+/// A placement for the wire.
+pub fn placement_to_wire(stream: &str, placement: &Placement) -> v1::Placement {
+    v1::Placement {
+        stream: stream.to_string(),
+        cell: placement.cell.to_string(),
+        epoch: placement.epoch,
+        moving_from: placement.moving_from.as_deref().map(str::to_string),
+    }
+}
+
+/// A stream's ownership on this cell for the wire.
+pub fn ownership_to_wire(stream: &str, ownership: &Ownership, last_seqs: Vec<u64>) -> v1::StreamOwnership {
+    let (state, cell) = match ownership {
+        Ownership::Owned { .. } => (v1::OwnershipState::OwnershipOwned, String::new()),
+        Ownership::Receiving { from, .. } => (v1::OwnershipState::OwnershipReceiving, from.to_string()),
+        Ownership::Moved { to, .. } => (v1::OwnershipState::OwnershipMoved, to.to_string()),
+    };
+    v1::StreamOwnership { stream: stream.to_string(), state: state.into(), epoch: ownership.epoch(), cell, last_seqs }
+}
+
+/// A message copied into a stream moving here, from the wire: its position and what a publish carries (its
+/// `recalled_at_ms` and `stored_at_ms` are the other cell's and are not looked at).
+pub fn ingested(message: v1::Message) -> IngestMessage {
+    let request = PublishRequest {
+        subject: message.subject,
+        payload: message.payload,
+        key: message.key,
+        msg_id: message.msg_id,
+        headers: message.headers,
+        ..PublishRequest::default()
+    };
+    IngestMessage { partition: message.partition, seq: message.seq, request }
 }

@@ -1335,4 +1335,173 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
             .await?;
         Ok(Response::new(convert::principal_to_wire(me)))
     }
+
+    async fn put_cell(&self, request: Request<v1::PutCellRequest>) -> Result<Response<v1::PutCellResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
+        let request = request.into_inner();
+        match self.write(&actor, Command::PutCell { cell: request.cell, addresses: request.addresses }).await? {
+            Outcome::CellPut { created } => Ok(Response::new(v1::PutCellResponse { created })),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn place_stream(&self, request: Request<v1::PlaceStreamRequest>) -> Result<Response<v1::Placement>, Status> {
+        let actor = self.callers.actor(&request)?;
+        let request = request.into_inner();
+        let command = Command::PlaceStream { stream: request.stream.clone(), cell: request.cell };
+        self.placed(&actor, &request.stream, command).await
+    }
+
+    async fn move_stream(&self, request: Request<v1::MoveStreamRequest>) -> Result<Response<v1::Placement>, Status> {
+        let actor = self.callers.actor(&request)?;
+        let request = request.into_inner();
+        let command = Command::MoveStream { stream: request.stream.clone(), to: request.to, epoch: request.epoch };
+        self.placed(&actor, &request.stream, command).await
+    }
+
+    async fn finish_move(&self, request: Request<v1::FinishMoveRequest>) -> Result<Response<v1::Placement>, Status> {
+        let actor = self.callers.actor(&request)?;
+        let request = request.into_inner();
+        let command = Command::FinishMove { stream: request.stream.clone(), epoch: request.epoch };
+        self.placed(&actor, &request.stream, command).await
+    }
+
+    async fn unplace_stream(
+        &self,
+        request: Request<v1::UnplaceStreamRequest>,
+    ) -> Result<Response<v1::UnplaceStreamResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
+        match self.write(&actor, Command::Unplace { stream: request.into_inner().stream }).await? {
+            Outcome::Unplaced => Ok(Response::new(v1::UnplaceStreamResponse {})),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn locate_stream(
+        &self,
+        request: Request<v1::LocateStreamRequest>,
+    ) -> Result<Response<v1::StreamLocation>, Status> {
+        let actor = self.callers.actor(&request)?;
+        let stream = request.into_inner().stream;
+        let location = self
+            .read(&actor, anyone, |cell| {
+                let directory = cell.directory();
+                let placement =
+                    directory.placement(&stream).ok_or_else(|| Rejection::NotPlaced { stream: stream.clone() })?;
+                let addresses = directory.cell(&placement.cell).map(<[String]>::to_vec).unwrap_or_default();
+                Ok(v1::StreamLocation { placement: Some(convert::placement_to_wire(&stream, placement)), addresses })
+            })
+            .await?;
+        Ok(Response::new(location))
+    }
+
+    async fn list_cells(
+        &self,
+        request: Request<v1::ListCellsRequest>,
+    ) -> Result<Response<v1::ListCellsResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
+        let cells = self
+            .read(&actor, anyone, |cell| {
+                let cells = cell.directory().cells();
+                Ok(cells
+                    .map(|(cell, addresses)| v1::CellAddresses {
+                        cell: cell.to_string(),
+                        addresses: addresses.to_vec(),
+                    })
+                    .collect())
+            })
+            .await?;
+        Ok(Response::new(v1::ListCellsResponse { cells }))
+    }
+
+    async fn fence_stream(
+        &self,
+        request: Request<v1::FenceStreamRequest>,
+    ) -> Result<Response<v1::StreamOwnership>, Status> {
+        let actor = self.callers.actor(&request)?;
+        let request = request.into_inner();
+        let command = Command::FenceStream { stream: request.stream.clone(), epoch: request.epoch, to: request.to };
+        self.owned(&actor, &request.stream, command).await
+    }
+
+    async fn receive_stream(
+        &self,
+        request: Request<v1::ReceiveStreamRequest>,
+    ) -> Result<Response<v1::StreamOwnership>, Status> {
+        let actor = self.callers.actor(&request)?;
+        let request = request.into_inner();
+        let config = request.config.map(|config| convert::stream_config(Some(config))).transpose()?;
+        let command =
+            Command::ReceiveStream { stream: request.stream.clone(), epoch: request.epoch, from: request.from, config };
+        self.owned(&actor, &request.stream, command).await
+    }
+
+    async fn accept_stream(
+        &self,
+        request: Request<v1::AcceptStreamRequest>,
+    ) -> Result<Response<v1::StreamOwnership>, Status> {
+        let actor = self.callers.actor(&request)?;
+        let request = request.into_inner();
+        let command =
+            Command::AcceptStream { stream: request.stream.clone(), epoch: request.epoch, through: request.through };
+        self.owned(&actor, &request.stream, command).await
+    }
+
+    async fn ingest_messages(
+        &self,
+        request: Request<v1::IngestMessagesRequest>,
+    ) -> Result<Response<v1::IngestMessagesResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
+        let request = request.into_inner();
+        let messages = request.messages.into_iter().map(convert::ingested).collect();
+        let command =
+            Command::Ingest { stream: request.stream, epoch: request.epoch, messages, through: request.through };
+        match self.write(&actor, command).await? {
+            Outcome::Ingested { appended, last_seqs } => {
+                Ok(Response::new(v1::IngestMessagesResponse { appended, last_seqs }))
+            }
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn get_ownership(
+        &self,
+        request: Request<v1::GetOwnershipRequest>,
+    ) -> Result<Response<v1::StreamOwnership>, Status> {
+        let actor = self.callers.actor(&request)?;
+        let stream = request.into_inner().stream;
+        let ownership = self
+            .read(&actor, cluster_admin, |cell| {
+                let last_seqs =
+                    cell.stream_info(&stream).map(|info| info.partitions.iter().map(|p| p.high_watermark).collect());
+                Ok(convert::ownership_to_wire(&stream, cell.ownership(&stream), last_seqs.unwrap_or_default()))
+            })
+            .await?;
+        Ok(Response::new(ownership))
+    }
+}
+
+impl<S: Storage + Clone> CellogService<S> {
+    /// Proposes a directory command answered with a placement.
+    async fn placed(&self, actor: &Actor, stream: &str, command: Command) -> Result<Response<v1::Placement>, Status> {
+        match self.write(actor, command).await? {
+            Outcome::Placed(placement) => Ok(Response::new(convert::placement_to_wire(stream, &placement))),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Proposes an ownership command answered with the stream's ownership here.
+    async fn owned(
+        &self,
+        actor: &Actor,
+        stream: &str,
+        command: Command,
+    ) -> Result<Response<v1::StreamOwnership>, Status> {
+        match self.write(actor, command).await? {
+            Outcome::Ownership { ownership, last_seqs } => {
+                Ok(Response::new(convert::ownership_to_wire(stream, &ownership, last_seqs)))
+            }
+            other => Err(unexpected(&other)),
+        }
+    }
 }

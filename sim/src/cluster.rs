@@ -396,6 +396,11 @@ impl Cluster {
         self.client_in_with(&self.main_cell, change)
     }
 
+    /// The client addresses of `cell`'s nodes, as a directory records them.
+    pub fn addresses_in(&self, cell: &str) -> Vec<String> {
+        self.nodes.values().filter(|node| node.cell == cell).map(|node| node.config.client_addr.to_string()).collect()
+    }
+
     /// A client of `cell`.
     pub fn client_in(&self, cell: &str) -> Client {
         self.client_in_with(cell, |_| {})

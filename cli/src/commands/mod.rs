@@ -8,6 +8,7 @@ use cellog_client::{Client, ClientOptions, ClientTls};
 use crate::Connect;
 
 pub mod auth;
+pub mod cells;
 #[cfg(feature = "node")]
 pub mod certs;
 pub mod cluster;

@@ -116,7 +116,8 @@ impl Cell {
             | Command::Unplace { .. }
             | Command::FenceStream { .. }
             | Command::ReceiveStream { .. }
-            | Command::AcceptStream { .. } => auth.authorize(principal, &Access::ClusterAdmin)?,
+            | Command::AcceptStream { .. }
+            | Command::Ingest { .. } => auth.authorize(principal, &Access::ClusterAdmin)?,
             Command::Tick | Command::As { .. } | Command::ReserveSubjects { .. } => {
                 return Err(Rejection::PermissionDenied {
                     principal: principal.to_string(),

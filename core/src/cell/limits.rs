@@ -1,7 +1,7 @@
 //! What a command may ask for at all: the cell's size limits and the checks that need no state.
 
 use crate::auth::Actor;
-use crate::command::{AckKind, Command, PublishRequest};
+use crate::command::{AckKind, Command, IngestMessage, PublishRequest};
 use crate::config::{MAX_DURATION_MS, MAX_PAYLOAD_LIMIT};
 use crate::error::{Cap, NameKind, Rejection};
 use crate::placement::{MAX_ADDRESS_BYTES, MAX_CELL_ADDRESSES};
@@ -40,6 +40,11 @@ pub const MAX_HEADER_BYTES: usize = 64 * 1024;
 pub const MAX_COMMAND_BYTES: usize = MAX_PAYLOAD_LIMIT as usize + 1024 * 1024;
 /// Most records one read returns.
 pub const MAX_READ: usize = 10_000;
+/// Most messages one ingest copies (a move's catch-up sends its batches well below it, by bytes).
+pub const MAX_INGEST_MESSAGES: usize = 10_000;
+/// Most sequences an ingest may pass over within a partition holding messages (the holes left where the cell a
+/// stream moves from removed messages): the cell holds a slot per hole.
+pub const MAX_INGEST_GAP: u64 = 1 << 24;
 /// Most members of one consumer group.
 pub const MAX_GROUP_MEMBERS: usize = 1024;
 /// Shortest session timeout of a group member.
@@ -124,6 +129,41 @@ fn check_addresses(addresses: &[String]) -> Result<(), Rejection> {
         if addresses[..i].contains(address) {
             return Err(invalid(format!("address {address:?} is given twice")));
         }
+    }
+    Ok(())
+}
+
+/// A move's positions: one per partition, at most as many as a stream has partitions.
+fn check_through(through: &[u64]) -> Result<(), Rejection> {
+    if through.len() > crate::config::MAX_PARTITIONS as usize {
+        return Err(invalid(format!(
+            "positions are given per partition, at most {}; {} were given",
+            crate::config::MAX_PARTITIONS,
+            through.len()
+        )));
+    }
+    Ok(())
+}
+
+/// A message copied into a stream moving here: a publish's checks, a position, and none of what only a publish asks
+/// for (a condition, a TTL, a delay, a transaction).
+fn check_ingested(message: &IngestMessage) -> Result<(), Rejection> {
+    let request = &message.request;
+    check_request(request)?;
+    if request.payload.len() > MAX_PAYLOAD_LIMIT as usize {
+        let (size, max) = (request.payload.len() as u64, u64::from(MAX_PAYLOAD_LIMIT));
+        return Err(Rejection::PayloadTooLarge { size, max });
+    }
+    if message.seq == 0 {
+        return Err(invalid("a copied message's sequence is at least 1"));
+    }
+    if request.expected_last_seq.is_some()
+        || request.expected_last_subject_seq.is_some()
+        || request.ttl_ms.is_some()
+        || request.deliver_after_ms.is_some()
+        || request.transaction.is_some()
+    {
+        return Err(invalid("a copied message carries no condition, TTL, delay or transaction"));
     }
     Ok(())
 }
@@ -288,14 +328,35 @@ impl Command {
                 check_placed_stream(stream)?;
                 check_name(NameKind::Cell, cell)
             }
-            Command::FenceStream { stream, to: cell, epoch } | Command::ReceiveStream { stream, from: cell, epoch } => {
+            Command::FenceStream { stream, to: cell, epoch }
+            | Command::ReceiveStream { stream, from: cell, epoch, .. } => {
                 check_placed_stream(stream)?;
                 check_name(NameKind::Cell, cell)?;
                 check_move_epoch(*epoch)
             }
-            Command::AcceptStream { stream, epoch } | Command::FinishMove { stream, epoch } => {
+            Command::AcceptStream { stream, epoch, through } => {
+                check_placed_stream(stream)?;
+                check_move_epoch(*epoch)?;
+                check_through(through)
+            }
+            Command::FinishMove { stream, epoch } => {
                 check_placed_stream(stream)?;
                 check_move_epoch(*epoch)
+            }
+            Command::Ingest { stream, epoch, messages, through } => {
+                check_placed_stream(stream)?;
+                check_move_epoch(*epoch)?;
+                check_through(through)?;
+                if messages.len() > MAX_INGEST_MESSAGES {
+                    return Err(invalid(format!(
+                        "an ingest copies at most {MAX_INGEST_MESSAGES} messages; {} were given",
+                        messages.len()
+                    )));
+                }
+                for message in messages {
+                    check_ingested(message)?;
+                }
+                Ok(())
             }
             Command::Unplace { stream } => check_placed_stream(stream),
             _ => Ok(()),

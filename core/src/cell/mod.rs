@@ -34,8 +34,9 @@ mod views;
 
 pub use limits::{
     MAX_COMMAND_BYTES, MAX_CONSUMERS_PER_STREAM, MAX_DEDUP_IDS, MAX_FETCH, MAX_GROUP_MEMBERS, MAX_HEADER_BYTES,
-    MAX_ID_BYTES, MAX_KEY_BYTES, MAX_OPEN_TRANSACTIONS, MAX_PEERS_PER_STREAM, MAX_PRODUCERS, MAX_READ,
-    MAX_RESPONSE_BYTES, MAX_SESSION_TIMEOUT_MS, MAX_STREAMS, MIN_SESSION_TIMEOUT_MS, PRODUCER_IDLE_MS,
+    MAX_ID_BYTES, MAX_INGEST_GAP, MAX_INGEST_MESSAGES, MAX_KEY_BYTES, MAX_OPEN_TRANSACTIONS, MAX_PEERS_PER_STREAM,
+    MAX_PRODUCERS, MAX_READ, MAX_RESPONSE_BYTES, MAX_SESSION_TIMEOUT_MS, MAX_STREAMS, MIN_SESSION_TIMEOUT_MS,
+    PRODUCER_IDLE_MS,
 };
 pub use streams::PIN_HEADER;
 use timers::Timers;
@@ -387,8 +388,11 @@ impl Cell {
             Command::FinishMove { stream, epoch } => self.finish_move(&stream, epoch),
             Command::Unplace { stream } => self.unplace(&stream),
             Command::FenceStream { stream, epoch, to } => self.fence_stream(&stream, epoch, &to),
-            Command::ReceiveStream { stream, epoch, from } => self.receive_stream(&stream, epoch, &from),
-            Command::AcceptStream { stream, epoch } => self.accept_stream(&stream, epoch),
+            Command::ReceiveStream { stream, epoch, from, config } => {
+                self.receive_stream(at, &stream, epoch, &from, config)
+            }
+            Command::AcceptStream { stream, epoch, through } => self.accept_stream(&stream, epoch, &through),
+            Command::Ingest { stream, epoch, messages, through } => self.ingest(at, &stream, epoch, messages, &through),
         }
     }
 }

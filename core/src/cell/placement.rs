@@ -4,8 +4,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::Cell;
-use crate::command::Outcome;
+use super::limits::{MAX_INGEST_GAP, invalid};
+use super::publish::{append_message, store_body};
+use super::{Cell, stream_in};
+use crate::command::{IngestMessage, Outcome};
 use crate::error::Rejection;
 use crate::placement::{MAX_CELLS, MAX_PLACEMENTS, OWNED_HERE, Ownership, Placement};
 
@@ -129,12 +131,12 @@ impl Cell {
         self.streams.get(stream).map(|s| s.partitions().iter().map(|p| p.last_seq()).collect()).unwrap_or_default()
     }
 
-    /// Records `next` for `stream` if `epoch` is past the one held; the same step again (same epoch, same state) is
-    /// answered as before; anything else at or below the held epoch is stale.
-    fn set_ownership(&mut self, stream: &str, epoch: u64, next: Ownership) -> Result<Outcome, Rejection> {
+    /// Whether `stream` may go to `next` at `epoch`: `Ok(true)` when it is there already (the same step again),
+    /// `Ok(false)` when the step is a change that may be made.
+    fn check_ownership_step(&self, stream: &str, epoch: u64, next: &Ownership) -> Result<bool, Rejection> {
         let current = self.ownership(stream);
-        if *current == next {
-            return Ok(Outcome::Ownership { ownership: next, last_seqs: self.last_seqs(stream) });
+        if current == next {
+            return Ok(true);
         }
         // Accepting is the one step at the epoch already held: from receiving to owning.
         let accepting = matches!(
@@ -149,7 +151,15 @@ impl Cell {
                 reason: format!("the cell records the ownership of its limit of {MAX_PLACEMENTS} moved streams"),
             });
         }
-        self.ownership.insert(Arc::from(stream), next.clone());
+        Ok(false)
+    }
+
+    /// Records `next` for `stream` if `epoch` is past the one held; the same step again (same epoch, same state) is
+    /// answered as before; anything else at or below the held epoch is stale.
+    fn set_ownership(&mut self, stream: &str, epoch: u64, next: Ownership) -> Result<Outcome, Rejection> {
+        if !self.check_ownership_step(stream, epoch, &next)? {
+            self.ownership.insert(Arc::from(stream), next.clone());
+        }
         Ok(Outcome::Ownership { ownership: next, last_seqs: self.last_seqs(stream) })
     }
 
@@ -157,13 +167,43 @@ impl Cell {
         self.set_ownership(stream, epoch, Ownership::Moved { epoch, to: Arc::from(to) })
     }
 
-    pub(super) fn receive_stream(&mut self, stream: &str, epoch: u64, from: &str) -> Result<Outcome, Rejection> {
-        self.set_ownership(stream, epoch, Ownership::Receiving { epoch, from: Arc::from(from) })
+    pub(super) fn receive_stream(
+        &mut self,
+        at: crate::time::Millis,
+        stream: &str,
+        epoch: u64,
+        from: &str,
+        config: Option<crate::config::StreamConfig>,
+    ) -> Result<Outcome, Rejection> {
+        let next = Ownership::Receiving { epoch, from: Arc::from(from) };
+        // The step is checked before the stream is created, so a refusal changes nothing.
+        if !self.check_ownership_step(stream, epoch, &next)?
+            && let Some(config) = config.filter(|_| !self.streams.contains_key(stream))
+        {
+            self.create_stream(at, stream.to_string(), config)?;
+        }
+        self.set_ownership(stream, epoch, next)
     }
 
-    pub(super) fn accept_stream(&mut self, stream: &str, epoch: u64) -> Result<Outcome, Rejection> {
+    pub(super) fn accept_stream(&mut self, stream: &str, epoch: u64, through: &[u64]) -> Result<Outcome, Rejection> {
         match self.ownership(stream) {
-            Ownership::Receiving { epoch: held, .. } if *held == epoch => {}
+            Ownership::Receiving { epoch: held, .. } if *held == epoch => {
+                let held = self.last_seqs(stream);
+                if through.len() > held.len() && through[held.len()..].iter().any(|&seq| seq > 0) {
+                    return Err(invalid(format!(
+                        "stream {stream:?} has {} partitions here; the cell it moves from has messages in more",
+                        held.len()
+                    )));
+                }
+                if let Some((partition, (have, need))) =
+                    held.iter().zip(through).enumerate().find(|(_, (have, need))| have < need)
+                {
+                    return Err(invalid(format!(
+                        "stream {stream:?} is not caught up: partition {partition} holds through sequence {have} here, \
+                         the cell it moves from through {need}"
+                    )));
+                }
+            }
             Ownership::Owned { epoch: held } if *held == epoch => {}
             current if current.epoch() < epoch => {
                 return Err(Rejection::Invalid {
@@ -176,5 +216,95 @@ impl Cell {
             current => return Err(stale(stream, epoch, current.epoch())),
         }
         self.set_ownership(stream, epoch, Ownership::Owned { epoch })
+    }
+
+    /// Refused unless this cell receives `stream` at `epoch`: the one state messages are copied in.
+    fn check_receiving(&self, stream: &str, epoch: u64) -> Result<(), Rejection> {
+        match self.ownership(stream) {
+            Ownership::Receiving { epoch: held, .. } if *held == epoch => Ok(()),
+            current if current.epoch() > epoch => Err(stale(stream, epoch, current.epoch())),
+            current => Err(invalid(format!(
+                "stream {stream:?} is {current} here, not receiving at epoch {epoch}; messages are copied only into \
+                 a stream this cell receives"
+            ))),
+        }
+    }
+
+    pub(super) fn ingest(
+        &mut self,
+        at: crate::time::Millis,
+        name: &str,
+        epoch: u64,
+        messages: Vec<IngestMessage>,
+        through: &[u64],
+    ) -> Result<Outcome, Rejection> {
+        self.check_receiving(name, epoch)?;
+        let stream = stream_in(&mut self.streams, name)?;
+        let n = stream.partitions().len();
+        if !through.is_empty() && through.len() != n {
+            return Err(invalid(format!(
+                "positions are given for {} partitions; stream {name:?} has {n} here",
+                through.len()
+            )));
+        }
+        // Everything is checked before anything changes.
+        let max_payload = u64::from(stream.config().max_payload_bytes);
+        let mut next: Vec<u64> = stream.partitions().iter().map(|p| p.next_seq()).collect();
+        let mut holds: Vec<bool> = stream.partitions().iter().map(|p| !p.slots.is_empty()).collect();
+        let mut previous = vec![0u64; n];
+        let gap_checked = |holds: bool, next: u64, seq: u64| {
+            if holds && seq.saturating_sub(next) > MAX_INGEST_GAP {
+                return Err(invalid(format!(
+                    "a copy may pass over at most {MAX_INGEST_GAP} sequences; from {next} to {seq} passes over more"
+                )));
+            }
+            Ok(())
+        };
+        for message in &messages {
+            let p = message.partition as usize;
+            if p >= n {
+                return Err(invalid(format!(
+                    "stream {name:?} has {n} partitions; a copied message names partition {}",
+                    message.partition
+                )));
+            }
+            if message.seq <= previous[p] {
+                return Err(invalid(format!(
+                    "copied messages come in rising sequence per partition; {} follows {} in partition {p}",
+                    message.seq, previous[p]
+                )));
+            }
+            previous[p] = message.seq;
+            if message.seq < next[p] {
+                continue;
+            }
+            gap_checked(holds[p], next[p], message.seq)?;
+            let size = message.request.payload.len() as u64;
+            if size > max_payload {
+                return Err(Rejection::PayloadTooLarge { size, max: max_payload });
+            }
+            (next[p], holds[p]) = (message.seq + 1, true);
+        }
+        for (p, &seq) in through.iter().enumerate() {
+            gap_checked(holds[p], next[p], seq.saturating_add(1))?;
+        }
+        let mut appended = 0;
+        for IngestMessage { partition, seq, mut request } in messages {
+            let stream = self.streams.get_mut(name).expect("checked above");
+            if seq < stream.partitions()[partition as usize].next_seq() {
+                continue;
+            }
+            stream.skip_to(partition, seq);
+            let body = store_body(&mut self.effects, &mut self.next_body, std::mem::take(&mut request.payload));
+            append_message(stream, &mut self.timers, &mut self.effects, partition, request, body, at);
+            appended += 1;
+        }
+        let stream = self.streams.get_mut(name).expect("checked above");
+        for (p, &seq) in through.iter().enumerate() {
+            stream.skip_to(p as u32, seq.saturating_add(1));
+        }
+        // Copied as the other cell held them, the messages may pass this stream's discard-old limits for a moment.
+        stream.shrink_to_limits(&mut self.effects);
+        Ok(Outcome::Ingested { appended, last_seqs: self.last_seqs(name) })
     }
 }

@@ -275,6 +275,18 @@ operations! {
     "AddToken" => add_token,
     "RevokeToken" => revoke_token,
     "WhoAmI" => who_am_i,
+    "PutCell" => put_cell,
+    "ListCells" => list_cells,
+    "PlaceStream" => place_stream,
+    "MoveStream" => move_stream,
+    "FinishMove" => finish_move,
+    "UnplaceStream" => unplace_stream,
+    "LocateStream" => locate_stream,
+    "FenceStream" => fence_stream,
+    "ReceiveStream" => receive_stream,
+    "IngestMessages" => ingest_messages,
+    "AcceptStream" => accept_stream,
+    "GetOwnership" => get_ownership,
 }
 
 #[cfg(test)]

@@ -100,6 +100,18 @@ pub(crate) const ROUTES: &[Route] = &[
     route(Post, "/v1/principals/{principal}/tokens", "AddToken", "principals"),
     route(Post, "/v1/tokens/revoke", "RevokeToken", "principals"),
     route(Get, "/v1/whoami", "WhoAmI", "principals"),
+    route(Get, "/v1/cells", "ListCells", "cells"),
+    route(Put, "/v1/cells/{cell}", "PutCell", "cells"),
+    route(Get, "/v1/placements/{stream}", "LocateStream", "cells"),
+    route(Put, "/v1/placements/{stream}", "PlaceStream", "cells"),
+    route(Delete, "/v1/placements/{stream}", "UnplaceStream", "cells"),
+    route(Post, "/v1/placements/{stream}/move", "MoveStream", "cells"),
+    route(Post, "/v1/placements/{stream}/finish", "FinishMove", "cells"),
+    route(Get, "/v1/streams/{stream}/ownership", "GetOwnership", "cells"),
+    route(Post, "/v1/streams/{stream}/ownership/receive", "ReceiveStream", "cells"),
+    route(Post, "/v1/streams/{stream}/ownership/fence", "FenceStream", "cells"),
+    route(Post, "/v1/streams/{stream}/ownership/ingest", "IngestMessages", "cells"),
+    route(Post, "/v1/streams/{stream}/ownership/accept", "AcceptStream", "cells"),
 ];
 
 /// What a request's path matched: the route and its path fields, percent-decoded, in the path's order.

@@ -1,0 +1,104 @@
+//! `cellog cells`: a deployment of many cells, through its directory (the cell `--server` names): the cells and
+//! their addresses, where each stream is placed, and moving a stream to another cell.
+
+use clap::Subcommand;
+
+use crate::Connect;
+use crate::commands::client;
+use crate::table::Table;
+
+#[derive(Subcommand)]
+pub enum CellsCommand {
+    /// Record a cell and its nodes' client addresses in the directory (replacing those it held).
+    Put {
+        cell: String,
+        /// Its nodes' client addresses (HOST:PORT), one to nine.
+        #[arg(required = true)]
+        addresses: Vec<String>,
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// Every cell the directory records.
+    Ls {
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// Place a stream on a cell (at ownership epoch 1). The stream itself is created on that cell.
+    Place {
+        stream: String,
+        cell: String,
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// Where a stream lives: its cell, ownership epoch, and a move under way.
+    Locate {
+        stream: String,
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// Move a stream to another cell: writes are refused while its messages are copied, then taken by the new cell.
+    /// A move cut short is finished by running this again.
+    Move {
+        stream: String,
+        /// The cell it moves to.
+        #[arg(long)]
+        to: String,
+        #[command(flatten)]
+        connect: Connect,
+    },
+}
+
+#[allow(clippy::disallowed_methods, reason = "a move's duration, for the operator")]
+pub async fn run(command: CellsCommand) -> anyhow::Result<()> {
+    match command {
+        CellsCommand::Put { cell, addresses, connect } => {
+            let created = client(&connect)?.put_cell(&cell, addresses).await?;
+            println!("cell {cell} {}", if created { "recorded" } else { "updated" });
+        }
+        CellsCommand::Ls { connect } => {
+            let mut table = Table::new(["CELL", "ADDRESSES"]);
+            for cell in client(&connect)?.list_cells().await? {
+                table.row([cell.cell, cell.addresses.join(",")]);
+            }
+            table.print(0);
+        }
+        CellsCommand::Place { stream, cell, connect } => {
+            let placement = client(&connect)?.place_stream(&stream, &cell).await?;
+            println!("{stream} placed on {} at epoch {}", placement.cell, placement.epoch);
+        }
+        CellsCommand::Locate { stream, connect } => {
+            let location = client(&connect)?.locate_stream(&stream).await?;
+            let placement = location.placement.unwrap_or_default();
+            let moving = placement.moving_from.map(|from| format!(" (moving from {from})")).unwrap_or_default();
+            println!(
+                "{stream} on {} at epoch {}{moving}: {}",
+                placement.cell,
+                placement.epoch,
+                location.addresses.join(",")
+            );
+        }
+        CellsCommand::Move { stream, to, connect } => {
+            let directory = client(&connect)?;
+            let options = cellog_client::ClientOptions {
+                retry_for: std::time::Duration::from_secs(connect.timeout),
+                token: crate::commands::token(&connect)?,
+                tls: crate::commands::tls(&connect)?,
+                ..cellog_client::ClientOptions::default()
+            };
+            let started = std::time::Instant::now();
+            let moved = cellog_client::Cells::new(directory, options).move_stream(&stream, &to).await?;
+            match moved.from {
+                None => println!("{stream} is on {to} already (epoch {})", moved.epoch),
+                Some(from) => println!(
+                    "{stream} moved from {from} to {to} at epoch {}: {} messages copied in {:.1} s, writes refused for \
+                     {:.3} s",
+                    moved.epoch,
+                    moved.copied,
+                    started.elapsed().as_secs_f64(),
+                    moved.refused_for.as_secs_f64()
+                ),
+            }
+        }
+    }
+    Ok(())
+}
