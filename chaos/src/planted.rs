@@ -5,7 +5,11 @@ use cellog_planted::Mutant;
 /// The short name of the `cellog-check` checker whose property `mutant` breaks.
 pub fn invariant(mutant: Mutant) -> &'static str {
     match mutant {
-        Mutant::AckBeforeFsync | Mutant::PurgePastDurable | Mutant::StaleLeaderWrite | Mutant::Canary => "lost",
+        Mutant::AckBeforeFsync
+        | Mutant::PurgePastDurable
+        | Mutant::StaleLeaderWrite
+        | Mutant::OldOwnerAcceptsWrites
+        | Mutant::Canary => "lost",
         Mutant::EpochOffByOne => "fenced",
         Mutant::CommitAppliedTwice | Mutant::DedupIgnored => "duplicate",
         Mutant::FetchSkipsMessage => "delivery",
@@ -24,6 +28,12 @@ pub fn invariant(mutant: Mutant) -> &'static str {
         Mutant::StaleGenerationAcked => "group",
         Mutant::HandoverSkipsUnacked => "handover",
     }
+}
+
+/// Whether `mutant` breaks an invariant only a stream moving between cells can show: swept with the workload across
+/// cells (`ci/chaos --moves`), not the mixed workload of one cell.
+pub fn across_cells(mutant: Mutant) -> bool {
+    matches!(mutant, Mutant::OldOwnerAcceptsWrites)
 }
 
 #[cfg(test)]

@@ -1,16 +1,32 @@
 //! One seed of a chaos sweep.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use cellog_check::{Violation, check_all};
 use cellog_sim::fault::Step;
 use cellog_sim::seeds::{Concern, Seeds};
-use cellog_sim::{Cluster, SimNodeId, mixed};
+use cellog_sim::{Cluster, SimNodeId, mixed, moves};
 
 use crate::nemesis::Swarm;
 
 /// The founding nodes of every run's cell.
 pub const NODES: [SimNodeId; 3] = [1, 2, 3];
+/// Across cells: the nodes of the two cells a stream moves between (the directory's are 1 to 3).
+pub const MOVE_NODES: [SimNodeId; 6] = [4, 5, 6, 7, 8, 9];
+
+/// Whether runs are of the workload across cells ([`moves`]) rather than the mixed one of one cell.
+static ACROSS_CELLS: AtomicBool = AtomicBool::new(false);
+
+/// Makes runs from now on run the workload across cells (`true`) or the mixed one (`false`).
+pub fn set_across_cells(on: bool) {
+    ACROSS_CELLS.store(on, Ordering::Relaxed);
+}
+
+/// Whether runs are across cells.
+pub fn across_cells() -> bool {
+    ACROSS_CELLS.load(Ordering::Relaxed)
+}
 
 /// What one seed did.
 #[derive(Clone, Debug)]
@@ -42,9 +58,19 @@ pub fn plan(seed: u64, nodes: &[u64]) -> (Swarm, Vec<Step>) {
     (swarm, schedule)
 }
 
+/// The seed's mix and full schedule for the workload runs are of now: the mixed one's, or, across cells, one over
+/// the nodes of the two cells a stream moves between, less the faults that act on the first cell alone.
+pub fn plan_now(seed: u64) -> (Swarm, Vec<Step>) {
+    if !across_cells() {
+        return plan(seed, &NODES);
+    }
+    let (swarm, schedule) = plan(seed, &MOVE_NODES);
+    (swarm, schedule.into_iter().filter(moves::applies).collect())
+}
+
 /// The command that replays this seed with these steps dropped.
 pub fn replay(seed: u64, dropped: &BTreeSet<usize>) -> String {
-    let mut command = format!("ci/chaos --seed {seed}");
+    let mut command = format!("ci/chaos{} --seed {seed}", if across_cells() { " --moves" } else { "" });
     if !dropped.is_empty() {
         let dropped: Vec<String> = dropped.iter().map(ToString::to_string).collect();
         command.push_str(&format!(" --drop {}", dropped.join(",")));
@@ -58,10 +84,40 @@ pub fn replay(seed: u64, dropped: &BTreeSet<usize>) -> String {
 /// Runs `seed` without the steps in `dropped`. Panics when the harness does (a liveness failure: the cell did not
 /// converge within its budget, or a workload call the harness needs never succeeded).
 pub fn run(seed: u64, dropped: &BTreeSet<usize>) -> Report {
-    let (swarm, full) = plan(seed, &NODES);
+    let (swarm, full) = plan_now(seed);
     let schedule: Vec<(usize, Step)> =
         full.into_iter().enumerate().filter(|(index, _)| !dropped.contains(index)).collect();
+    if across_cells() {
+        return run_moves(seed, swarm, schedule, replay(seed, dropped));
+    }
     run_schedule(seed, swarm, schedule, replay(seed, dropped))
+}
+
+/// Runs the workload across cells ([`moves`]) from `seed` under `schedule`.
+pub fn run_moves(seed: u64, swarm: Swarm, schedule: Vec<(usize, Step)>, replay: String) -> Report {
+    let runtime = madsim::runtime::Runtime::with_seed_and_config(seed, madsim::Config::default());
+    runtime.block_on(async move {
+        let mut cluster = Cluster::with_cells(&moves::CELLS, swarm.timing(), false);
+        cluster.set_replay(replay);
+        let steps: Vec<Step> = schedule.iter().map(|(_, step)| step.clone()).collect();
+        let outcome = moves::run(&mut cluster, &steps).await;
+        let evidence = moves::evidence(&cluster, &outcome);
+        let mut liveness = outcome.liveness.clone();
+        if outcome.moves == 0 {
+            let why = "no move of the stream finished".to_string();
+            liveness = Some(liveness.map_or(why.clone(), |earlier| format!("{earlier}; {why}")));
+        }
+        Report {
+            seed,
+            swarm,
+            schedule,
+            violations: check_all(&evidence),
+            liveness,
+            acknowledged: cluster.history().acknowledged_in(moves::STREAM).len(),
+            trace: cluster.trace().render(),
+            history: cluster.history().render(),
+        }
+    })
 }
 
 /// Runs the mixed workload from `seed` under `schedule` (each step with its index in the schedule it came from),

@@ -70,6 +70,10 @@ pub enum Mutant {
     /// new owner is handed newer messages first, and the old ones come back only after their ack wait (handover
     /// skips unacknowledged).
     HandoverSkipsUnacked,
+    /// A cell fenced at a stream's new ownership epoch goes on taking writes to it, at the epoch it no longer holds:
+    /// two cells accept writes in one epoch, and what the old owner takes after its fence is never carried over (old
+    /// owner accepts writes).
+    OldOwnerAcceptsWrites,
     /// A message whose publish is applied at a cell time ending in 07 (about 1 in 100) is acknowledged but not kept:
     /// the canary, which shows the sweep reports failures at about the rate it should.
     Canary,

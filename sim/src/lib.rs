@@ -23,6 +23,8 @@ pub mod history;
 #[cfg(madsim)]
 pub mod mixed;
 #[cfg(madsim)]
+pub mod moves;
+#[cfg(madsim)]
 pub mod seeds;
 #[cfg(madsim)]
 pub mod trace;

@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 
 use cellog_client::proto as v1;
-use cellog_client::{Client, ClientError, item_error};
+use cellog_client::{Cells, Client, ClientError, item_error};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
@@ -118,6 +118,20 @@ impl Producer {
             self.history.complete(&self.process, op_id, completion(result.result.as_ref().map(published)));
         }
         acked
+    }
+
+    /// Publishes one message to `stream` on whichever cell owns it, following moves (see [`Cells`]), and waits for
+    /// its answer.
+    pub async fn publish_routed(
+        &self,
+        cells: &Cells,
+        stream: &str,
+        request: v1::PublishRequest,
+    ) -> Result<v1::PublishAck, ClientError> {
+        let op_id = self.invoke(&request);
+        let result = cells.publish(stream, request).await;
+        self.history.complete(&self.process, op_id, completion(result.as_ref().map(published)));
+        result
     }
 
     /// Publishes one message and waits for its answer.

@@ -6,6 +6,7 @@
 //!          [--trace FILE] [--history FILE]
 //! ci/chaos --seed 17 --shrink          # the fewest steps of seed 17's schedule that still fail
 //! ci/chaos --mutant epoch-off-by-one --seeds 0..50   # a sweep with one planted bug switched on
+//! ci/chaos --moves --seeds 0..20       # the sweep across cells: a stream moved between two cells under faults
 //! ci/chaos --planted [--max-seeds 200]  # every planted bug: seeds until caught; writes chaos/PLANTED.md
 //! ci/chaos --regressions               # every kept failing schedule in chaos/regressions/; non-zero if any fails
 //! ci/chaos --regression FILE           # one of them, with its verdicts
@@ -25,7 +26,7 @@ mod runner {
     use cellog_planted::Mutant;
     use strum::IntoEnumIterator;
 
-    const USAGE: &str = "usage: chaos [--mutant NAME] (--seeds A..B | --seed N [--drop I,J] [--shrink] [--trace FILE] \
+    const USAGE: &str = "usage: chaos [--moves] [--mutant NAME] (--seeds A..B | --seed N [--drop I,J] [--shrink] [--trace FILE] \
                          [--history FILE]) | --planted [--max-seeds N] | --regressions | --regression FILE";
 
     fn usage() -> ! {
@@ -94,7 +95,7 @@ mod runner {
             return;
         };
         println!("seed {seed} fails: {why}");
-        let n_steps = cellog_chaos::run::plan(seed, &cellog_chaos::run::NODES).1.len();
+        let n_steps = cellog_chaos::run::plan_now(seed).1.len();
         for step in 0..n_steps {
             dropped.insert(step);
             match failure(&attempt(seed, &dropped)) {
@@ -107,7 +108,7 @@ mod runner {
         }
         println!("shrunk to {} of {n_steps} steps\n  replay: {}", n_steps - dropped.len(), replay(seed, &dropped));
         // The shrunk schedule as a regression file, to keep under chaos/regressions/ once the fix is known.
-        let (swarm, full) = cellog_chaos::run::plan(seed, &cellog_chaos::run::NODES);
+        let (swarm, full) = cellog_chaos::run::plan_now(seed);
         let steps =
             full.into_iter().enumerate().filter(|(index, _)| !dropped.contains(index)).map(|(_, s)| s).collect();
         let regression = Regression {
@@ -164,7 +165,7 @@ mod runner {
     }
 
     fn one(seed: u64, dropped: &BTreeSet<usize>, trace: Option<String>, history: Option<String>) {
-        let (swarm, schedule) = cellog_chaos::run::plan(seed, &cellog_chaos::run::NODES);
+        let (swarm, schedule) = cellog_chaos::run::plan_now(seed);
         println!("seed={seed}\nswarm: {swarm}\nschedule:");
         for (index, step) in schedule.iter().enumerate() {
             let dropped = if dropped.contains(&index) { " (dropped)" } else { "" };
@@ -210,6 +211,7 @@ mod runner {
     /// Sweeps seeds from 0 with `mutant` on until the checker of its invariant catches it, at most `max`.
     fn sweep_planted(mutant: Mutant, max: u64) -> Caught {
         cellog_planted::set(Some(mutant));
+        cellog_chaos::run::set_across_cells(cellog_chaos::planted::across_cells(mutant));
         let mut caught = Caught { by_its_checker: None, first: None };
         for seed in 0..max {
             let result = attempt(seed, &BTreeSet::new());
@@ -224,6 +226,7 @@ mod runner {
             }
         }
         cellog_planted::set(None);
+        cellog_chaos::run::set_across_cells(false);
         caught
     }
 
@@ -301,6 +304,7 @@ mod runner {
                     dropped = list.split(',').map(|index| index.parse().unwrap_or_else(|_| usage())).collect();
                 }
                 "--shrink" => shrinking = true,
+                "--moves" => cellog_chaos::run::set_across_cells(true),
                 "--trace" => trace = args.next(),
                 "--history" => history = args.next(),
                 _ => usage(),
