@@ -2,7 +2,9 @@
 //!
 //! One `Cell` type, one `impl` block per concern: [`limits`] (what a command may ask for at all), [`timers`],
 //! [`publish`] (publishing and recall), [`streams`] (streams, retention, peers and pins), [`consumers`] (consumers,
-//! fetches and acks), [`transaction`] (transactional producers) and [`views`] (what hosts read). Each block's
+//! fetches and acks), [`transaction`] (transactional producers), [`groups`] (consumer groups), [`placement`] (the
+//! directory and streams' ownership epochs), [`ingest`] (a moving stream's messages copied in) and [`views`] (what
+//! hosts read). Each block's
 //! methods are visible to the others and to nothing outside the cell; [`Cell::apply`] is the only way in.
 
 use std::collections::BTreeMap;
@@ -24,6 +26,7 @@ use crate::time::Millis;
 mod auth;
 mod consumers;
 mod groups;
+mod ingest;
 mod limits;
 mod placement;
 mod publish;
