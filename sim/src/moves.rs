@@ -65,7 +65,9 @@ fn message(producer: usize, index: usize) -> v1::PublishRequest {
     }
 }
 
-async fn setup(cluster: &Cluster) {
+/// Waits for every cell of [`CELLS`] to lead, records east and west in the directory, creates [`STREAM`] on east
+/// and places it there.
+pub async fn deploy(cluster: &Cluster) {
     for (cell, _) in CELLS {
         cluster.wait_leader_in(cell).await;
     }
@@ -109,7 +111,7 @@ async fn move_to(cells: &Cells, to: &str) -> bool {
 /// and reads the stream's owner.
 pub async fn run(cluster: &mut Cluster, schedule: &[Step]) -> Outcome {
     let mut workload = cluster.seeds().rng(Concern::Workload);
-    setup(cluster).await;
+    deploy(cluster).await;
     let directory = cluster.client_in("directory");
     let options = ClientOptions { retry_for: Duration::from_secs(5), ..ClientOptions::default() };
     let mut publishing = Vec::new();

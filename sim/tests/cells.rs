@@ -11,36 +11,15 @@ use std::time::Duration;
 use bytes::Bytes;
 use cellog_client::proto as v1;
 use cellog_client::{Cells, ClientOptions};
-use cellog_sim::Cluster;
+use cellog_sim::{Cluster, moves};
 
-const STREAM: &str = "orders";
-const PARTITIONS: u32 = 2;
+const STREAM: &str = moves::STREAM;
+const PARTITIONS: u32 = moves::PARTITIONS;
 
 /// A directory, `east` and `west`, three nodes each; `orders` created on `east` and placed there.
 async fn deployment() -> Cluster {
-    let cells = [("directory", 3), ("east", 3), ("west", 3)];
-    let cluster = Cluster::with_cells(&cells, cellog_net::RaftTiming::default(), false);
-    for (cell, _) in cells {
-        cluster.wait_leader_in(cell).await;
-    }
-    let (directory, east) = (cluster.client_in("directory"), cluster.client_in("east"));
-    let addresses: Vec<(&str, Vec<String>)> =
-        ["east", "west"].into_iter().map(|cell| (cell, cluster.addresses_in(cell))).collect();
-    cluster
-        .on_client(async move {
-            for (cell, addresses) in addresses {
-                directory.put_cell(cell, addresses).await.expect("cell recorded");
-            }
-            let config = v1::StreamConfig {
-                subjects: vec!["orders.>".to_string()],
-                partitions: PARTITIONS,
-                duplicate_window_ms: Some(3_600_000),
-                ..v1::StreamConfig::default()
-            };
-            east.create_stream(STREAM, config).await.expect("stream created");
-            directory.place_stream(STREAM, "east").await.expect("stream placed");
-        })
-        .await;
+    let cluster = Cluster::with_cells(&moves::CELLS, cellog_net::RaftTiming::default(), false);
+    moves::deploy(&cluster).await;
     cluster
 }
 
