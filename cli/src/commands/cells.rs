@@ -79,12 +79,7 @@ pub async fn run(command: CellsCommand) -> anyhow::Result<()> {
         }
         CellsCommand::Move { stream, to, connect } => {
             let directory = client(&connect)?;
-            let options = cellog_client::ClientOptions {
-                retry_for: std::time::Duration::from_secs(connect.timeout),
-                token: crate::commands::token(&connect)?,
-                tls: crate::commands::tls(&connect)?,
-                ..cellog_client::ClientOptions::default()
-            };
+            let options = crate::commands::options(&connect)?;
             let started = std::time::Instant::now();
             let moved = cellog_client::Cells::new(directory, options).move_stream(&stream, &to).await?;
             match moved.from {

@@ -85,13 +85,17 @@ pub fn client(connect: &Connect) -> anyhow::Result<Client> {
 /// A client of the nodes at `servers` with `connect`'s credential and TLS (those of the dev cell when `connect` names
 /// its servers, whichever of them `servers` is).
 pub fn client_of(connect: &Connect, servers: Vec<String>) -> anyhow::Result<Client> {
-    let options = ClientOptions {
+    Ok(Client::new(servers, options(connect)?)?)
+}
+
+/// The client options `connect` names: its timeout, credential and TLS.
+pub fn options(connect: &Connect) -> anyhow::Result<ClientOptions> {
+    Ok(ClientOptions {
         retry_for: Duration::from_secs(connect.timeout),
         token: token(connect)?,
         tls: tls(connect)?,
         ..ClientOptions::default()
-    };
-    Ok(Client::new(servers, options)?)
+    })
 }
 
 /// Waits for Ctrl-C or SIGTERM.
