@@ -15,6 +15,7 @@ pub fn invariant(mutant: Mutant) -> &'static str {
         Mutant::FetchSkipsMessage => "delivery",
         Mutant::AbortShowsStaged => "transactions",
         Mutant::PeerProgressOverstated => "watermark",
+        Mutant::MirrorSnapshotSkipsRange => "mirror",
         Mutant::RefusedPublishStored => "unknown",
         Mutant::CommitReversesOrder => "order",
         Mutant::NackForgets | Mutant::AckWaitNeverExpires => "processed",
@@ -30,10 +31,10 @@ pub fn invariant(mutant: Mutant) -> &'static str {
     }
 }
 
-/// Whether `mutant` breaks an invariant only a stream moving between cells can show: swept with the workload across
-/// cells (`ci/chaos --moves`), not the mixed workload of one cell.
+/// Whether `mutant` breaks an invariant only many cells can show (a stream moving between cells, a mirror of another
+/// cell's stream): swept with the workload across cells (`ci/chaos --moves`), not the mixed workload of one cell.
 pub fn across_cells(mutant: Mutant) -> bool {
-    matches!(mutant, Mutant::OldOwnerAcceptsWrites)
+    matches!(mutant, Mutant::OldOwnerAcceptsWrites | Mutant::MirrorSnapshotSkipsRange)
 }
 
 #[cfg(test)]

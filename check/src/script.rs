@@ -255,6 +255,11 @@ impl Script {
         self.evidence.duties.trimmed.insert(stream.to_string());
     }
 
+    /// `mirror` follows `source`.
+    pub fn mirror(&mut self, mirror: &str, source: &str) {
+        self.evidence.duties.mirrors.insert(mirror.to_string(), source.to_string());
+    }
+
     /// `process` runs as a principal that may publish to `filters` only.
     pub fn publisher(&mut self, process: &str, filters: &[&str]) {
         let filters = filters.iter().map(|filter| filter.to_string()).collect();

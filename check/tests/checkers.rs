@@ -60,6 +60,14 @@ fn clean(s: &mut Script) {
     everywhere(s, "feed", "f-2", 2, 93);
 }
 
+/// A source stream `feed` holding f-1 to f-4 on every node (acknowledged), mirrored by `copy`.
+fn mirrored(s: &mut Script) {
+    s.mirror("copy", "feed");
+    for seq in 1..=4 {
+        acked(s, seq * 10, &format!("f-{seq}"), "feed", seq);
+    }
+}
+
 /// A history and the checkers it must fail (none: it must pass).
 struct Row {
     name: &'static str,
@@ -467,6 +475,55 @@ const ROWS: &[Row] = &[
             s.member_ack(4, "w1", ("crew", "a"), 1, (0, 1)).done(5);
         },
         fails: &["group"],
+    },
+    Row {
+        name: "a mirror holding its source's first messages at their positions (not caught up yet)",
+        history: |s| {
+            mirrored(s);
+            for node in NODES {
+                for seq in 1..=3 {
+                    s.hold(node, "copy", &format!("f-{seq}"), 0, seq, 100);
+                }
+            }
+        },
+        fails: &[],
+    },
+    Row {
+        name: "a mirror that passed over a range of its source",
+        history: |s| {
+            mirrored(s);
+            for seq in [1, 4] {
+                s.hold(1, "copy", &format!("f-{seq}"), 0, seq, 100);
+            }
+        },
+        fails: &["mirror"],
+    },
+    Row {
+        name: "a mirror holding a message at another position than its source",
+        history: |s| {
+            mirrored(s);
+            s.hold(1, "copy", "f-1", 0, 1, 100);
+            s.hold(1, "copy", "f-3", 0, 2, 100);
+        },
+        fails: &["mirror"],
+    },
+    Row {
+        name: "a mirror holding a message its source never had",
+        history: |s| {
+            mirrored(s);
+            s.hold(1, "copy", "f-1", 0, 1, 100);
+            s.hold(1, "copy", "x-9", 0, 5, 100);
+        },
+        fails: &["mirror"],
+    },
+    Row {
+        name: "a mirror holding another body under a message's id",
+        history: |s| {
+            mirrored(s);
+            s.hold_body(1, "copy", "f-1", (0, 1, 100), Bytes::from_static(b"tampered"));
+        },
+        // A body no publish carried is also what `intact` looks for.
+        fails: &["intact", "mirror"],
     },
     Row {
         name: "replicas at different indexes may differ",

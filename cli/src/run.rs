@@ -13,6 +13,7 @@ use cellog_envelope::{CellKey, Keyring};
 use cellog_mail::{MailConfig, RetryPolicy};
 use cellog_net::auth::{Callers, PrincipalRate};
 use cellog_net::metrics::Metered;
+use cellog_net::mirror::MirrorOptions;
 use cellog_net::tls::TlsFiles;
 use cellog_net::{Limits, NodeConfig, Peer, RaftTiming, RunningNode};
 use cellog_raft::storage::RocksStorage;
@@ -115,6 +116,10 @@ pub struct NodeArgs {
     /// characters).
     #[arg(long, env = "CELLOG_ROOT_TOKEN_FILE")]
     root_token_file: Option<PathBuf>,
+    /// A file holding the token this node's mirrors present to their sources' cells (a cluster admin's there); the
+    /// node's CA (--tls-ca) verifies those cells' nodes.
+    #[arg(long, env = "CELLOG_MIRROR_TOKEN_FILE")]
+    mirror_token_file: Option<PathBuf>,
     /// The cell CA's certificate (PEM; with --tls-cert and --tls-key): mutual TLS on the client and peer ports.
     #[arg(long, env = "CELLOG_TLS_CA", requires_all = ["tls_cert", "tls_key"])]
     tls_ca: Option<PathBuf>,
@@ -160,6 +165,7 @@ struct FileConfig {
     request_timeout_ms: Option<u64>,
     keepalive_ms: Option<u64>,
     root_token_file: Option<PathBuf>,
+    mirror_token_file: Option<PathBuf>,
     tls_ca: Option<PathBuf>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
@@ -275,6 +281,17 @@ impl NodeArgs {
             (None, None, None) => None,
             _ => bail!("TLS needs all of tls_ca, tls_cert and tls_key"),
         };
+        let mirrors = MirrorOptions {
+            token: match self.mirror_token_file.or(file.mirror_token_file) {
+                Some(path) => Some(read_token(&path)?),
+                None => None,
+            },
+            tls: match &tls {
+                Some(files) => Some(mirror_tls(&files.ca)?),
+                None => None,
+            },
+            ..MirrorOptions::default()
+        };
         let insecure = self.insecure || file.insecure.unwrap_or(false);
         let per_second = self.principal_rate.or(file.principal_rate).unwrap_or(PrincipalRate::DEFAULT.per_second);
         let burst = self.principal_burst.or(file.principal_burst).unwrap_or(per_second.saturating_mul(2));
@@ -334,6 +351,7 @@ impl NodeArgs {
             root_token,
             tls,
             limits,
+            mirrors,
         };
         // Off loopback, calls and Raft messages cross a network: they go over TLS, or the operator says otherwise.
         let exposed = [config.client_addr, config.raft_addr].into_iter().find(|addr| !addr.ip().is_loopback());
@@ -512,6 +530,13 @@ pub struct DevArgs {
 }
 
 /// One cell of `cellog dev`: its three nodes' configs.
+/// TLS toward the cells a node's mirrors follow: their nodes verified by `ca` (the deployment's CA), the node
+/// authenticated by its mirror token, not a certificate.
+fn mirror_tls(ca: &std::path::Path) -> anyhow::Result<ClientTls> {
+    let ca_pem = std::fs::read(ca).with_context(|| format!("reading the CA certificate {}", ca.display()))?;
+    Ok(ClientTls { ca_pem, identity: None })
+}
+
 fn dev_cell(args: &DevArgs, certs: &DevCerts, root_token: &str, k: u16) -> anyhow::Result<Vec<NodeConfig>> {
     let port = |offset: u16| -> anyhow::Result<SocketAddr> {
         let port = args.base_port.checked_add(10 * k + offset).context("--base-port is too high")?;
@@ -542,6 +567,12 @@ fn dev_cell(args: &DevArgs, certs: &DevCerts, root_token: &str, k: u16) -> anyho
             root_token: Some(root_token.to_string()),
             tls: Some(certs.node(&cell, u64::from(id))?),
             limits: Limits::DEFAULT,
+            // The dev cells share a CA and the root token, so each reaches the others' streams it mirrors.
+            mirrors: MirrorOptions {
+                token: Some(root_token.to_string()),
+                tls: Some(mirror_tls(&certs.ca)?),
+                ..MirrorOptions::default()
+            },
         });
     }
     let founders: Vec<Peer> = configs.iter().map(|config| Peer { id: config.id, node: config.advertised() }).collect();
@@ -663,6 +694,7 @@ mod tests {
         cellog_fuzz::fuzz(&corpus, "config", |input| {
             let Ok(mut file) = toml::from_str::<FileConfig>(&String::from_utf8_lossy(input)) else { return };
             (file.root_token_file, file.tls_ca, file.tls_cert, file.tls_key) = (None, None, None, None);
+            file.mirror_token_file = None;
             file.home_cas.clear();
             let _ = no_flags().resolve_with(file);
         });

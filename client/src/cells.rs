@@ -234,6 +234,28 @@ impl Cells {
     }
 }
 
+impl Cells {
+    /// Creates `name` on cell `on` as a mirror of `stream` on cell `from`: both cells' addresses from the directory,
+    /// the mirror's config the source's. Answers whether it was created (false: the same mirror existed, its source's
+    /// addresses now the directory's). `on`'s leader then copies the source and keeps following it.
+    pub async fn mirror(&self, name: &str, on: &str, from: &str, stream: &str) -> Result<bool, ClientError> {
+        let cells = self.directory.list_cells().await?;
+        let addresses =
+            cells.into_iter().find(|c| c.cell == from).map(|c| c.addresses).ok_or_else(|| ClientError::Status {
+                code: tonic::Code::NotFound,
+                detail: v1::ErrorDetail {
+                    reason: "CELL_NOT_FOUND".to_string(),
+                    message: format!("the directory records no cell {from:?}"),
+                    cell: from.to_string(),
+                    ..v1::ErrorDetail::default()
+                },
+            })?;
+        let (source, target) = (self.cell(from).await?, self.cell(on).await?);
+        let config = source.stream_info(stream).await?.config.unwrap_or_default();
+        target.create_mirror(name, config, from, stream, addresses).await
+    }
+}
+
 /// Copies each partition of `stream` from `source` to `target` (receiving it at `epoch`), from where the target ends
 /// to `ends`; answers how many messages it appended.
 async fn copy(source: &Client, target: &Client, stream: &str, epoch: u64, ends: &[u64]) -> Result<u64, ClientError> {

@@ -973,6 +973,70 @@ impl Client {
         self.call(true, request, |mut c, r| async move { c.accept_stream(r).await }).await
     }
 
+    /// Creates `name` on this cell as a mirror of `source_stream` on `source_cell` (whose nodes `source_addresses`
+    /// reach); answers whether it was created (false: the same mirror existed).
+    pub async fn create_mirror(
+        &self,
+        name: &str,
+        config: v1::StreamConfig,
+        source_cell: &str,
+        source_stream: &str,
+        source_addresses: Vec<String>,
+    ) -> Result<bool, ClientError> {
+        let request = v1::CreateMirrorRequest {
+            name: name.to_string(),
+            config: Some(config),
+            source_cell: source_cell.to_string(),
+            source_stream: source_stream.to_string(),
+            source_addresses,
+        };
+        let created: v1::CreateMirrorResponse =
+            self.call(true, request, |mut c, r| async move { c.create_mirror(r).await }).await?;
+        Ok(created.created)
+    }
+
+    /// This cell's mirrors and how far each is, as its leader sees them.
+    pub async fn list_mirrors(&self) -> Result<Vec<v1::MirrorStatus>, ClientError> {
+        let answer: v1::ListMirrorsResponse =
+            self.call(true, v1::ListMirrorsRequest {}, |mut c, r| async move { c.list_mirrors(r).await }).await?;
+        Ok(answer.mirrors)
+    }
+
+    /// On a mirror's source: registers the mirror `peer` of `stream`.
+    pub async fn register_mirror(&self, stream: &str, peer: &str) -> Result<(), ClientError> {
+        let request = v1::RegisterMirrorRequest { stream: stream.to_string(), peer: peer.to_string() };
+        self.call(true, request, |mut c, r| async move { c.register_mirror(r).await }).await?;
+        Ok(())
+    }
+
+    /// On a mirror's source: one read for the mirror `peer` (see `MirrorRead`).
+    pub async fn mirror_read(
+        &self,
+        stream: &str,
+        peer: &str,
+        from: Vec<u64>,
+        max: u32,
+        recalls_from: u64,
+    ) -> Result<v1::MirrorReadResponse, ClientError> {
+        let request =
+            v1::MirrorReadRequest { stream: stream.to_string(), peer: peer.to_string(), from, max, recalls_from };
+        self.call(true, request, |mut c, r| async move { c.mirror_read(r).await }).await
+    }
+
+    /// On a mirror's source: what the mirror `peer` holds and how many logged recalls it applied.
+    pub async fn mirror_progress(
+        &self,
+        stream: &str,
+        peer: &str,
+        received: Vec<u64>,
+        recalls_applied: u64,
+    ) -> Result<(), ClientError> {
+        let request =
+            v1::MirrorProgressRequest { stream: stream.to_string(), peer: peer.to_string(), received, recalls_applied };
+        self.call(true, request, |mut c, r| async move { c.mirror_progress(r).await }).await?;
+        Ok(())
+    }
+
     /// `stream`'s ownership as this cell sees it.
     pub async fn ownership(&self, stream: &str) -> Result<v1::StreamOwnership, ClientError> {
         let request = v1::GetOwnershipRequest { stream: stream.to_string() };

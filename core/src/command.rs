@@ -448,6 +448,53 @@ pub enum Command {
         /// next write here follows it even when the messages up to it were removed there.
         through: Vec<u64>,
     },
+    /// Creates stream `name` as a mirror of `source` (see [`crate::mirror`]): it takes no writes of its own, and
+    /// only [`Command::MirrorIngest`] adds to it. The same mirror again is answered as created before; again with
+    /// other addresses of the same source, it records them.
+    CreateMirror {
+        /// The mirror's name here.
+        name: String,
+        /// Its config (its partitions must be the source's).
+        config: crate::config::StreamConfig,
+        /// What it follows.
+        source: crate::mirror::MirrorSource,
+    },
+    /// A mirror's copy of what it read from its source: first the recalls logged there (each recalls its message
+    /// here if this mirror holds it), then the messages, each at the position it holds there (ids kept); `through`
+    /// moves each partition past the positions the read found empty. What is already here is passed over, so a
+    /// copy retried changes nothing.
+    MirrorIngest {
+        /// The mirror.
+        stream: String,
+        /// The messages, each partition's in rising sequence.
+        messages: Vec<IngestMessage>,
+        /// Per partition (empty, or one per partition), the position through which the read was whole.
+        through: Vec<u64>,
+        /// Recalls logged on the source, in their order.
+        recalls: Vec<crate::mirror::LoggedRecall>,
+        /// How many of the source's recalls are applied once these are: the next read starts there.
+        recalls_through: u64,
+    },
+    /// On a mirror's source: registers the mirror as a peer of `stream` (retention keeps what it has not received)
+    /// whose recalls are logged for it from now on.
+    RegisterMirror {
+        /// The source stream.
+        stream: String,
+        /// The mirror's peer name.
+        peer: String,
+    },
+    /// On a mirror's source: what the mirror holds (each partition's last sequence there) and how many of the
+    /// stream's logged recalls it has applied. Watermarks never go back.
+    MirrorProgress {
+        /// The source stream.
+        stream: String,
+        /// The mirror's peer name.
+        peer: String,
+        /// Per partition, the last sequence the mirror holds.
+        received: Vec<u64>,
+        /// How many logged recalls the mirror has applied.
+        recalls_applied: u64,
+    },
 }
 
 /// A message copied into a stream moving here, at the position it held on the cell it moves from.

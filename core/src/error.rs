@@ -331,6 +331,29 @@ pub enum Rejection {
         /// The stream asked for.
         stream: String,
     },
+    /// The stream is a mirror of a stream of another cell: it takes no writes of its own. Write to the source.
+    #[error("stream {stream:?} mirrors stream {source_stream:?} of cell {cell:?} and takes no writes of its own")]
+    Mirror {
+        /// The mirror.
+        stream: String,
+        /// The source's cell.
+        cell: String,
+        /// The source stream.
+        source_stream: String,
+    },
+    /// A recall was refused: the stream's recall log holds its limit of recalls a mirror has not applied yet. Nothing
+    /// was recalled; retry once the mirror catches up, or unregister it.
+    #[error(
+        "stream {stream:?}: {pending} recalls wait for mirror {peer:?} to apply them, the limit; nothing was recalled"
+    )]
+    RecallsPending {
+        /// The stream.
+        stream: String,
+        /// The mirror furthest behind.
+        peer: String,
+        /// Recalls waiting.
+        pending: u64,
+    },
 }
 
 /// Which cap a [`Rejection::CapReached`] is about.

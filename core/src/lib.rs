@@ -36,6 +36,7 @@ pub mod group;
 mod index;
 mod info;
 mod memory;
+pub mod mirror;
 mod partition;
 pub mod placement;
 mod route;
@@ -52,7 +53,7 @@ pub use cell::{
     Cell, MAX_COMMAND_BYTES, MAX_CONSUMERS_PER_STREAM, MAX_DEDUP_IDS, MAX_FETCH, MAX_GROUP_MEMBERS, MAX_HEADER_BYTES,
     MAX_ID_BYTES, MAX_INGEST_GAP, MAX_INGEST_MESSAGES, MAX_KEY_BYTES, MAX_OPEN_TRANSACTIONS, MAX_PEERS_PER_STREAM,
     MAX_PRODUCERS, MAX_READ, MAX_RESPONSE_BYTES, MAX_SESSION_TIMEOUT_MS, MAX_STREAMS, MIN_SESSION_TIMEOUT_MS,
-    PIN_HEADER, PRODUCER_IDLE_MS,
+    MirrorRead, PIN_HEADER, PRODUCER_IDLE_MS,
 };
 pub use command::{
     AbortReason, AckKind, AckState, Body, Command, Delivery, Effect, GroupChange, Headers, IngestMessage,

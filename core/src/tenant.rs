@@ -194,7 +194,11 @@ impl<'a> Scope<'a> {
             | Command::FenceStream { .. }
             | Command::ReceiveStream { .. }
             | Command::AcceptStream { .. }
-            | Command::Ingest { .. }) => other,
+            | Command::Ingest { .. }
+            | Command::CreateMirror { .. }
+            | Command::MirrorIngest { .. }
+            | Command::RegisterMirror { .. }
+            | Command::MirrorProgress { .. }) => other,
         }
     }
 

@@ -1061,6 +1061,78 @@ fn the_committed_version_8_snapshot_restores_to_the_state_that_wrote_it() {
     }
 }
 
+/// [`busy_with_moves`] with mirrors on both sides: its widest stream mirrored elsewhere (registered mirrors, a recall
+/// one of them has not applied) and a mirror of another cell's stream holding copied messages.
+fn busy_with_mirrors() -> Harness {
+    let mut h = busy_with_moves();
+    let stream = "mirrored";
+    h.create_stream(stream, StreamConfig::with_subjects(["mirrored.>"]));
+    for peer in ["mirror-a", "mirror-b"] {
+        h.ok(Command::RegisterMirror { stream: stream.into(), peer: peer.into() });
+    }
+    for n in 0..3 {
+        h.publish(&format!("mirrored.{n}"), "kept").unwrap();
+    }
+    h.ok(Command::Recall { stream: stream.into(), partition: 0, seq: 2 });
+    h.ok(Command::MirrorProgress {
+        stream: stream.into(),
+        peer: "mirror-a".into(),
+        received: vec![3],
+        recalls_applied: 1,
+    });
+    let source = cellog_core::mirror::MirrorSource {
+        cell: "east".into(),
+        stream: "payments".into(),
+        addresses: vec!["east-1:7400".into()],
+    };
+    let config = StreamConfig::with_subjects(["copied.>"]);
+    h.ok(Command::CreateMirror { name: "copied".into(), config, source });
+    let messages = (1..=2)
+        .map(|seq| cellog_core::IngestMessage {
+            partition: 0,
+            seq: seq * 2,
+            request: cellog_core::PublishRequest {
+                msg_id: Some(format!("p-{seq}")),
+                ..cellog_core::PublishRequest::new("copied.x", bytes::Bytes::from_static(b"copied"))
+            },
+        })
+        .collect();
+    let recalls = vec![cellog_core::mirror::LoggedRecall { number: 0, partition: 0, seq: 2 }];
+    h.ok(Command::MirrorIngest { stream: "copied".into(), messages, through: vec![5], recalls, recalls_through: 1 });
+    h
+}
+
+/// The whole snapshot of [`busy_with_mirrors`] as version 9 writes it. Committed: every later version must keep
+/// restoring it.
+const VERSION_9_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/snapshot-v9-busy.bin");
+
+#[test]
+fn the_committed_version_9_snapshot_restores_to_the_state_that_wrote_it() {
+    let h = busy_with_mirrors();
+    assert_eq!(h.cell.recall_log("mirrored").map(|log| log.pending.len()), Some(1));
+    assert_eq!(h.cell.mirror("copied").map(|mirror| mirror.recalls_applied), Some(1));
+    let (whole, _) = whole_snapshot(&h);
+    let committed = fixture(VERSION_9_FIXTURE, &whole);
+    let restored = restored_whole(&committed, h.now);
+    assert_eq!(restored.cell.without_stale_timers(), h.cell.without_stale_timers());
+    assert_eq!(restored.cell.recall_log("mirrored"), h.cell.recall_log("mirrored"));
+    assert_eq!(restored.cell.mirror("copied"), h.cell.mirror("copied"));
+    assert!(Cell::reencode_snapshot(&committed).expect("the fixture decodes") == committed);
+    if SNAPSHOT_VERSION == 9 {
+        let (again, _) = whole_snapshot(&restored_whole(&committed, h.now));
+        assert!(again == committed, "the version 9 encoding changed; bump SNAPSHOT_VERSION and migrate");
+    }
+}
+
+/// A version 8 state knew no mirrors.
+#[test]
+fn a_version_8_snapshot_has_no_mirrors() {
+    let committed = std::fs::read(VERSION_8_FIXTURE).expect("the fixture is committed");
+    let cell = Cell::restore(&committed).expect("a version 8 snapshot restores");
+    assert_eq!(cell.mirrors().count(), 0);
+    assert!(cell.stream_names().iter().all(|name| cell.recall_log(name).is_none()));
+}
+
 /// A version 7 state knew no directory and no moves: it owns every stream at epoch 0.
 #[test]
 fn a_version_7_snapshot_owns_every_stream_and_places_none() {

@@ -4,6 +4,7 @@
 //!   reflection and metrics, graceful stop.
 //! - [`service`]: the client API (`cellog.v1.Cellog`) over a node: writes proposed to the cell, reads after a barrier.
 //! - [`mail_cell`]: the node's cell as sealed mail ([`cellog_mail`]) reaches it.
+//! - [`mirror`]: the mirror driver: while the node leads, it copies each mirror's source from another cell.
 //! - [`transport`]: Raft between nodes over gRPC (`cellog.raft.v1.Raft`), checksummed.
 //! - [`convert`] and [`status`]: wire types to core types, and rejections and failed proposals to gRPC statuses.
 //! - [`metrics`]: Prometheus metrics, and a store wrapper timing fsyncs.
@@ -23,6 +24,7 @@ pub mod limits;
 mod listen;
 pub mod mail_cell;
 pub mod metrics;
+pub mod mirror;
 pub mod node;
 pub mod service;
 pub mod status;

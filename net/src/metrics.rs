@@ -16,6 +16,8 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::mirror::{MirrorFigures, MirrorStatuses, PeerState};
+
 /// What a node records as it serves.
 pub struct Metrics {
     registry: Mutex<Registry>,
@@ -58,6 +60,8 @@ pub struct Metrics {
     caps_reached: [(Cap, Counter); Cap::ALL.len()],
     /// Each consumer group's figures as of the last scrape.
     groups: Arc<Groups>,
+    /// Each mirror's figures on this node, kept by the mirror driver (see [`crate::mirror`]).
+    pub mirrors: Arc<MirrorStatuses>,
 }
 
 /// One consumer group's figures.
@@ -109,6 +113,48 @@ impl Collector for Groups {
         for g in groups.iter() {
             let labels = [("stream", g.stream.as_str()), ("group", g.group.as_str())];
             ConstCounter::new(g.rebalances).encode(family.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+}
+
+/// The mirrors' metrics, labelled by mirror: read from the driver's figures at each scrape, in name order. Only the
+/// node that runs a mirror (its cell's leader) reports it. Not labelled families: see `caps_reached`.
+#[derive(Debug)]
+struct Mirrors(Arc<MirrorStatuses>);
+
+impl Collector for Mirrors {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let mirrors: Vec<(String, MirrorFigures)> =
+            self.0.figures().into_iter().filter(|(_, figures)| figures.driven).collect();
+        type Figure = fn(&MirrorFigures) -> u64;
+        let gauges: [(&str, &str, Figure); 2] = [
+            ("mirror_lag", "Messages a mirror's source held past it at the last read", |m| m.lag),
+            ("mirror_up", "1 while the last attempt reached a mirror's source, 0 once one failed", |m| {
+                u64::from(m.peer == PeerState::Up)
+            }),
+        ];
+        for (name, help, value) in gauges {
+            let gauge = ConstGauge::new(0i64);
+            let mut family = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
+            for (mirror, figures) in &mirrors {
+                let labels = [("mirror", mirror.as_str())];
+                ConstGauge::new(saturating_i64(value(figures))).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        let counters: [(&str, &str, Figure); 4] = [
+            ("mirror_snapshots", "A mirror's catch-ups by snapshot", |m| m.snapshots),
+            ("mirror_increments", "A mirror's incremental copies", |m| m.increments),
+            ("mirror_copied", "Messages copied into a mirror", |m| m.copied),
+            ("mirror_errors", "A mirror's failed attempts", |m| m.errors),
+        ];
+        for (name, help, value) in counters {
+            let counter = ConstCounter::new(0u64);
+            let mut family = encoder.encode_descriptor(name, help, None, counter.metric_type())?;
+            for (mirror, figures) in &mirrors {
+                let labels = [("mirror", mirror.as_str())];
+                ConstCounter::new(value(figures)).encode(family.encode_family(&labels)?)?;
+            }
         }
         Ok(())
     }
@@ -167,8 +213,10 @@ impl Metrics {
             resident_memory: Gauge::default(),
             caps_reached: Cap::ALL.map(|cap| (cap, Counter::default())),
             groups: Arc::new(Groups::default()),
+            mirrors: Arc::new(MirrorStatuses::default()),
         };
         registry.register_collector(Box::new(metrics.groups.clone()));
+        registry.register_collector(Box::new(Mirrors(metrics.mirrors.clone())));
         registry.register("published", "Messages published (appended or deduplicated)", metrics.published.clone());
         registry.register("publish_rejected", "Publishes the cell refused", metrics.publish_rejected.clone());
         registry.register("acked", "Deliveries answered by consumers", metrics.acked.clone());

@@ -24,6 +24,7 @@ use crate::limits::Limits;
 use crate::listen::{BindError, Listeners, Services};
 use crate::mail_cell::NodeCell;
 use crate::metrics::{Metered, Metrics};
+use crate::mirror::{MirrorOptions, mirror_loop};
 use crate::service::CellogService;
 use crate::tls::{NodeTls, TlsFiles};
 use crate::transport::{MAX_RAFT_MESSAGE, RaftService, grpc_network};
@@ -103,6 +104,8 @@ pub struct NodeConfig {
     pub root_token: Option<String>,
     /// Bounds on connections, calls, subscriptions and call time, and keep-alive.
     pub limits: Limits,
+    /// How this node runs its cell's mirrors while it leads: thresholds, backoff, and the credential toward sources.
+    pub mirrors: MirrorOptions,
 }
 
 impl NodeConfig {
@@ -293,6 +296,13 @@ impl<S: Storage + Clone> RunningNode<S> {
             tracing::info!(cell = mail.cell(), "sealed mail on");
             tasks.push(tokio::spawn(deliver_loop(mail.clone(), mail_cell.clone(), stopped.clone())));
         }
+        tasks.push(tokio::spawn(mirror_loop(
+            node.clone(),
+            config.cell.clone(),
+            config.mirrors.clone(),
+            metrics.mirrors.clone(),
+            stopped.clone(),
+        )));
         if let Some(token) = &config.root_token {
             let token = TokenHash(cellog_client::token::hash(token));
             tasks.push(tokio::spawn(install_root_token(node.clone(), token, stopped.clone())));

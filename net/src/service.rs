@@ -7,7 +7,11 @@ use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
 
 use cellog_client::status::{failed, to_item_error};
-use cellog_core::{Access, Actor, Cell, Command, MAX_FETCH, MAX_READ, Outcome, Record, Rejection, Scope, Work};
+use cellog_core::mirror::MirrorSource;
+use cellog_core::{
+    Access, Actor, Cell, Command, MAX_FETCH, MAX_READ, MAX_RESPONSE_BYTES, MirrorRead, Outcome, Record, Rejection,
+    Scope, Work,
+};
 use cellog_proto::v1::{self, cellog_server::Cellog};
 use cellog_raft::storage::Storage;
 use cellog_raft::{Answer, BodyError, CellNode, MembershipError, NodeAddrs, ProposeError, Replica};
@@ -1478,6 +1482,115 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
             })
             .await?;
         Ok(Response::new(ownership))
+    }
+
+    async fn create_mirror(
+        &self,
+        request: Request<v1::CreateMirrorRequest>,
+    ) -> Result<Response<v1::CreateMirrorResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
+        let request = request.into_inner();
+        let config = convert::stream_config(request.config)?;
+        let source = MirrorSource {
+            cell: request.source_cell,
+            stream: request.source_stream,
+            addresses: request.source_addresses,
+        };
+        match self.write(&actor, Command::CreateMirror { name: request.name, config, source }).await? {
+            Outcome::StreamCreated { created } => Ok(Response::new(v1::CreateMirrorResponse { created })),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn list_mirrors(
+        &self,
+        request: Request<v1::ListMirrorsRequest>,
+    ) -> Result<Response<v1::ListMirrorsResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
+        let figures = self.metrics.mirrors.figures();
+        let mirrors = self
+            .read(&actor, cluster_admin, |cell| {
+                let mirrors = cell.mirrors().map(|(name, mirror)| {
+                    let last_seqs =
+                        cell.stream_info(name).map(|info| info.partitions.iter().map(|p| p.high_watermark).collect());
+                    convert::mirror_to_wire(name, mirror, last_seqs.unwrap_or_default(), figures.get(&**name))
+                });
+                Ok(mirrors.collect())
+            })
+            .await?;
+        Ok(Response::new(v1::ListMirrorsResponse { mirrors }))
+    }
+
+    async fn register_mirror(
+        &self,
+        request: Request<v1::RegisterMirrorRequest>,
+    ) -> Result<Response<v1::RegisterMirrorResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
+        let request = request.into_inner();
+        match self.write(&actor, Command::RegisterMirror { stream: request.stream, peer: request.peer }).await? {
+            Outcome::PeerRegistered => Ok(Response::new(v1::RegisterMirrorResponse {})),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn mirror_read(
+        &self,
+        request: Request<v1::MirrorReadRequest>,
+    ) -> Result<Response<v1::MirrorReadResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
+        let request = request.into_inner();
+        let max = match request.max {
+            0 => 256,
+            max => usize::try_from(max).unwrap_or(MAX_READ).min(MAX_READ),
+        };
+        let (stream, peer) = (&request.stream, &request.peer);
+        let read = self
+            .read(&actor, cluster_admin, |cell| {
+                cell.mirror_read(stream, peer, &request.from, max, MAX_RESPONSE_BYTES, request.recalls_from)
+            })
+            .await?;
+        let MirrorRead { records, mut scanned, last_seqs, recalls, recalls_next } = read;
+        let payloads = self.payloads(stream, &records.iter().collect::<Vec<_>>());
+        let mut messages = Vec::with_capacity(records.len());
+        let mut cut = vec![false; scanned.len()];
+        for (record, payload) in records.into_iter().zip(payloads) {
+            let p = record.partition as usize;
+            if cut[p] {
+                continue;
+            }
+            match payload? {
+                Some(payload) => messages.push(convert::record_to_wire(record, payload)),
+                // Removed (recalled) since the read: the answer for its partition ends before it, and the next read
+                // finds it recalled.
+                None => {
+                    cut[p] = true;
+                    scanned[p] = record.seq - 1;
+                }
+            }
+        }
+        let recalls = recalls
+            .into_iter()
+            .map(|recall| v1::LoggedRecall { number: recall.number, partition: recall.partition, seq: recall.seq })
+            .collect();
+        Ok(Response::new(v1::MirrorReadResponse { messages, scanned, last_seqs, recalls, recalls_next }))
+    }
+
+    async fn mirror_progress(
+        &self,
+        request: Request<v1::MirrorProgressRequest>,
+    ) -> Result<Response<v1::MirrorProgressResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
+        let request = request.into_inner();
+        let command = Command::MirrorProgress {
+            stream: request.stream,
+            peer: request.peer,
+            received: request.received,
+            recalls_applied: request.recalls_applied,
+        };
+        match self.write(&actor, command).await? {
+            Outcome::PeerProgressed => Ok(Response::new(v1::MirrorProgressResponse {})),
+            other => Err(unexpected(&other)),
+        }
     }
 }
 

@@ -121,6 +121,8 @@ pub fn rejection_parts(rejection: &Rejection) -> (Code, ErrorDetail) {
         Rejection::StaleEpoch { .. } => (Code::FailedPrecondition, "STALE_EPOCH"),
         Rejection::CellNotFound { .. } => (Code::NotFound, "CELL_NOT_FOUND"),
         Rejection::NotPlaced { .. } => (Code::NotFound, "NOT_PLACED"),
+        Rejection::Mirror { .. } => (Code::FailedPrecondition, "MIRROR"),
+        Rejection::RecallsPending { .. } => (Code::ResourceExhausted, "RECALLS_PENDING"),
     };
     let mut detail = detail(reason, message);
     match rejection {
@@ -129,6 +131,11 @@ pub fn rejection_parts(rejection: &Rejection) -> (Code, ErrorDetail) {
             detail.lagging_peer = lagging_peer.clone();
             detail.retry_after_ms = 1000;
         }
+        Rejection::RecallsPending { peer, .. } => {
+            detail.lagging_peer = peer.clone();
+            detail.retry_after_ms = 1000;
+        }
+        Rejection::Mirror { cell, .. } => detail.cell = cell.clone(),
         Rejection::Fenced { current_epoch } => detail.current_epoch = *current_epoch,
         Rejection::UnknownMember { generation, .. } | Rejection::NotOwner { generation, .. } => {
             detail.generation = *generation

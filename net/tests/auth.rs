@@ -44,6 +44,7 @@ async fn secure_node_with(rate: Option<PrincipalRate>) -> RunningNode<SimDisk> {
         root_token: Some(ROOT_TOKEN.to_string()),
         tls: None,
         limits: cellog_net::Limits::DEFAULT,
+        mirrors: cellog_net::mirror::MirrorOptions::default(),
     };
     RunningNode::start(&config, SimDisk::new(11), Arc::new(SystemClock)).await.expect("the node starts")
 }

@@ -41,6 +41,7 @@ fn config(id: u64, bootstrap: bool) -> NodeConfig {
         root_token: None,
         tls: None,
         limits: Limits::DEFAULT,
+        mirrors: cellog_net::mirror::MirrorOptions::default(),
     }
 }
 

@@ -257,6 +257,7 @@ fn config(id: u64, addrs: &[(SocketAddr, SocketAddr, SocketAddr)]) -> NodeConfig
         root_token: None,
         tls: None,
         limits: cellog_net::Limits::DEFAULT,
+        mirrors: cellog_net::mirror::MirrorOptions::default(),
     }
 }
 

@@ -84,6 +84,7 @@ async fn cell_as(
         root_token: root_token.map(str::to_string),
         tls: None,
         limits: cellog_net::Limits::DEFAULT,
+        mirrors: cellog_net::mirror::MirrorOptions::default(),
     };
     let node = RunningNode::start(&config, SimDisk::new(7), Arc::new(SystemClock)).await.expect("the node starts");
     let options = ClientOptions { token: root_token.map(str::to_string), ..ClientOptions::default() };

@@ -113,6 +113,7 @@ async fn node_of(
         root_token: None,
         tls: Some(files),
         limits: cellog_net::Limits::DEFAULT,
+        mirrors: cellog_net::mirror::MirrorOptions::default(),
     };
     RunningNode::start(&config, SimDisk::new(id), Arc::new(SystemClock)).await.expect("the node starts")
 }

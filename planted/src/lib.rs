@@ -1,5 +1,5 @@
 //! Planted bugs, to measure whether the simulator finds what it should: each is a small, named wrong turn in the
-//! production code (in `core` or `raft`), compiled only into simulation builds (`--cfg madsim`) and off unless a
+//! production code (in `core`, `raft` or `net`), compiled only into simulation builds (`--cfg madsim`) and off unless a
 //! sweep switches it on (`ci/chaos --mutant NAME`). Production builds depend on neither this crate nor any of the
 //! wrong turns: the crates that hold one name this crate only under `[target.'cfg(madsim)'.dependencies]`.
 //!
@@ -74,6 +74,10 @@ pub enum Mutant {
     /// two cells accept writes in one epoch, and what the old owner takes after its fence is never carried over (old
     /// owner accepts writes).
     OldOwnerAcceptsWrites,
+    /// A mirror catching up by snapshot copies the chunks of the source's stream but the second one's messages: the
+    /// range is passed over as if the source held nothing there, and the mirror has a gap its source has not
+    /// (mirror snapshot skips a range).
+    MirrorSnapshotSkipsRange,
     /// A message whose publish is applied at a cell time ending in 07 (about 1 in 100) is acknowledged but not kept:
     /// the canary, which shows the sweep reports failures at about the rate it should.
     Canary,

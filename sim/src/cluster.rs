@@ -16,6 +16,7 @@ use cellog_client::{Client, ClientOptions, proto as v1};
 use cellog_core::Millis;
 use cellog_envelope::{CellKey, Keyring};
 use cellog_mail::{MailConfig, RetryPolicy};
+use cellog_net::mirror::MirrorOptions;
 use cellog_net::{NodeConfig, Peer, RaftTiming, RunningNode};
 use cellog_raft::storage::{DiskFaults, MetaKey, SimDisk, Space, Storage};
 use cellog_raft::{Clock, NodeAddrs, SystemClock};
@@ -127,6 +128,24 @@ pub fn sim_retry() -> RetryPolicy {
     }
 }
 
+/// How mirrors run in simulation: a snapshot threshold, reads and chunks small enough that a partition of seconds
+/// under a light load passes the threshold and a catch-up takes several chunks; backoff up to ten seconds, so a
+/// source that came back and was used only after the backoff would show.
+pub fn sim_mirrors() -> MirrorOptions {
+    MirrorOptions {
+        snapshot_lag: 100,
+        incremental_read: 16,
+        snapshot_chunk: 40,
+        poll: Duration::from_millis(100),
+        backoff: Duration::from_millis(100),
+        max_backoff: Duration::from_secs(10),
+        probe_every: Duration::from_millis(250),
+        attempt_timeout: Duration::from_secs(1),
+        token: None,
+        tls: None,
+    }
+}
+
 /// Node `id`'s configuration in `cell`; `bootstrap` founds the cell with `peers` and itself.
 fn config(
     cell: &str,
@@ -159,6 +178,7 @@ fn config(
         root_token: None,
         tls: None,
         limits: cellog_net::Limits::DEFAULT,
+        mirrors: sim_mirrors(),
     }
 }
 

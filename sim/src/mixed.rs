@@ -103,6 +103,7 @@ pub fn duties() -> Duties {
             INTRUDER.to_string(),
             INTRUDER_GRANTS.iter().map(|filter| filter.to_string()).collect(),
         )]),
+        mirrors: BTreeMap::new(),
     }
 }
 

@@ -15,6 +15,7 @@ mod group;
 mod handover;
 mod intact;
 mod lost;
+mod mirror;
 mod monotonic;
 mod order;
 mod position;
@@ -70,6 +71,7 @@ pub const ALL: &[Checker] = &[
     watermark::CHECKER,
     delayed::CHECKER,
     cell_time::CHECKER,
+    mirror::CHECKER,
 ];
 
 /// Runs every checker; returns the violated properties with what was found.

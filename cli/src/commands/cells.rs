@@ -1,5 +1,6 @@
 //! `cellog cells`: a deployment of many cells, through its directory (the cell `--server` names): the cells and
-//! their addresses, where each stream is placed, and moving a stream to another cell.
+//! their addresses, where each stream is placed, moving a stream to another cell, and mirrors of one cell's stream on
+//! another.
 
 use clap::Subcommand;
 
@@ -33,6 +34,27 @@ pub enum CellsCommand {
     /// Where a stream lives: its cell, ownership epoch, and a move under way.
     Locate {
         stream: String,
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// Make a stream on one cell a mirror of a stream on another: ids, order and positions kept, recalls followed,
+    /// the source's retention waiting for it. The mirror's cell copies and follows the source from then on.
+    Mirror {
+        /// The mirror's name on its cell.
+        name: String,
+        /// The cell that holds the mirror.
+        #[arg(long)]
+        on: String,
+        /// The source: CELL/STREAM.
+        #[arg(long, value_name = "CELL/STREAM")]
+        from: String,
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// A cell's mirrors: where each ends, its lag behind its source, whether the source answers, its last error.
+    Mirrors {
+        /// The cell.
+        cell: String,
         #[command(flatten)]
         connect: Connect,
     },
@@ -76,6 +98,38 @@ pub async fn run(command: CellsCommand) -> anyhow::Result<()> {
                 placement.epoch,
                 location.addresses.join(",")
             );
+        }
+        CellsCommand::Mirror { name, on, from, connect } => {
+            let Some((cell, stream)) = from.split_once('/') else {
+                anyhow::bail!("--from {from:?}: expected CELL/STREAM, e.g. east/orders");
+            };
+            let cells = cellog_client::Cells::new(client(&connect)?, crate::commands::options(&connect)?);
+            let created = cells.mirror(&name, &on, cell, stream).await?;
+            let how = if created { "now mirrors" } else { "already mirrored" };
+            println!("{on}/{name} {how} {cell}/{stream}");
+        }
+        CellsCommand::Mirrors { cell, connect } => {
+            let cells = cellog_client::Cells::new(client(&connect)?, crate::commands::options(&connect)?);
+            let mut table =
+                Table::new(["MIRROR", "SOURCE", "LAST SEQS", "LAG", "SOURCE STATE", "CATCH-UPS", "LAST ERROR"]);
+            for mirror in cells.cell(&cell).await?.list_mirrors().await? {
+                let state = match mirror.peer_state() {
+                    cellog_client::proto::MirrorPeerState::MirrorPeerUp => "up",
+                    cellog_client::proto::MirrorPeerState::MirrorPeerDown => "down",
+                    cellog_client::proto::MirrorPeerState::MirrorPeerUnknown => "unknown",
+                };
+                let seqs: Vec<String> = mirror.last_seqs.iter().map(u64::to_string).collect();
+                table.row([
+                    mirror.name.clone(),
+                    format!("{}/{}", mirror.source_cell, mirror.source_stream),
+                    seqs.join(","),
+                    mirror.lag.to_string(),
+                    state.to_string(),
+                    format!("{} snapshot, {} incremental", mirror.snapshots, mirror.increments),
+                    mirror.last_error.clone(),
+                ]);
+            }
+            table.print(0);
         }
         CellsCommand::Move { stream, to, connect } => {
             let directory = client(&connect)?;

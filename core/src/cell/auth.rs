@@ -117,7 +117,11 @@ impl Cell {
             | Command::FenceStream { .. }
             | Command::ReceiveStream { .. }
             | Command::AcceptStream { .. }
-            | Command::Ingest { .. } => auth.authorize(principal, &Access::ClusterAdmin)?,
+            | Command::Ingest { .. }
+            | Command::CreateMirror { .. }
+            | Command::MirrorIngest { .. }
+            | Command::RegisterMirror { .. }
+            | Command::MirrorProgress { .. } => auth.authorize(principal, &Access::ClusterAdmin)?,
             Command::Tick | Command::As { .. } | Command::ReserveSubjects { .. } => {
                 return Err(Rejection::PermissionDenied {
                     principal: principal.to_string(),

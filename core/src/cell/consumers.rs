@@ -155,7 +155,7 @@ impl Cell {
             let mut copy = None;
             // A dead-letter stream that moved to another cell gets no copy here (it would fork that stream's log).
             if let (Some(message), Some(target)) = (original, target)
-                && super::placement::writable(&self.ownership, &target).is_ok()
+                && super::placement::writable(&self.ownership, &self.mirroring, &target).is_ok()
                 && let Some(dead_letters) = self.streams.get_mut(target.as_str())
             {
                 let mut headers = message.headers().cloned().unwrap_or_default();

@@ -1,5 +1,6 @@
-//! A stream moving here: its messages copied at the positions they hold on the cell it moves from (see
-//! [`crate::placement`]).
+//! Messages copied in at the positions they hold on another cell: a stream moving here from the cell it moves from
+//! (see [`crate::placement`]), a mirror from its source (see [`crate::mirror`]). The caller checks that the stream
+//! takes such a copy.
 
 use super::limits::{MAX_INGEST_GAP, invalid};
 use super::publish::{append_message, store_body};
@@ -12,11 +13,9 @@ impl Cell {
         &mut self,
         at: crate::time::Millis,
         name: &str,
-        epoch: u64,
         messages: Vec<IngestMessage>,
         through: &[u64],
     ) -> Result<Outcome, Rejection> {
-        self.check_receiving(name, epoch)?;
         let stream = stream_in(&mut self.streams, name)?;
         let n = stream.partitions().len();
         if !through.is_empty() && through.len() != n {

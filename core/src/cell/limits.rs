@@ -4,6 +4,7 @@ use crate::auth::Actor;
 use crate::command::{AckKind, Command, IngestMessage, PublishRequest};
 use crate::config::{MAX_DURATION_MS, MAX_PAYLOAD_LIMIT};
 use crate::error::{Cap, NameKind, Rejection};
+use crate::mirror::MAX_RECALLS_READ;
 use crate::placement::{MAX_ADDRESS_BYTES, MAX_CELL_ADDRESSES};
 use crate::subject::{tenant_of, validate_name, validate_subject};
 use crate::tenant::validate_scoped_name;
@@ -359,6 +360,34 @@ impl Command {
                 Ok(())
             }
             Command::Unplace { stream } => check_placed_stream(stream),
+            Command::CreateMirror { name, source, .. } => {
+                check_placed_stream(name)?;
+                check_name(NameKind::Cell, &source.cell)?;
+                check_placed_stream(&source.stream)?;
+                check_addresses(&source.addresses)
+            }
+            Command::MirrorIngest { stream, messages, through, recalls, .. } => {
+                check_placed_stream(stream)?;
+                check_through(through)?;
+                if messages.len() > MAX_INGEST_MESSAGES || recalls.len() > MAX_RECALLS_READ {
+                    return Err(invalid(format!(
+                        "a mirror's copy carries at most {MAX_INGEST_MESSAGES} messages and {MAX_RECALLS_READ} \
+                         recalls; {} and {} were given",
+                        messages.len(),
+                        recalls.len()
+                    )));
+                }
+                messages.iter().try_for_each(check_ingested)
+            }
+            Command::RegisterMirror { stream, peer } => {
+                check_placed_stream(stream)?;
+                check_name(NameKind::Peer, peer)
+            }
+            Command::MirrorProgress { stream, peer, received, .. } => {
+                check_placed_stream(stream)?;
+                check_name(NameKind::Peer, peer)?;
+                check_through(received)
+            }
             _ => Ok(()),
         }
     }

@@ -3,8 +3,8 @@
 //! One `Cell` type, one `impl` block per concern: [`limits`] (what a command may ask for at all), [`timers`],
 //! [`publish`] (publishing and recall), [`streams`] (streams, retention, peers and pins), [`consumers`] (consumers,
 //! fetches and acks), [`transaction`] (transactional producers), [`groups`] (consumer groups), [`placement`] (the
-//! directory and streams' ownership epochs), [`ingest`] (a moving stream's messages copied in) and [`views`] (what
-//! hosts read). Each block's
+//! directory and streams' ownership epochs), [`ingest`] (a moving stream's or a mirror's messages copied in),
+//! [`mirror`] (mirrors and the recall logs their sources keep) and [`views`] (what hosts read). Each block's
 //! methods are visible to the others and to nothing outside the cell; [`Cell::apply`] is the only way in.
 
 use std::collections::BTreeMap;
@@ -17,9 +17,10 @@ use crate::body::BodyRef;
 use crate::command::{Command, Effect, Outcome};
 use crate::error::Rejection;
 use crate::group::Group;
+use crate::mirror::Mirroring;
 use crate::placement::{Directory, Ownership};
 use crate::route::Router;
-use crate::snapshot::{v3, v4, v5, v6, v7, v8};
+use crate::snapshot::{v3, v4, v5, v6, v7, v8, v9};
 use crate::stream::Stream;
 use crate::time::Millis;
 
@@ -28,6 +29,7 @@ mod consumers;
 mod groups;
 mod ingest;
 mod limits;
+mod mirror;
 mod placement;
 mod publish;
 mod streams;
@@ -41,6 +43,7 @@ pub use limits::{
     MAX_PRODUCERS, MAX_READ, MAX_RESPONSE_BYTES, MAX_SESSION_TIMEOUT_MS, MAX_STREAMS, MIN_SESSION_TIMEOUT_MS,
     PRODUCER_IDLE_MS,
 };
+pub use mirror::MirrorRead;
 pub use streams::PIN_HEADER;
 use timers::Timers;
 use transaction::Producer;
@@ -87,6 +90,8 @@ pub struct Cell {
     /// The ownership of each stream name a move named, kept after the stream is deleted (so that a stream created
     /// again under a moved name stays fenced); a name not here is owned at epoch 0.
     ownership: BTreeMap<Arc<str>, Ownership>,
+    /// This cell's mirrors of other cells' streams, and the recall logs of its streams that other cells mirror.
+    mirroring: Mirroring,
     /// Which stream claims a subject: derived from the streams' configs, not encoded, rebuilt on decode
     /// ([`Cell::rebuild_derived`]).
     #[serde(skip)]
@@ -144,6 +149,7 @@ impl Cell {
             groups: BTreeMap::new(),
             directory: Directory::default(),
             ownership: BTreeMap::new(),
+            mirroring: Mirroring::default(),
             router: Router::default(),
             producers_expire_from: ExpiryBound(Millis::MAX),
             members_expire_from: ExpiryBound(Millis::MAX),
@@ -174,6 +180,7 @@ impl Cell {
             groups: BTreeMap::new(),
             directory: Directory::default(),
             ownership: BTreeMap::new(),
+            mirroring: Mirroring::default(),
             router: Router::default(),
             producers_expire_from: ExpiryBound(Millis::MAX),
             members_expire_from: ExpiryBound(Millis::MAX),
@@ -226,6 +233,12 @@ impl Cell {
             ownership: ownership.into_iter().map(|(name, o)| (name, o.into())).collect(),
             ..Cell::from_v7(state)
         }
+    }
+
+    /// The state a version 9 snapshot holds: version 8's, the mirrors and the recall logs.
+    pub(crate) fn from_v9(cell: v9::Cell) -> Self {
+        let (state, mirroring) = cell.split();
+        Cell { mirroring: mirroring.into(), ..Cell::from_v8(state) }
     }
 
     /// Rebuilds what is derived from the state and not encoded (the subject router), after decoding.
@@ -395,7 +408,18 @@ impl Cell {
                 self.receive_stream(at, &stream, epoch, &from, config)
             }
             Command::AcceptStream { stream, epoch, through } => self.accept_stream(&stream, epoch, &through),
-            Command::Ingest { stream, epoch, messages, through } => self.ingest(at, &stream, epoch, messages, &through),
+            Command::Ingest { stream, epoch, messages, through } => {
+                self.check_receiving(&stream, epoch)?;
+                self.ingest(at, &stream, messages, &through)
+            }
+            Command::CreateMirror { name, config, source } => self.create_mirror(at, name, config, source),
+            Command::MirrorIngest { stream, messages, through, recalls, recalls_through } => {
+                self.mirror_ingest(at, &stream, messages, &through, &recalls, recalls_through)
+            }
+            Command::RegisterMirror { stream, peer } => self.register_mirror(&stream, peer),
+            Command::MirrorProgress { stream, peer, received, recalls_applied } => {
+                self.mirror_progress(at, &stream, &peer, &received, recalls_applied)
+            }
         }
     }
 }

@@ -8,11 +8,23 @@ use super::Cell;
 use super::limits::invalid;
 use crate::command::Outcome;
 use crate::error::Rejection;
+use crate::mirror::Mirroring;
 use crate::placement::{MAX_CELLS, MAX_PLACEMENTS, OWNED_HERE, Ownership, Placement};
 
 /// Whether this cell accepts writes to `stream`: refused with where it went while it moved away, or while it is
 /// still moving here.
-pub(super) fn writable(ownership: &BTreeMap<Arc<str>, Ownership>, stream: &str) -> Result<(), Rejection> {
+pub(super) fn writable(
+    ownership: &BTreeMap<Arc<str>, Ownership>,
+    mirroring: &Mirroring,
+    stream: &str,
+) -> Result<(), Rejection> {
+    if let Some(mirror) = mirroring.mirrors.get(stream) {
+        return Err(Rejection::Mirror {
+            stream: stream.to_string(),
+            cell: mirror.source.cell.clone(),
+            source_stream: mirror.source.stream.clone(),
+        });
+    }
     #[cfg(madsim)]
     if cellog_planted::active(cellog_planted::Mutant::OldOwnerAcceptsWrites)
         && matches!(ownership.get(stream), Some(Ownership::Moved { .. }))
@@ -46,7 +58,7 @@ impl Cell {
     }
 
     pub(super) fn writable(&self, stream: &str) -> Result<(), Rejection> {
-        writable(&self.ownership, stream)
+        writable(&self.ownership, &self.mirroring, stream)
     }
 
     pub(super) fn put_cell(&mut self, cell: &str, addresses: Vec<String>) -> Result<Outcome, Rejection> {

@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::Cell;
 use super::limits::{MAX_DEDUP_IDS, invalid};
 use super::timers::{Timer, Timers};
-use super::{Cell, stream_in};
 use crate::body::BodyRef;
 use crate::command::{Effect, Outcome, PublishAck, PublishRequest};
 use crate::error::{Cap, Rejection};
@@ -78,7 +78,7 @@ impl Cell {
     pub(super) fn publish(&mut self, at: Millis, mut request: PublishRequest) -> Result<Outcome, Rejection> {
         let pin = self.check_pin(&request)?;
         let stream = Self::route(&self.router, &mut self.streams, &request.subject)?;
-        super::placement::writable(&self.ownership, stream.name())?;
+        super::placement::writable(&self.ownership, &self.mirroring, stream.name())?;
         if let Some((target, ..)) = &pin
             && target == stream.name()
         {
@@ -177,12 +177,9 @@ impl Cell {
         append_message(stream, &mut self.timers, &mut self.effects, partition, request, body, at)
     }
 
-    pub(super) fn recall(&mut self, _at: Millis, stream: &str, partition: u32, seq: u64) -> Result<Outcome, Rejection> {
-        let s = stream_in(&mut self.streams, stream)?;
-        super::placement::writable(&self.ownership, stream)?;
-        if s.recall(partition, seq, _at, &mut self.effects)? {
-            self.effects.push(Effect::Recalled { stream: s.name().clone(), partition, seq });
-        }
-        Ok(Outcome::Recalled)
+    pub(super) fn recall(&mut self, at: Millis, stream: &str, partition: u32, seq: u64) -> Result<Outcome, Rejection> {
+        self.stream(stream)?;
+        super::placement::writable(&self.ownership, &self.mirroring, stream)?;
+        self.recall_logged(at, stream, partition, seq, true)
     }
 }

@@ -178,6 +178,7 @@ impl Cell {
             unpin(&mut self.streams, target, &mut released);
         }
         self.forget_groups_of(name);
+        self.forget_mirroring_of(name);
         self.effects.push(Effect::StreamDeleted { stream: stream.name().clone() });
         for target in released {
             self.enforce_retention(at, &target, None);
@@ -286,6 +287,7 @@ impl Cell {
         if !s.unregister_peer(peer) {
             return Err(Rejection::PeerNotFound { stream: stream.to_string(), peer: peer.to_string() });
         }
+        self.forget_mirror_peer(stream, peer);
         self.enforce_retention(at, stream, None);
         Ok(Outcome::PeerUnregistered)
     }

@@ -26,6 +26,7 @@ impl Cell {
             ("principals".to_string(), digest_of(&self.auth)),
             ("directory".to_string(), digest_of(&self.directory)),
             ("ownership".to_string(), digest_of(&self.ownership)),
+            ("mirroring".to_string(), digest_of(&self.mirroring)),
         ];
         for (name, stream) in &self.streams {
             parts.push((format!("stream {name}"), digest_of(stream)));

@@ -41,6 +41,7 @@ pub(crate) mod v5;
 pub(crate) mod v6;
 pub(crate) mod v7;
 pub(crate) mod v8;
+pub(crate) mod v9;
 
 const MAGIC: &[u8; 8] = b"CELLOGSN";
 /// The encoding version this build writes.
@@ -50,9 +51,10 @@ const MAGIC: &[u8; 8] = b"CELLOGSN";
 /// producers count as active at its time); version 6 moved the payloads of staged transactional messages out of the
 /// state into the body store (a message an earlier state staged keeps its payload until its transaction ends); version
 /// 7 added consumer groups (an earlier state has none); version 8 added the directory's records of cells and placements,
-/// and each moved stream's ownership epoch (an earlier state has none: it owns every stream at epoch 0). Versions
-/// before 3 are refused as unsupported.
-pub const SNAPSHOT_VERSION: u32 = 8;
+/// and each moved stream's ownership epoch (an earlier state has none: it owns every stream at epoch 0); version 9
+/// added mirrors and the recall logs kept for them (an earlier state has none). Versions before 3 are refused as
+/// unsupported.
+pub const SNAPSHOT_VERSION: u32 = 9;
 const HEADER_BYTES: usize = 16;
 
 /// A SHA-256 digest of a cell's whole state.
@@ -168,6 +170,7 @@ fn format(version: u32) -> Option<Format> {
         6 => Some(Format { read: read_v6, reencode: reencode::<v6::Cell> }),
         7 => Some(Format { read: read_v7, reencode: reencode::<v7::Cell> }),
         8 => Some(Format { read: read_v8, reencode: reencode::<v8::Cell> }),
+        9 => Some(Format { read: read_v9, reencode: reencode::<v9::Cell> }),
         _ => None,
     }
 }
@@ -200,6 +203,11 @@ fn read_v7(body: &[u8]) -> Result<(Cell, &[u8]), SnapshotError> {
 fn read_v8(body: &[u8]) -> Result<(Cell, &[u8]), SnapshotError> {
     let (state, rest) = take_state::<v8::Cell>(body)?;
     Ok((Cell::from_v8(state), rest))
+}
+
+fn read_v9(body: &[u8]) -> Result<(Cell, &[u8]), SnapshotError> {
+    let (state, rest) = take_state::<v9::Cell>(body)?;
+    Ok((Cell::from_v9(state), rest))
 }
 
 fn reencode<State: Serialize + DeserializeOwned>(body: &[u8]) -> Result<Vec<u8>, SnapshotError> {

@@ -287,6 +287,11 @@ operations! {
     "IngestMessages" => ingest_messages,
     "AcceptStream" => accept_stream,
     "GetOwnership" => get_ownership,
+    "CreateMirror" => create_mirror,
+    "ListMirrors" => list_mirrors,
+    "RegisterMirror" => register_mirror,
+    "MirrorRead" => mirror_read,
+    "MirrorProgress" => mirror_progress,
 }
 
 #[cfg(test)]

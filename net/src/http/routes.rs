@@ -112,6 +112,11 @@ pub(crate) const ROUTES: &[Route] = &[
     route(Post, "/v1/streams/{stream}/ownership/fence", "FenceStream", "cells"),
     route(Post, "/v1/streams/{stream}/ownership/ingest", "IngestMessages", "cells"),
     route(Post, "/v1/streams/{stream}/ownership/accept", "AcceptStream", "cells"),
+    route(Get, "/v1/mirrors", "ListMirrors", "cells"),
+    route(Put, "/v1/mirrors/{name}", "CreateMirror", "cells"),
+    route(Post, "/v1/streams/{stream}/mirrors/{peer}", "RegisterMirror", "cells"),
+    route(Post, "/v1/streams/{stream}/mirrors/{peer}/read", "MirrorRead", "cells"),
+    route(Post, "/v1/streams/{stream}/mirrors/{peer}/progress", "MirrorProgress", "cells"),
 ];
 
 /// What a request's path matched: the route and its path fields, percent-decoded, in the path's order.

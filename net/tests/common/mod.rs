@@ -57,6 +57,7 @@ pub async fn one_node(cell: &str) -> (RunningNode<SimDisk>, Client) {
         root_token: None,
         tls: None,
         limits: cellog_net::Limits::DEFAULT,
+        mirrors: cellog_net::mirror::MirrorOptions::default(),
     };
     let node = RunningNode::start(&config, SimDisk::new(7), Arc::new(SystemClock)).await.expect("the node starts");
     let client = Client::new([node.client_addr.to_string()], ClientOptions::default()).expect("a client");
