@@ -258,10 +258,14 @@ struct Follower<S> {
 impl<S: Storage + Clone> Follower<S> {
     async fn run(self) {
         let mut client: Option<(Vec<String>, Client)> = None;
-        let mut registered = false;
         let mut failures: Option<(String, u32)> = None;
         loop {
-            let Some((mirror, _)) = self.mirror() else { return };
+            let Some((mirror, ends)) = self.mirror() else { return };
+            // A mirror that holds nothing yet registers on its source (again: registering is idempotent). One that
+            // holds something was registered, and stays so unless its source forgot it (the stream deleted and made
+            // again, or the mirror unregistered there): what the source removed since may be missing here, so it is
+            // not registered again behind the operator's back, and copies nothing until the mirror is made again.
+            let fresh = ends.iter().all(|&end| end == 0) && mirror.recalls_applied == 0;
             let source = match &client {
                 Some((addresses, client)) if *addresses == mirror.source.addresses => client.clone(),
                 _ => match Client::new(mirror.source.addresses.clone(), self.client_options()) {
@@ -276,9 +280,8 @@ impl<S: Storage + Clone> Follower<S> {
                 },
             };
             let result = async {
-                if !registered {
+                if fresh {
                     source.register_mirror(&mirror.source.stream, &self.peer).await?;
-                    registered = true;
                 }
                 self.round(&source).await
             }
@@ -291,13 +294,17 @@ impl<S: Storage + Clone> Follower<S> {
                         tokio::time::sleep(self.options.poll).await;
                     }
                 }
-                Err(failure) => {
-                    if matches!(&failure, Failure::Source(error) if error.reason() == Some("PEER_NOT_FOUND")) {
-                        // The source forgot the mirror (the stream made again, the peer removed): register again.
-                        registered = false;
-                    }
-                    self.failed(&failure, &mut failures, Some(&source), &mirror).await;
+                Err(Failure::Source(error)) if !fresh && error.reason() == Some("PEER_NOT_FOUND") => {
+                    let forgotten = Failure::Here(format!(
+                        "stream {:?} of cell {:?} no longer has this mirror registered (deleted and made again, or \
+                         the mirror unregistered there): what it removed since may be missing here, so nothing more \
+                         is copied; delete this mirror and create it again",
+                        mirror.source.stream, mirror.source.cell
+                    ));
+                    self.statuses.update(&self.name, |figures| figures.peer = PeerState::Up);
+                    self.failed(&forgotten, &mut failures, Some(&source), &mirror).await;
                 }
+                Err(failure) => self.failed(&failure, &mut failures, Some(&source), &mirror).await,
             }
         }
     }

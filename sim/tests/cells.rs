@@ -327,4 +327,22 @@ async fn a_mirror_across_a_partition_that_heals_catches_up_by_snapshot_and_incre
     let last: Vec<u64> = source.iter().map(|p| p.keys().last().copied().unwrap_or(0)).collect();
     assert_eq!(peers.len(), 1);
     assert_eq!(peers[0].received, last, "east knows what the mirror received");
+
+    // East's stream deleted and made again: a stream the mirror does not follow. It copies nothing of it, and says
+    // why, until it is made again itself.
+    let east = cluster.client_in("east");
+    cluster
+        .on_client(async move {
+            let config = east.stream_info(STREAM).await.expect("east's stream").config.expect("a config");
+            east.delete_stream(STREAM).await.expect("deleted");
+            east.create_stream(STREAM, config).await.expect("made again");
+            for index in 1_000..1_010 {
+                east.publish(message(index)).await.expect("published");
+            }
+        })
+        .await;
+    madsim::time::sleep(Duration::from_secs(5)).await;
+    let status = mirror_status(&cluster).await;
+    assert!(status.last_error.contains("no longer has this mirror registered"), "{status:?}");
+    assert_eq!(contents(&cluster, "west", MIRROR).await, mirror, "nothing of the new stream copied");
 }
