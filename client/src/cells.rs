@@ -95,18 +95,22 @@ impl Cells {
         if let Some((_, client)) = self.known().clients.get(cell) {
             return Ok(client.clone());
         }
-        let cells = self.directory.list_cells().await?;
-        let addresses =
-            cells.into_iter().find(|c| c.cell == cell).map(|c| c.addresses).ok_or_else(|| ClientError::Status {
-                code: tonic::Code::NotFound,
-                detail: v1::ErrorDetail {
-                    reason: "CELL_NOT_FOUND".to_string(),
-                    message: format!("the directory records no cell {cell:?}"),
-                    cell: cell.to_string(),
-                    ..v1::ErrorDetail::default()
-                },
-            })?;
+        let addresses = self.addresses(cell).await?;
         self.client_at(cell, addresses)
+    }
+
+    /// The addresses the directory records for `cell` now.
+    async fn addresses(&self, cell: &str) -> Result<Vec<String>, ClientError> {
+        let cells = self.directory.list_cells().await?;
+        cells.into_iter().find(|c| c.cell == cell).map(|c| c.addresses).ok_or_else(|| ClientError::Status {
+            code: tonic::Code::NotFound,
+            detail: v1::ErrorDetail {
+                reason: "CELL_NOT_FOUND".to_string(),
+                message: format!("the directory records no cell {cell:?}"),
+                cell: cell.to_string(),
+                ..v1::ErrorDetail::default()
+            },
+        })
     }
 
     /// The cell `stream` is on and its client: the route learned before, or the directory's answer.
@@ -239,17 +243,7 @@ impl Cells {
     /// the mirror's config the source's. Answers whether it was created (false: the same mirror existed, its source's
     /// addresses now the directory's). `on`'s leader then copies the source and keeps following it.
     pub async fn mirror(&self, name: &str, on: &str, from: &str, stream: &str) -> Result<bool, ClientError> {
-        let cells = self.directory.list_cells().await?;
-        let addresses =
-            cells.into_iter().find(|c| c.cell == from).map(|c| c.addresses).ok_or_else(|| ClientError::Status {
-                code: tonic::Code::NotFound,
-                detail: v1::ErrorDetail {
-                    reason: "CELL_NOT_FOUND".to_string(),
-                    message: format!("the directory records no cell {from:?}"),
-                    cell: from.to_string(),
-                    ..v1::ErrorDetail::default()
-                },
-            })?;
+        let addresses = self.addresses(from).await?;
         let (source, target) = (self.cell(from).await?, self.cell(on).await?);
         let config = source.stream_info(stream).await?.config.unwrap_or_default();
         target.create_mirror(name, config, from, stream, addresses).await

@@ -45,13 +45,9 @@ fn last_seqs(h: &Harness, stream: &str) -> Vec<u64> {
     h.cell.stream_info(stream).unwrap().partitions.iter().map(|p| p.high_watermark).collect()
 }
 
-/// One round of the mirror's driver: read the source from where the mirror ends, copy, report progress.
-fn copy(east: &mut Harness, west: &mut Harness, max: usize) -> Outcome {
-    let from: Vec<u64> = last_seqs(west, "orders").iter().map(|seq| seq + 1).collect();
-    let applied = west.cell.mirror("orders").expect("a mirror").recalls_applied;
-    let read = east.cell.mirror_read("orders", PEER, &from, max, 1 << 20, applied).expect("a mirror's read");
-    let messages = read
-        .records
+/// The messages of `records` (read on `east`) as a mirror's copy carries them: at their positions, ids kept.
+fn copies(east: &Harness, records: &[cellog_core::Record]) -> Vec<IngestMessage> {
+    records
         .iter()
         .map(|r| IngestMessage {
             partition: r.partition,
@@ -63,7 +59,15 @@ fn copy(east: &mut Harness, west: &mut Harness, max: usize) -> Outcome {
                 ..PublishRequest::new(&*r.subject, east.payload(r))
             },
         })
-        .collect();
+        .collect()
+}
+
+/// One round of the mirror's driver: read the source from where the mirror ends, copy, report progress.
+fn copy(east: &mut Harness, west: &mut Harness, max: usize) -> Outcome {
+    let from: Vec<u64> = last_seqs(west, "orders").iter().map(|seq| seq + 1).collect();
+    let applied = west.cell.mirror("orders").expect("a mirror").recalls_applied;
+    let read = east.cell.mirror_read("orders", PEER, &from, max, 1 << 20, applied).expect("a mirror's read");
+    let messages = copies(east, &read.records);
     let (recalls, recalls_through) = (read.recalls, read.recalls_next);
     let copied = west.ok(Command::MirrorIngest {
         stream: "orders".into(),
@@ -114,18 +118,7 @@ fn a_mirror_copies_its_source_at_origin_positions_with_ids_in_reads_of_any_size(
     let before = common::state_parts(&west.cell);
     let read = east.cell.mirror_read("orders", PEER, &[1, 1], 100, 1 << 20, 0).unwrap();
     assert_eq!(read.scanned, vec![5, 5]);
-    let messages = read
-        .records
-        .iter()
-        .map(|r| IngestMessage {
-            partition: r.partition,
-            seq: r.seq,
-            request: PublishRequest {
-                msg_id: r.msg_id.as_deref().map(Into::into),
-                ..PublishRequest::new(&*r.subject, east.payload(r))
-            },
-        })
-        .collect();
+    let messages = copies(&east, &read.records);
     let again = Command::MirrorIngest {
         stream: "orders".into(),
         messages,

@@ -145,6 +145,43 @@ impl MirrorStatuses {
     }
 }
 
+/// A mirror of this cell for the wire: its record, where it ends here, and the figures of the node that runs it.
+pub fn mirror_to_wire(
+    name: &str,
+    mirror: &cellog_core::mirror::Mirror,
+    last_seqs: Vec<u64>,
+    figures: Option<&MirrorFigures>,
+) -> v1::MirrorStatus {
+    let figures = figures.cloned().unwrap_or_default();
+    let peer_state = match (figures.driven, figures.peer) {
+        (false, _) | (_, PeerState::Unknown) => v1::MirrorPeerState::MirrorPeerUnknown,
+        (true, PeerState::Up) => v1::MirrorPeerState::MirrorPeerUp,
+        (true, PeerState::Down) => v1::MirrorPeerState::MirrorPeerDown,
+    };
+    let last_catch_up = match figures.last_catch_up {
+        CatchUp::None => v1::MirrorCatchUp::None,
+        CatchUp::Incremental => v1::MirrorCatchUp::Incremental,
+        CatchUp::Snapshot => v1::MirrorCatchUp::Snapshot,
+    };
+    v1::MirrorStatus {
+        name: name.to_string(),
+        source_cell: mirror.source.cell.clone(),
+        source_stream: mirror.source.stream.clone(),
+        source_addresses: mirror.source.addresses.clone(),
+        last_seqs,
+        recalls_applied: mirror.recalls_applied,
+        driven: figures.driven,
+        peer_state: peer_state.into(),
+        lag: figures.lag,
+        last_error: figures.last_error,
+        last_catch_up: last_catch_up.into(),
+        snapshots: figures.snapshots,
+        increments: figures.increments,
+        copied: figures.copied,
+        errors: figures.errors,
+    }
+}
+
 /// The peer name a mirror registers under on its source: its cell and name, in the characters a peer name allows.
 pub fn peer_name(cell: &str, mirror: &str) -> String {
     let name: String = format!("mirror-{cell}-{mirror}")

@@ -1513,7 +1513,7 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
                 let mirrors = cell.mirrors().map(|(name, mirror)| {
                     let last_seqs =
                         cell.stream_info(name).map(|info| info.partitions.iter().map(|p| p.high_watermark).collect());
-                    convert::mirror_to_wire(name, mirror, last_seqs.unwrap_or_default(), figures.get(&**name))
+                    crate::mirror::mirror_to_wire(name, mirror, last_seqs.unwrap_or_default(), figures.get(&**name))
                 });
                 Ok(mirrors.collect())
             })
