@@ -184,11 +184,10 @@ pub fn mirror_to_wire(
 
 /// The peer name a mirror registers under on its source: its cell and name, in the characters a peer name allows.
 pub fn peer_name(cell: &str, mirror: &str) -> String {
-    let name: String = format!("mirror-{cell}-{mirror}")
+    format!("mirror-{cell}-{mirror}")
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
-        .collect();
-    name
+        .collect()
 }
 
 /// While this node leads, runs a task per mirror of its cell (see the module's documentation). Runs until `stopped`.
@@ -320,7 +319,7 @@ impl<S: Storage + Clone> Follower<S> {
                 if fresh {
                     source.register_mirror(&mirror.source.stream, &self.peer).await?;
                 }
-                self.round(&source).await
+                self.round(&source, &mirror, &ends).await
             }
             .await;
             match result {
@@ -411,8 +410,7 @@ impl<S: Storage + Clone> Follower<S> {
     }
 
     /// One round: a read, and then an incremental copy of it or a catch-up by snapshot.
-    async fn round(&self, source: &Client) -> Result<Round, Failure> {
-        let Some((mirror, ends)) = self.mirror() else { return Ok(Round::Idle) };
+    async fn round(&self, source: &Client, mirror: &Mirror, ends: &[u64]) -> Result<Round, Failure> {
         let from: Vec<u64> = ends.iter().map(|end| end + 1).collect();
         let stream = &mirror.source.stream;
         let read =
@@ -425,10 +423,10 @@ impl<S: Storage + Clone> Follower<S> {
                 read.last_seqs.len()
             )));
         }
-        let lag: u64 = read.last_seqs.iter().zip(&ends).map(|(last, end)| last.saturating_sub(*end)).sum();
+        let lag: u64 = read.last_seqs.iter().zip(ends).map(|(last, end)| last.saturating_sub(*end)).sum();
         self.statuses.update(&self.name, |figures| figures.lag = lag);
         if lag > self.options.snapshot_lag {
-            return self.snapshot(source, &mirror, read).await;
+            return self.snapshot(source, mirror, read).await;
         }
         if read.messages.is_empty() && read.recalls.is_empty() && read.scanned == ends {
             return Ok(Round::Idle);

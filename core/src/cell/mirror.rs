@@ -81,10 +81,8 @@ impl Cell {
         }
         let mirror = self.mirroring.mirrors.get_mut(name).expect("checked above");
         mirror.recalls_applied = mirror.recalls_applied.max(recalls_through);
-        match outcome {
-            Outcome::Ingested { appended, .. } => Ok(Outcome::Ingested { appended, last_seqs: self.last_seqs(name) }),
-            other => Ok(other),
-        }
+        // A recall leaves a tombstone in its place: each partition ends where the copy left it.
+        Ok(outcome)
     }
 
     /// Recalls a message and logs the recall for the stream's mirrors, if it has any. With `bounded`, a recall is
