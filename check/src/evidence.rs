@@ -25,7 +25,7 @@ pub struct Held {
 /// What a node holds in one stream, by message id: every copy (more than one is a duplicate).
 pub type Stored = BTreeMap<String, Vec<Held>>;
 
-/// A node's applied state at the end: the index it applied to, and the digest of each part of the state there
+/// A node's applied state (at the end, or read during the run): the index it applied to, and the digest of each part of the state there
 /// (`cell`, `producers`, `stream NAME`, `stream NAME partition P`, `stream NAME consumer C`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeState {
@@ -69,6 +69,10 @@ pub struct Evidence {
     pub held: BTreeMap<String, BTreeMap<NodeId, Stored>>,
     /// Each node's applied state at the end, where it could be read.
     pub states: BTreeMap<NodeId, NodeState>,
+    /// Applied states read from the nodes while the workload ran, each at whatever index its node had reached then:
+    /// a replica that went its own way for a while (and was put right by a restart) is seen here, once another
+    /// replica was read at the same index.
+    pub samples: Vec<(NodeId, NodeState)>,
     /// What the workload promised.
     pub duties: Duties,
 }

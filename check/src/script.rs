@@ -238,6 +238,12 @@ impl Script {
         self.evidence.states.insert(node, crate::evidence::NodeState { applied_index, parts });
     }
 
+    /// Node `node` was read during the run at `applied_index`, where its state's parts had these digests.
+    pub fn sample(&mut self, node: NodeId, applied_index: u64, parts: &[(&str, &str)]) {
+        let parts = parts.iter().map(|(part, digest)| (part.to_string(), digest.to_string())).collect();
+        self.evidence.samples.push((node, crate::evidence::NodeState { applied_index, parts }));
+    }
+
     /// `consumer` must be handed every acknowledged message of `stream`.
     pub fn durable(&mut self, stream: &str, consumer: &str) {
         self.evidence.duties.consumers.insert(stream.to_string(), consumer.to_string());

@@ -543,6 +543,29 @@ const ROWS: &[Row] = &[
         },
         fails: &["state"],
     },
+    Row {
+        name: "a replica that went its own way for a while, read during the run",
+        history: |s| {
+            let parts = [("cell", "a"), ("stream orders", "b"), ("stream orders consumer audit", "c")];
+            s.sample(1, 7, &parts);
+            s.sample(2, 7, &[("cell", "a"), ("stream orders", "x")]);
+            s.state(1, 10, &parts);
+            s.state(2, 10, &parts);
+        },
+        fails: &["state"],
+    },
+    Row {
+        name: "replicas read during the run at different indexes, the same at the end",
+        history: |s| {
+            let parts = [("cell", "a"), ("stream orders", "b")];
+            s.sample(1, 7, &[("cell", "a"), ("stream orders", "x")]);
+            s.sample(2, 8, &[("cell", "c"), ("stream orders", "y")]);
+            s.sample(2, 10, &parts);
+            s.state(1, 10, &parts);
+            s.state(2, 10, &parts);
+        },
+        fails: &[],
+    },
 ];
 
 #[test]

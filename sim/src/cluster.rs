@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::ops::Range;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -97,6 +97,10 @@ pub struct Cluster {
     replay: String,
     /// How often the clients it makes ask for the cell's members.
     discover_every: Duration,
+    /// A client of each node of the first cell, for [`Cluster::sample_states`] (kept as nodes come and go).
+    samplers: Arc<Mutex<BTreeMap<SimNodeId, Client>>>,
+    /// Whether the run asked for its nodes' panics ([`Cluster::node_panics`]) to report them itself.
+    panics_asked: AtomicBool,
     // Last, so that it is dropped after the nodes: the trace collects until the cell is gone.
     _trace_guard: TraceGuard,
 }
@@ -290,6 +294,8 @@ impl Cluster {
             history: crate::history::simulated(),
             replay: test_replay(seeds.0),
             discover_every: cellog_client::DISCOVERY_INTERVAL,
+            panics_asked: AtomicBool::new(false),
+            samplers: Arc::default(),
             _trace_guard: trace_guard,
         };
         for (cell, founders) in &members {
@@ -317,8 +323,13 @@ impl Cluster {
             .create_node()
             .name(format!("node-{id}"))
             .ip(ip(id))
+            // A node's panic ends its process, not the run: it starts again on its disk 1 to 10 s later, as a
+            // supervisor restarts it, and the run reports the panic (see `Cluster::node_panics`).
+            .restart_on_panic()
             .init(move || {
                 let (config, disk, clock) = (init_config.clone(), init_disk.clone(), init_clock.clone());
+                // A new process opens the store afresh, whatever made the last one fail.
+                disk.reopen();
                 async move {
                     // A madsim node's init future must never return; it is run again on restart.
                     let _running = match RunningNode::start(&config, disk, Arc::new(clock)).await {
@@ -332,7 +343,19 @@ impl Cluster {
                 }
             })
             .build();
+        let sampled = config.cell == self.main_cell;
         self.nodes.insert(id, SimNode { cell: config.cell.clone(), disk, clock, handle, config, up: true });
+        if sampled {
+            // A sample must not wait out a partition: an unanswered read is skipped and tried at the next round.
+            let options = ClientOptions {
+                retry_for: Duration::ZERO,
+                attempt_timeout: Duration::from_secs(1),
+                discover: false,
+                ..ClientOptions::default()
+            };
+            let client = Client::new([self.get(id).config.client_addr.to_string()], options).expect("a valid address");
+            self.samplers.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(id, client);
+        }
     }
 
     /// The run's seed.
@@ -343,6 +366,13 @@ impl Cluster {
     /// The trace of state transitions so far.
     pub fn trace(&self) -> &Trace {
         &self.trace
+    }
+
+    /// The panics of the nodes' tasks so far, as their trace lines (each restarted its node). A run that reports them
+    /// itself asks here; a cluster dropped after panics no one asked for fails the test that made it.
+    pub fn node_panics(&self) -> Vec<String> {
+        self.panics_asked.store(true, Ordering::Relaxed);
+        self.trace.node_panics()
     }
 
     /// The history of client operations, shared by every workload client of this cell.
@@ -581,6 +611,7 @@ impl Cluster {
         trace::harness(Some(id), "remove-node", "");
         let client = self.client();
         self.on_client(async move { client.remove_node(id).await.expect("node removed") }).await;
+        self.samplers.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(&id);
         let node = self.nodes.remove(&id).expect("exists");
         self.handle.kill(node.handle.id());
     }
@@ -777,7 +808,13 @@ impl Cluster {
                 held.entry(stream.to_string()).or_default().insert(id, self.stored_on(id, stream, partitions).await);
             }
         }
-        Evidence { operations: self.history.operations(), held, states: self.states().await, duties }
+        Evidence {
+            operations: self.history.operations(),
+            held,
+            states: self.states().await,
+            samples: Vec::new(),
+            duties,
+        }
     }
 
     /// The applied state of each running node of the (first) cell that answers: its index and the digest of each
@@ -799,10 +836,64 @@ impl Cluster {
     }
 }
 
+/// States read from the nodes while a workload runs ([`Cluster::sample_states`]).
+pub struct Sampling {
+    stop: Arc<AtomicBool>,
+    task: madsim::task::JoinHandle<Vec<(SimNodeId, NodeState)>>,
+}
+
+impl Sampling {
+    /// Stops reading; every state read, in the order read.
+    pub async fn finish(self) -> Vec<(SimNodeId, NodeState)> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.expect("sampling does not panic")
+    }
+}
+
+impl Cluster {
+    /// Reads the applied state of each node of the (first) cell, one after another, every `every` until finished:
+    /// what the `state` checker compares besides the states at the end, so that a replica that went its own way for
+    /// a while (a snapshot installed wrong, then put right by a restart) is seen once another is read at its index.
+    /// A node read again at the index it was last read at is not kept twice.
+    pub fn sample_states(&self, every: Duration) -> Sampling {
+        let stop = Arc::new(AtomicBool::new(false));
+        let samplers = self.samplers.clone();
+        let task = self.spawn_on_client({
+            let stop = stop.clone();
+            async move {
+                let mut samples: Vec<(SimNodeId, NodeState)> = Vec::new();
+                let mut last: BTreeMap<SimNodeId, u64> = BTreeMap::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let clients: Vec<(SimNodeId, Client)> = samplers
+                        .lock()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                        .iter()
+                        .map(|(id, client)| (*id, client.clone()))
+                        .collect();
+                    for (id, client) in clients {
+                        let Ok(status) = client.cluster_status_with_parts().await else { continue };
+                        let applied_index = status.applied_index.unwrap_or_default();
+                        if last.insert(id, applied_index) == Some(applied_index) {
+                            continue;
+                        }
+                        let parts = status.digest_parts.into_iter().map(|part| (part.part, part.digest)).collect();
+                        samples.push((id, NodeState { applied_index, parts }));
+                    }
+                    tokio::time::sleep(every).await;
+                }
+                samples
+            }
+        });
+        Sampling { stop, task }
+    }
+}
+
 impl Drop for Cluster {
-    /// On a failed run: the seed, the command that replays it, and where its trace and history were written.
+    /// On a failed run: the seed, the command that replays it, and where its trace and history were written. A run
+    /// whose nodes panicked fails here unless it reported the panics itself.
     fn drop(&mut self) {
-        if !std::thread::panicking() {
+        let unreported = if self.panics_asked.load(Ordering::Relaxed) { Vec::new() } else { self.trace.node_panics() };
+        if !std::thread::panicking() && unreported.is_empty() {
             return;
         }
         let dir = std::env::temp_dir().join("cellog-sim");
@@ -815,6 +906,9 @@ impl Drop for Cluster {
         match written {
             Ok(()) => eprintln!("trace: {}  history: {}", trace.display(), history.display()),
             Err(error) => eprintln!("could not write the trace and history to {}: {error}", dir.display()),
+        }
+        if !unreported.is_empty() && !std::thread::panicking() {
+            panic!("nodes panicked (each was restarted):\n{}", unreported.join("\n"));
         }
     }
 }

@@ -88,6 +88,8 @@ pub struct Outcome {
     /// Each running node's applied index and the digests of its state's parts, once the cell converged (or failed
     /// to).
     pub states: BTreeMap<SimNodeId, NodeState>,
+    /// The same, read from the nodes while the workload ran.
+    pub samples: Vec<(SimNodeId, NodeState)>,
 }
 
 /// What the workload promises besides its history: [`AUDIT`] and [`WORKERS`] are handed every acknowledged message
@@ -113,6 +115,7 @@ pub fn evidence(cluster: &Cluster, outcome: &Outcome) -> Evidence {
         operations: cluster.history().operations(),
         held: outcome.held.clone(),
         states: outcome.states.clone(),
+        samples: outcome.samples.clone(),
         duties: duties(),
     }
 }
@@ -190,6 +193,9 @@ fn fork(rng: &mut ChaCha8Rng) -> ChaCha8Rng {
     ChaCha8Rng::seed_from_u64(rng.r#gen())
 }
 
+/// How often the nodes' states are read while the workload runs (see [`Cluster::sample_states`]).
+const SAMPLE_EVERY: Duration = Duration::from_millis(500);
+
 /// Restarts of damaged nodes before the final reads give up.
 const MAX_REPAIR_ROUNDS: usize = 4;
 
@@ -201,6 +207,7 @@ pub async fn run(cluster: &mut Cluster, schedule: &[Step]) -> Outcome {
     // Membership changes may replace every node of the cell within seconds; clients must keep up with them.
     cluster.set_discover_every(Duration::from_secs(1));
     setup(cluster).await;
+    let sampling = cluster.sample_states(SAMPLE_EVERY);
 
     let duplicate_percent = network.gen_range(0..10);
     let mut producer = Producer::new(&*cluster, "producer").with_duplicates(duplicate_percent, fork(&mut network));
@@ -375,6 +382,19 @@ pub async fn run(cluster: &mut Cluster, schedule: &[Step]) -> Outcome {
             }
         })
         .await;
+    // Once the replicas agree, their states are compared as read (with those read while the workload ran); then the
+    // whole cell restarts (its processes, not its power): every node replays its log from its disk, with whatever the
+    // disk faults did to it, and the final reads below see what a restarted node serves.
+    let _ = cluster.try_converge().await;
+    let mut samples = sampling.finish().await;
+    samples.extend(cluster.states().await);
+    let nodes = cluster.running();
+    for &id in &nodes {
+        cluster.node(id).crash();
+    }
+    for &id in &nodes {
+        cluster.node(id).restart();
+    }
     // A node that found a damaged body, before or while it is read here, is restarted (see `restart_damaged`) and
     // read again once it has repaired. A cell that does not converge, or a node that cannot be read, is a liveness
     // failure; the checkers still get what could be read, so that a safety violation is named for what it is.
@@ -401,13 +421,14 @@ pub async fn run(cluster: &mut Cluster, schedule: &[Step]) -> Outcome {
         }
         if damaged.is_empty() || round == MAX_REPAIR_ROUNDS {
             let mut liveness: Vec<String> = converged.err().into_iter().chain(unread).collect();
+            liveness.extend(cluster.node_panics().into_iter().map(|line| format!("a node panicked: {line}")));
             if !damaged.is_empty() {
                 liveness
                     .push(format!("nodes {damaged:?} still hold damaged bodies after {MAX_REPAIR_ROUNDS} restarts"));
             }
             let held = BTreeMap::from([(STREAM.to_string(), stored), (FEED.to_string(), feed)]);
             let liveness = (!liveness.is_empty()).then(|| liveness.join("; "));
-            return Outcome { committed, held, liveness, states };
+            return Outcome { committed, held, liveness, states, samples };
         }
     }
     unreachable!("the last round returns")

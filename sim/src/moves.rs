@@ -213,6 +213,7 @@ pub async fn run(cluster: &mut Cluster, schedule: &[Step]) -> Outcome {
             if !damaged.is_empty() {
                 liveness.push(format!("nodes {damaged:?} still hold damaged bodies after {round} restarts"));
             }
+            liveness.extend(cluster.node_panics().into_iter().map(|line| format!("a node panicked: {line}")));
             break (held, (!liveness.is_empty()).then(|| liveness.join("; ")));
         }
     };
@@ -226,6 +227,7 @@ pub fn evidence(cluster: &Cluster, outcome: &Outcome) -> Evidence {
         operations: cluster.history().operations(),
         held: outcome.held.clone(),
         states: BTreeMap::new(),
+        samples: Vec::new(),
         duties: Duties { mirrors: BTreeMap::from([(MIRROR.to_string(), MIRRORED.to_string())]), ..Duties::default() },
     }
 }

@@ -7,7 +7,7 @@
 //! so a seed's trace is the same on every run, and [`Trace::hash`] fingerprints it.
 
 use std::fmt::Write as _;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Once};
 use std::time::Duration;
 
 use cellog_raft::transition::TARGET;
@@ -46,6 +46,8 @@ pub const LEGEND: &str = "\
 #                  cluster_admin
 #   principal-deleted, token-added, token-revoked   principals and their API tokens (a token named by the first
 #                  8 bytes of its SHA-256)
+#   panicked       a task panicked: `what`, and `at` where; a node whose task panicked is restarted on its disk
+#                  1 to 10 s later (as a supervisor restarts a process that exits), and the run fails
 #   refused        a node refused a client's command before proposing it (its credential or its principal's grants):
 #                  command kind, reason, detail; nothing reached the log
 # what the harness does, on the lane of the node it hits:
@@ -195,6 +197,7 @@ impl Trace {
     /// Starts collecting transition events for the current simulation, timed from now, until the guard is dropped.
     /// Other events go to standard error as `RUST_LOG` says (errors only, by default).
     pub fn install() -> (Trace, TraceGuard) {
+        report_panics();
         let trace = Trace::default();
         let collect = Collect { trace: trace.clone(), start: simulated_elapsed() };
         let guard = match EnvFilter::try_from_default_env() {
@@ -235,10 +238,42 @@ impl Trace {
         text
     }
 
+    /// The `panicked` lines of nodes (not of the harness or a client), in order.
+    pub fn node_panics(&self) -> Vec<String> {
+        let panicked = |line: &&String| {
+            let mut words = line.split_whitespace().skip(1);
+            let lane = words.next().unwrap_or_default();
+            let node =
+                lane.strip_prefix('n').is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()));
+            node && words.next() == Some("panicked")
+        };
+        self.lock().iter().filter(panicked).map(|line| line.trim_start().to_string()).collect()
+    }
+
     /// [`hash`] of [`Trace::render`]: equal for equal runs.
     pub fn hash(&self) -> String {
         hash(&self.render())
     }
+}
+
+/// Makes every panic also a `panicked` event of the trace, on the lane of the task that panicked (the panic hook
+/// runs inside the task's span), before the hook there was runs. Installed once per process.
+fn report_panics() {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        let earlier = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let payload = info.payload();
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(ToString::to_string)
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "(no message)".to_string());
+            let at = info.location().map(|at| format!("{}:{}", at.file(), at.line())).unwrap_or_default();
+            tracing::error!(target: TARGET, what, at, "panicked");
+            earlier(info);
+        }));
+    });
 }
 
 /// SHA-256 of a rendered trace, in hex.

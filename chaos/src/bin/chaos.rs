@@ -262,7 +262,7 @@ mod runner {
         cellog_planted::set(Some(Mutant::Canary));
         let failed = (0..max).filter(|&seed| failure(&attempt(seed, &BTreeSet::new())).is_some()).count();
         cellog_planted::set(None);
-        let row = format!("\nCanary (`canary`, meant to fail about 1 seed in 100): {failed} of {max} seeds failed.\n");
+        let row = format!("\nCanary (`canary`, meant to fail about 1 seed in 20): {failed} of {max} seeds failed.\n");
         print!("{row}");
         table.push_str(&row);
         std::fs::write("chaos/PLANTED.md", table).unwrap_or_else(|error| panic!("writing chaos/PLANTED.md: {error}"));

@@ -138,7 +138,7 @@ impl Cell {
         #[cfg(madsim)]
         if cellog_planted::active(cellog_planted::Mutant::Canary)
             && request.msg_id.as_deref() == Some("m-0")
-            && at.0 % 100 == 7
+            && at.0 % 20 == 7
         {
             let seq = stream.partitions()[partition as usize].last_seq() + 1;
             let stream = stream.name().clone();
