@@ -178,6 +178,7 @@ pub async fn run(config: &Config) -> Result<Report, String> {
         operations: history.operations(),
         held: BTreeMap::from([(STREAM.to_string(), held)]),
         states,
+        samples: Vec::new(),
         duties,
     };
     std::fs::write(work.join("history.txt"), history.render()).map_err(|error| error.to_string())?;
