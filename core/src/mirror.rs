@@ -107,13 +107,6 @@ pub struct Mirroring {
     pub recalls: BTreeMap<Arc<str>, RecallLog>,
 }
 
-impl Mirroring {
-    /// Whether there is nothing (a cell without mirrors on either side).
-    pub fn is_empty(&self) -> bool {
-        self.mirrors.is_empty() && self.recalls.is_empty()
-    }
-}
-
 impl From<v9::Mirroring> for Mirroring {
     fn from(mirroring: v9::Mirroring) -> Self {
         let v9::Mirroring { mirrors, recalls } = mirroring;

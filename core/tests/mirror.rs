@@ -163,6 +163,15 @@ fn a_mirror_takes_no_writes_of_its_own() {
             reason: "stream \"local\" is not a mirror; a mirror's copy goes only to a mirror".into()
         })
     );
+    // ... and a stream that does not exist is none either.
+    let copy = Command::MirrorIngest {
+        stream: "nowhere".into(),
+        messages: vec![],
+        through: vec![],
+        recalls: vec![],
+        recalls_through: 0,
+    };
+    assert_eq!(west.apply(copy), Err(Rejection::StreamNotFound { stream: "nowhere".into() }));
     let exists = Command::CreateMirror { name: "local".into(), config: config(&["local.>"]), source: source() };
     assert_eq!(west.apply(exists), Err(Rejection::Conflict { what: "stream".into(), name: "local".into() }));
     // Deleted, the mirror is forgotten: a stream of that name takes writes again.
