@@ -323,3 +323,20 @@ fn a_mirror_s_reads_and_reports_are_checked() {
     }
     assert_eq!(west.cell.mirror("orders").unwrap().recalls_applied, 0);
 }
+
+#[test]
+fn a_mirror_s_read_stays_within_its_byte_budget_and_always_makes_progress() {
+    let mut east = east();
+    for n in 0..4 {
+        publish(&mut east, 0, &format!("m-{n}"));
+    }
+    let all = east.cell.mirror_read("orders", PEER, &[1, 1], 100, 1 << 20, 0).unwrap().records;
+    assert_eq!(all.len(), 4);
+    let two = all[0].size() + all[1].size();
+    // Per budget: how many records come back, and through which sequence partition 0 was read.
+    for (budget, taken) in [(two, 2), (two - 1, 1), (1, 1), (1 << 20, 4)] {
+        let read = east.cell.mirror_read("orders", PEER, &[1, 1], 100, budget, 0).unwrap();
+        assert_eq!(read.records.len(), taken, "a budget of {budget} bytes");
+        assert_eq!(read.scanned[0], taken as u64, "a budget of {budget} bytes");
+    }
+}
