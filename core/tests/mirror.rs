@@ -3,7 +3,7 @@
 
 mod common;
 
-use cellog_core::mirror::{MAX_PENDING_RECALLS, MirrorSource};
+use cellog_core::mirror::{MAX_PENDING_RECALLS, MAX_RECALLS_READ, MirrorSource};
 use cellog_core::{Body, Command, IngestMessage, Outcome, PublishRequest, Rejection, StreamConfig};
 use common::{Harness, config};
 
@@ -247,6 +247,12 @@ fn recalls_wait_in_a_bounded_log_for_a_lagging_mirror() {
         })
     );
     assert_eq!(common::state_parts(&east.cell), before, "nothing recalled");
+    // A mirror reads the log in pages, each going on right after the last: nothing twice, nothing passed over.
+    let first = east.cell.mirror_read("orders", PEER, &[1, 1], 1, 1 << 20, 0).unwrap();
+    assert_eq!(first.recalls.len(), MAX_RECALLS_READ);
+    let second = east.cell.mirror_read("orders", PEER, &[1, 1], 1, 1 << 20, first.recalls_next).unwrap();
+    let (end, next) = (first.recalls.last().unwrap().number, second.recalls.first().unwrap().number);
+    assert_eq!((first.recalls_next, next), (end + 1, end + 1));
     let received = vec![last, 0];
     east.ok(Command::MirrorProgress { stream: "orders".into(), peer: PEER.into(), received, recalls_applied: 10 });
     east.ok(Command::Recall { stream: "orders".into(), partition: 0, seq: last });
