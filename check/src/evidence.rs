@@ -25,8 +25,8 @@ pub struct Held {
 /// What a node holds in one stream, by message id: every copy (more than one is a duplicate).
 pub type Stored = BTreeMap<String, Vec<Held>>;
 
-/// A node's applied state (at the end, or read during the run): the index it applied to, and the digest of each part of the state there
-/// (`cell`, `producers`, `stream NAME`, `stream NAME partition P`, `stream NAME consumer C`).
+/// A node's applied state (at the end, or read during the run): the index it applied to, and the digest of each
+/// part of the state there (`cell`, `producers`, `stream NAME`, `stream NAME partition P`, `stream NAME consumer C`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeState {
     /// The last index applied.

@@ -825,15 +825,21 @@ impl Cluster {
         self.on_client(async move {
             let mut states = BTreeMap::new();
             for (id, client) in clients {
-                if let Ok(status) = client.cluster_status_with_parts().await {
-                    let parts = status.digest_parts.into_iter().map(|part| (part.part, part.digest)).collect();
-                    states.insert(id, NodeState { applied_index: status.applied_index.unwrap_or_default(), parts });
+                if let Ok(state) = state_of(&client).await {
+                    states.insert(id, state);
                 }
             }
             states
         })
         .await
     }
+}
+
+/// The applied state of the node behind `client`: its index and the digest of each part of its state.
+async fn state_of(client: &Client) -> Result<NodeState, cellog_client::ClientError> {
+    let status = client.cluster_status_with_parts().await?;
+    let parts = status.digest_parts.into_iter().map(|part| (part.part, part.digest)).collect();
+    Ok(NodeState { applied_index: status.applied_index.unwrap_or_default(), parts })
 }
 
 /// States read from the nodes while a workload runs ([`Cluster::sample_states`]).
@@ -871,13 +877,10 @@ impl Cluster {
                         .map(|(id, client)| (*id, client.clone()))
                         .collect();
                     for (id, client) in clients {
-                        let Ok(status) = client.cluster_status_with_parts().await else { continue };
-                        let applied_index = status.applied_index.unwrap_or_default();
-                        if last.insert(id, applied_index) == Some(applied_index) {
-                            continue;
+                        let Ok(state) = state_of(&client).await else { continue };
+                        if last.insert(id, state.applied_index) != Some(state.applied_index) {
+                            samples.push((id, state));
                         }
-                        let parts = status.digest_parts.into_iter().map(|part| (part.part, part.digest)).collect();
-                        samples.push((id, NodeState { applied_index, parts }));
                     }
                     tokio::time::sleep(every).await;
                 }
