@@ -10,7 +10,7 @@
 //!   (Before this check, a record a build could not decode counted as damage and was dropped.)
 //!
 //! Within a format, the encodings of what it stores are frozen: committed fixtures of a snapshot, a log record and a
-//! Raft message must keep decoding (`core/tests/snapshot.rs`, `raft/tests/formats.rs`), and a data directory written
+//! Raft message must keep decoding (`core/tests/suite/snapshot.rs`, `raft/tests/formats.rs`), and a data directory written
 //! by an earlier build must keep opening (`cli/tests/upgrade.rs`). Changing any of them is a new format and a
 //! migration here.
 

@@ -1,7 +1,7 @@
 //! Publishing: sequences and partitions, deduplication, conditional appends, quotas, the rate limit, TTLs, recall
 //! and the validation of what is published.
 
-mod common;
+use crate::common;
 use common::*;
 
 use bytes::Bytes;

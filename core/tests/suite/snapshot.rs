@@ -1,7 +1,7 @@
 //! Snapshots and digests: a snapshot restores to an equal cell that carries on identically, the digest compares
 //! replicas, damaged snapshots are typed errors, and the same commands give the same effects everywhere.
 
-mod common;
+use crate::common;
 use common::*;
 
 use bytes::Bytes;

@@ -2,7 +2,7 @@
 //! body, each removal releases it, a dead letter copies it, records carry references the host verifies, and
 //! snapshots carry bodies only when the host hands them over.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

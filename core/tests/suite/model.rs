@@ -19,7 +19,7 @@ use cellog_core::{
 };
 use proptest::prelude::*;
 
-mod common;
+use crate::common;
 
 const STREAM: &str = "s";
 const SUBJECTS: [&str; 3] = ["s.a", "s.b", "s.c"];

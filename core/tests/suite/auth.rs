@@ -1,7 +1,7 @@
 //! Principals, tokens and grants: what a command run as a principal may do, the sender stamped on what it publishes,
 //! and that a refusal changes nothing. Each case is a row: who asks, what, and what must come back.
 
-mod common;
+use crate::common;
 use common::*;
 
 use bytes::Bytes;

@@ -1,5 +1,4 @@
 //! A small vocabulary for driving a cell in tests: a clock the test moves by hand, and shorthands for the commands.
-#![allow(dead_code)]
 
 use bytes::Bytes;
 use cellog_core::subject::partition_for_key;

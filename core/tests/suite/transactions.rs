@@ -1,7 +1,7 @@
 //! Transactional producers: epochs and fencing, staging, commit and abort, retried ends, prepare, timeouts,
 //! commit-time limits, message ids and conditional appends inside a transaction.
 
-mod common;
+use crate::common;
 use common::*;
 
 use bytes::Bytes;

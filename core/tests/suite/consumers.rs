@@ -1,7 +1,7 @@
 //! Durable consumers: creation, deliver policies, filters, fetch, every ack kind, expiry and redelivery,
 //! dead-lettering, lag, cursor commits, work queues and delayed delivery.
 
-mod common;
+use crate::common;
 use common::*;
 
 use bytes::Bytes;

@@ -1,7 +1,7 @@
 //! Tenants: two tenants use the same names without meeting, neither can name the other's streams, subjects,
 //! consumers or producers, and the cell's own principals reach a tenant's subjects only through grants that name it.
 
-mod common;
+use crate::common;
 use common::*;
 
 use bytes::Bytes;

@@ -1,7 +1,7 @@
 //! Many cells: the directory's records of cells and placements, and the ownership epochs by which the cell a stream
 //! moved away from refuses its writes, and the cell it moves to waits until it has caught up.
 
-mod common;
+use crate::common;
 
 use cellog_core::placement::{Ownership, Placement};
 use cellog_core::{AckKind, Command, ConsumerConfig, IngestMessage, NameKind, Outcome, Rejection, StreamConfig};

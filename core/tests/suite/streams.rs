@@ -1,6 +1,6 @@
 //! Creating, updating and deleting streams, the validation of their configs, and the subject grammar.
 
-mod common;
+use crate::common;
 use common::*;
 
 use cellog_core::subject::{filter_matches, filters_overlap, validate_filter, validate_subject};

@@ -1,7 +1,7 @@
 //! Mirrors: a stream following a stream of another cell at the positions its messages hold there, the source keeping
 //! what a mirror lacks, and recalls reaching mirrors through the source's recall log.
 
-mod common;
+use crate::common;
 
 use cellog_core::mirror::{MAX_PENDING_RECALLS, MAX_RECALLS_READ, MirrorSource};
 use cellog_core::{Body, Command, IngestMessage, Outcome, PublishRequest, Rejection, StreamConfig};

@@ -2,7 +2,7 @@
 //! the cell (join, heartbeat and release, leave, expiry, member fetch, fenced acks and commits, snapshots), with a
 //! property test that no partition ever has two owners and that ownership moves only through a release.
 
-mod common;
+use crate::common;
 use common::*;
 
 use std::collections::{BTreeMap, BTreeSet};

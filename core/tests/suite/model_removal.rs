@@ -18,7 +18,7 @@ use cellog_core::{
 };
 use proptest::prelude::*;
 
-mod common;
+use crate::common;
 
 /// A work-queue stream (each message has one consumer, removed once it is done).
 const WORK: usize = 0;

@@ -1,7 +1,7 @@
 //! Caps on what clients grow in the replicated state: each is hit, refused as `CapReached` naming it, and the refusal
 //! changes nothing; room opens again when the state shrinks.
 
-mod common;
+use crate::common;
 use common::*;
 
 use bytes::Bytes;

@@ -1,7 +1,7 @@
 //! Retention: max age, stream and subject limits, interest and work-queue retention, and registered peers holding
 //! removals back until they have received what would be removed.
 
-mod common;
+use crate::common;
 use common::*;
 
 use bytes::Bytes;

@@ -1,7 +1,7 @@
 //! Pins: a message carrying `Cellog-Pin: STREAM/PARTITION/SEQ` keeps that message from retention, recall and stream
 //! deletion until every message pinning it is gone. Provenance rows pin the envelopes they describe this way.
 
-mod common;
+use crate::common;
 use common::*;
 
 use bytes::Bytes;
