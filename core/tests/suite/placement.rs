@@ -271,6 +271,8 @@ fn a_fenced_owner_refuses_every_write_and_answers_where_its_log_ends() {
     assert_eq!(h.apply(fence("orders", 2, "c")), stale("orders", 2, 2));
     h.ok(fence("orders", 3, "c"));
     assert_eq!(h.apply(Command::Publish(common::keyed("orders.x", "k", "seven"))), Err(moved(3, "c")));
+    // A cell that gave the stream away at an epoch cannot take it back by accepting at that epoch.
+    assert_eq!(h.apply(accept("orders", 3)), stale("orders", 3, 3));
 }
 
 #[test]

@@ -260,6 +260,19 @@ fn limits_at_their_bounds_are_accepted() {
     assert_eq!(create(&mut h, "s", c), Ok(Outcome::StreamCreated { created: true }));
 }
 
+/// The limits a client sees documented are the ones enforced: the longest duration is one year, the largest
+/// payload a stream may allow 8 MiB.
+#[test]
+fn the_documented_bounds_are_the_enforced_ones() {
+    const ONE_YEAR_MS: u64 = 365 * 24 * 60 * 60 * 1_000;
+    assert_eq!(MAX_DURATION_MS, ONE_YEAR_MS);
+    assert_eq!(MAX_PAYLOAD_LIMIT, 8 << 20);
+    let mut h = Harness::new();
+    let aged = |max_age_ms| StreamConfig { max_age_ms: Some(max_age_ms), ..config(&["s.>"]) };
+    assert_invalid_config(create(&mut h, "s", aged(ONE_YEAR_MS + 1)));
+    assert_eq!(create(&mut h, "s", aged(ONE_YEAR_MS)), Ok(Outcome::StreamCreated { created: true }));
+}
+
 #[test]
 fn a_dead_letter_stream_must_exist() {
     let mut h = Harness::new();

@@ -781,6 +781,25 @@ fn a_commit_counts_its_batch_against_per_subject_limits() {
 }
 
 #[test]
+fn a_commit_counts_its_batch_against_per_subject_byte_limits() {
+    let mut h = Harness::new();
+    let limit = StreamConfig {
+        discard: DiscardPolicy::New,
+        max_bytes_per_subject: Some(2_000),
+        ..StreamConfig::with_subjects(["kv.>"])
+    };
+    h.create_stream("kv", limit);
+    let r = h.init_producer("tx");
+    begin(&mut h, r).unwrap();
+    let large = "x".repeat(1_200);
+    stage(&mut h, "kv.a", &large, r).unwrap();
+    stage(&mut h, "kv.b", &large, r).unwrap();
+    stage(&mut h, "kv.a", &large, r).unwrap();
+    assert!(matches!(commit(&mut h, r).unwrap_err(), Rejection::TransactionAborted { .. }));
+    assert!(payloads(&h, "kv", 0).is_empty());
+}
+
+#[test]
 fn a_commit_whose_stream_vanished_is_refused_as_a_whole() {
     let (mut h, r) = open();
     stage(&mut h, "audit.a", "x", r).unwrap();
