@@ -186,7 +186,10 @@ fn root_cannot_be_deleted_or_narrowed_and_bad_grants_are_refused() {
 fn reserved_subjects_are_the_node_s_alone() {
     let mut h = cell();
     h.ok(Command::CreateStream { name: "mail".into(), config: StreamConfig::with_subjects(["mail.>"]) });
+    assert!(!h.cell.is_reserved("mail.>"));
     h.ok(Command::ReserveSubjects { filter: "mail.>".into() });
+    assert!(h.cell.is_reserved("mail.>"));
+    assert!(!h.cell.is_reserved("mail.out.*"), "a filter is reserved as it was written, not by what it covers");
     assert!(matches!(
         h.ok(Command::ReserveSubjects { filter: "mail.>".into() }),
         Outcome::SubjectsReserved { reserved: false }
