@@ -935,6 +935,19 @@ fn the_committed_version_5_snapshot_restores_to_the_state_that_wrote_it() {
     }
 }
 
+/// Taking out the timers that would fire as no-ops leaves the live ones: a cell with deliveries in flight and
+/// nothing stale is left as it is.
+#[test]
+fn taking_out_stale_timers_leaves_live_ones() {
+    let mut h = Harness::new();
+    h.simple_stream("orders");
+    h.create_consumer("orders", "billing", ConsumerConfig::default());
+    h.publish("orders.a", "one").unwrap();
+    h.publish("orders.a", "two").unwrap();
+    assert_eq!(h.fetch("orders", "billing", 10).len(), 2);
+    assert_eq!(h.cell.without_stale_timers(), h.cell);
+}
+
 /// The whole snapshot of [`busy_with_a_later_producer`] as version 6 writes it: staged messages' payloads among the
 /// bodies. Committed: every later version must keep restoring it.
 const VERSION_6_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/snapshot-v6-busy.bin");

@@ -316,6 +316,27 @@ fn a_staged_message_already_stored_under_its_id_releases_its_body_at_commit() {
     assert_eq!((h.bodies.len(), h.cell.body_refs().len()), (2, 2));
 }
 
+/// A staged message whose id was stored meanwhile is answered as that duplicate at commit, so it takes no room under
+/// a discard-new limit and cannot refuse the commit.
+#[test]
+fn a_staged_duplicate_takes_no_room_under_a_discard_new_limit() {
+    let mut h = Harness::new();
+    let limited = StreamConfig {
+        discard: DiscardPolicy::New,
+        max_messages: Some(2),
+        ..StreamConfig::with_subjects(["orders.>"])
+    };
+    h.create_stream("orders", limited);
+    let r = h.init_producer("tx");
+    begin(&mut h, r).unwrap();
+    stage(&mut h, "orders.a", "staged", r).unwrap();
+    h.ok(Command::Publish(staged("orders.b", "staged under an id", r).with_id("once")));
+    h.ok(Command::Publish(PublishRequest::new("orders.c", "published meanwhile").with_id("once")));
+    let (acks, _) = committed(&mut h, r);
+    assert!(!acks[0].duplicate && acks[1].duplicate, "{acks:?}");
+    assert_eq!(payloads(&h, "orders", 0), ["published meanwhile", "staged"]);
+}
+
 #[test]
 fn staging_to_a_subject_no_stream_claims_is_refused() {
     let (mut h, r) = open();
