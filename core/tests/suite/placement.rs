@@ -222,6 +222,8 @@ fn bad_directory_commands_are_refused_before_they_cost_anything() {
     assert!(matches!(bad_name.check(), Err(Rejection::InvalidName { kind: NameKind::Cell, .. })));
     let bad_stream = place("a b", "a");
     assert!(matches!(bad_stream.check(), Err(Rejection::InvalidName { kind: NameKind::Stream, .. })));
+    let bad_unplace = Command::Unplace { stream: "a b".into() };
+    assert!(matches!(bad_unplace.check(), Err(Rejection::InvalidName { kind: NameKind::Stream, .. })));
     assert_eq!(place("tenant/orders", "a").check(), Ok(()), "a tenant's stream is placed by its stored name");
 }
 
