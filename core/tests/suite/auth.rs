@@ -182,6 +182,28 @@ fn root_cannot_be_deleted_or_narrowed_and_bad_grants_are_refused() {
     assert!(matches!(h.apply(nested), Err(Rejection::Invalid { .. })));
 }
 
+/// Each of a principal's grant lists holds at most 64 entries.
+#[test]
+fn a_grant_list_holds_at_most_sixty_four_entries() {
+    assert_eq!(cellog_core::auth::MAX_GRANT_ENTRIES, 64);
+    let filters = |n: usize| (0..n).map(|i| format!("s{i}.>")).collect::<Vec<_>>();
+    let consume = |n: usize| (0..n).map(|i| format!("s{i}/*")).collect::<Vec<_>>();
+    for n in [1, 63, 64] {
+        assert_eq!(Grants { publish: filters(n), ..Grants::default() }.validate(), Ok(()));
+        assert_eq!(Grants { subscribe: filters(n), ..Grants::default() }.validate(), Ok(()));
+        assert_eq!(Grants { consume: consume(n), ..Grants::default() }.validate(), Ok(()));
+    }
+    for n in [65, 100] {
+        for over in [
+            Grants { publish: filters(n), ..Grants::default() },
+            Grants { subscribe: filters(n), ..Grants::default() },
+            Grants { consume: consume(n), ..Grants::default() },
+        ] {
+            assert!(matches!(over.validate(), Err(Rejection::InvalidConfig { .. })), "{n} entries");
+        }
+    }
+}
+
 #[test]
 fn reserved_subjects_are_the_node_s_alone() {
     let mut h = cell();
