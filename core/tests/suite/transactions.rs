@@ -781,43 +781,22 @@ fn a_commit_exactly_at_a_discard_new_limit_succeeds() {
     assert_eq!(payloads(&h, "capped", 0), vec!["existing", "1", "2"]);
 }
 
+/// A commit counts its whole batch against per-subject limits: two messages to one subject where one fits.
 #[test]
 fn a_commit_counts_its_batch_against_per_subject_limits() {
-    let mut h = Harness::new();
-    h.create_stream(
-        "kv",
-        StreamConfig {
-            discard: DiscardPolicy::New,
-            max_messages_per_subject: Some(1),
-            ..StreamConfig::with_subjects(["kv.>"])
-        },
-    );
-    let r = h.init_producer("tx");
-    begin(&mut h, r).unwrap();
-    stage(&mut h, "kv.a", "1", r).unwrap();
-    stage(&mut h, "kv.b", "1", r).unwrap();
-    stage(&mut h, "kv.a", "2", r).unwrap();
-    assert!(matches!(commit(&mut h, r).unwrap_err(), Rejection::TransactionAborted { .. }));
-    assert!(payloads(&h, "kv", 0).is_empty());
-}
-
-#[test]
-fn a_commit_counts_its_batch_against_per_subject_byte_limits() {
-    let mut h = Harness::new();
-    let limit = StreamConfig {
-        discard: DiscardPolicy::New,
-        max_bytes_per_subject: Some(2_000),
-        ..StreamConfig::with_subjects(["kv.>"])
-    };
-    h.create_stream("kv", limit);
-    let r = h.init_producer("tx");
-    begin(&mut h, r).unwrap();
-    let large = "x".repeat(1_200);
-    stage(&mut h, "kv.a", &large, r).unwrap();
-    stage(&mut h, "kv.b", &large, r).unwrap();
-    stage(&mut h, "kv.a", &large, r).unwrap();
-    assert!(matches!(commit(&mut h, r).unwrap_err(), Rejection::TransactionAborted { .. }));
-    assert!(payloads(&h, "kv", 0).is_empty());
+    let by_count = StreamConfig { max_messages_per_subject: Some(1), ..StreamConfig::with_subjects(["kv.>"]) };
+    let by_bytes = StreamConfig { max_bytes_per_subject: Some(2_000), ..StreamConfig::with_subjects(["kv.>"]) };
+    for (limit, payload) in [(by_count, "1".to_string()), (by_bytes, "x".repeat(1_200))] {
+        let mut h = Harness::new();
+        h.create_stream("kv", StreamConfig { discard: DiscardPolicy::New, ..limit });
+        let r = h.init_producer("tx");
+        begin(&mut h, r).unwrap();
+        for subject in ["kv.a", "kv.b", "kv.a"] {
+            stage(&mut h, subject, &payload, r).unwrap();
+        }
+        assert!(matches!(commit(&mut h, r).unwrap_err(), Rejection::TransactionAborted { .. }));
+        assert!(payloads(&h, "kv", 0).is_empty());
+    }
 }
 
 #[test]
