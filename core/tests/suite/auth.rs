@@ -182,6 +182,18 @@ fn root_cannot_be_deleted_or_narrowed_and_bad_grants_are_refused() {
     assert!(matches!(h.apply(nested), Err(Rejection::Invalid { .. })));
 }
 
+/// A command naming a principal badly is refused by its own check, before it reaches the cell.
+#[test]
+fn a_badly_named_principal_is_refused_by_the_command_s_check() {
+    for command in [
+        Command::PutPrincipal { name: "e v e".into(), grants: Grants::default() },
+        Command::DeletePrincipal { name: "e v e".into() },
+        Command::AddToken { principal: "e v e".into(), token: token(7) },
+    ] {
+        assert!(matches!(command.check(), Err(Rejection::InvalidName { .. })), "{command:?}");
+    }
+}
+
 /// Each of a principal's grant lists holds at most 64 entries.
 #[test]
 fn a_grant_list_holds_at_most_sixty_four_entries() {

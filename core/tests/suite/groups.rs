@@ -598,3 +598,19 @@ fn a_change_of_generation_is_announced_and_a_heartbeat_that_changes_nothing_is_n
         "{changed:?}"
     );
 }
+
+/// A member's fetch asks for between 1 and [`cellog_core::MAX_FETCH`] messages, both bounds included.
+#[test]
+fn a_member_fetch_asks_for_at_most_the_fetch_bound() {
+    let fetch = |max| Command::MemberFetch {
+        stream: "orders".into(),
+        group: "g".into(),
+        member: "m".into(),
+        generation: 1,
+        max,
+    };
+    assert_eq!(fetch(1).check(), Ok(()));
+    assert_eq!(fetch(cellog_core::MAX_FETCH).check(), Ok(()));
+    assert!(matches!(fetch(0).check(), Err(Rejection::Invalid { .. })));
+    assert!(matches!(fetch(cellog_core::MAX_FETCH + 1).check(), Err(Rejection::Invalid { .. })));
+}
