@@ -3,8 +3,10 @@
 
 use crate::common;
 
-use cellog_core::mirror::{MAX_PENDING_RECALLS, MAX_RECALLS_READ, MirrorSource};
-use cellog_core::{Body, Command, IngestMessage, Outcome, PublishRequest, Rejection, StreamConfig};
+use cellog_core::mirror::{LoggedRecall, MAX_PENDING_RECALLS, MAX_RECALLS_READ, MirrorSource};
+use cellog_core::{
+    Body, Command, IngestMessage, MAX_INGEST_MESSAGES, Outcome, PublishRequest, Rejection, StreamConfig,
+};
 use common::{Harness, config};
 
 const PEER: &str = "mirror-west-orders";
@@ -328,6 +330,48 @@ fn a_mirror_s_reads_and_reports_are_checked() {
         assert!(matches!(west.apply(copy), Err(Rejection::Invalid { .. })));
     }
     assert_eq!(west.cell.mirror("orders").unwrap().recalls_applied, 0);
+}
+
+/// A copy carries at most [`MAX_INGEST_MESSAGES`] messages and a source's full page of recalls ([`MAX_RECALLS_READ`]):
+/// each bound itself is taken, one past it is refused before anything changes.
+#[test]
+fn a_mirror_s_copy_is_bounded_in_messages_and_recalls_each_bound_included() {
+    let messages = |n: usize| -> Vec<IngestMessage> {
+        (1..=n as u64)
+            .map(|seq| IngestMessage { partition: 0, seq, request: PublishRequest::new("orders.x", "m") })
+            .collect()
+    };
+    let recalls = |n: usize| -> Vec<LoggedRecall> {
+        (0..n as u64).map(|number| LoggedRecall { number, partition: 0, seq: 1 }).collect()
+    };
+    // (messages, recalls, taken)
+    let cases = [
+        (MAX_INGEST_MESSAGES, 0, true),
+        (MAX_INGEST_MESSAGES + 1, 0, false),
+        (1, MAX_RECALLS_READ, true),
+        (1, MAX_RECALLS_READ + 1, false),
+    ];
+    for (n_messages, n_recalls, taken) in cases {
+        let mut west = west();
+        let before = common::state_parts(&west.cell);
+        let copy = Command::MirrorIngest {
+            stream: "orders".into(),
+            messages: messages(n_messages),
+            through: vec![n_messages as u64, 0],
+            recalls: recalls(n_recalls),
+            recalls_through: n_recalls as u64,
+        };
+        let result = west.apply(copy);
+        let case = format!("{n_messages} messages, {n_recalls} recalls");
+        if taken {
+            assert!(result.is_ok(), "{case}: {result:?}");
+            assert_eq!(last_seqs(&west, "orders"), vec![n_messages as u64, 0], "{case}");
+            assert_eq!(west.cell.mirror("orders").unwrap().recalls_applied, n_recalls as u64, "{case}");
+        } else {
+            assert!(matches!(result, Err(Rejection::Invalid { .. })), "{case}: {result:?}");
+            assert_eq!(common::state_parts(&west.cell), before, "{case} changed nothing");
+        }
+    }
 }
 
 #[test]

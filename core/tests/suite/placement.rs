@@ -4,7 +4,9 @@
 use crate::common;
 
 use cellog_core::placement::{Ownership, Placement};
-use cellog_core::{AckKind, Command, ConsumerConfig, IngestMessage, NameKind, Outcome, Rejection, StreamConfig};
+use cellog_core::{
+    AckKind, Command, ConsumerConfig, IngestMessage, MAX_INGEST_MESSAGES, NameKind, Outcome, Rejection, StreamConfig,
+};
 use common::{Harness, config};
 
 fn put_cell(cell: &str) -> Command {
@@ -476,6 +478,19 @@ fn a_move_copies_every_message_at_its_position_and_ids_keep_deduplicating() {
     assert_eq!((ack.partition, ack.seq), (1, last_seqs[1] + 1), "the next write follows the owner's last position");
     let late = b.apply(ingest("orders", 2, vec![], vec![])).expect_err("accepted: nothing more is copied");
     assert!(late.to_string().contains("owned at epoch 2"), "{late}");
+}
+
+/// A move's copy of exactly [`MAX_INGEST_MESSAGES`] messages is taken whole; one more is refused (the table of bad
+/// copies above).
+#[test]
+fn a_copy_of_the_most_messages_a_copy_carries_is_taken_whole() {
+    let mut b = receiver();
+    let most = MAX_INGEST_MESSAGES as u64;
+    let messages: Vec<IngestMessage> = (1..=most).map(|seq| copied(0, seq, "x", None)).collect();
+    assert_eq!(
+        b.ok(ingest("orders", 2, messages, vec![])),
+        Outcome::Ingested { appended: MAX_INGEST_MESSAGES as u32, last_seqs: vec![most, 0] }
+    );
 }
 
 #[test]
