@@ -344,6 +344,18 @@ fn a_restored_cell_snapshots_to_the_same_bytes_and_digest() {
     assert_eq!(back.digest(), h.cell.digest());
 }
 
+/// Every command applied counts, accepted or refused, and a snapshot keeps the count.
+#[test]
+fn every_command_applied_counts_accepted_or_refused_and_a_snapshot_keeps_the_count() {
+    let mut h = Harness::new();
+    h.simple_stream("orders");
+    let before = h.cell.n_applied();
+    h.publish("orders.a", "x").unwrap();
+    h.publish("nowhere.a", "x").unwrap_err();
+    assert_eq!(h.cell.n_applied(), before + 2);
+    assert_eq!(restored(&h).cell.n_applied(), before + 2);
+}
+
 #[test]
 fn a_restored_cell_answers_queries_like_the_original() {
     let h = busy();

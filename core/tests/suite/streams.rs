@@ -253,7 +253,7 @@ fn limits_at_their_bounds_are_accepted() {
         max_messages_per_subject: Some(1),
         max_bytes_per_subject: Some(1),
         max_payload_bytes: MAX_PAYLOAD_LIMIT,
-        duplicate_window_ms: 0,
+        duplicate_window_ms: MAX_DURATION_MS,
         rate_limit: Some(RateLimit { messages_per_second: 1, burst: 1 }),
         ..config(&["s.>"])
     };
