@@ -38,3 +38,16 @@ impl std::fmt::Display for Millis {
         write!(f, "{}ms", self.0)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Millis;
+
+    #[test]
+    fn a_time_reads_as_milliseconds_and_adds_without_wrapping() {
+        assert_eq!(Millis(1_500).to_string(), "1500ms");
+        assert_eq!(Millis(10).plus(5), Millis(15));
+        assert_eq!(Millis::MAX.plus(1), Millis::MAX);
+        assert_eq!((Millis(10).since(Millis(4)), Millis(4).since(Millis(10))), (6, 0));
+    }
+}

@@ -299,6 +299,11 @@ fn deliver_policy_from_time_starts_at_the_first_message_stored_then() {
         "future",
         ConsumerConfig { deliver_policy: DeliverPolicy::FromTime(Millis(99_000)), ..Default::default() },
     );
+    // A reader starting from a time (a live tail) begins where such a consumer does: one past the last when nothing
+    // was stored then.
+    let reader_from = |h: &Harness, time| h.cell.first_seq_at_or_after("orders", 0, Millis(time));
+    assert_eq!([2_000, 2_001, 99_000].map(|time| reader_from(&h, time)), [Ok(2), Ok(3), Ok(4)]);
+    assert!(matches!(h.cell.first_seq_at_or_after("orders", 1, Millis(0)), Err(Rejection::Invalid { .. })));
     assert_eq!(fetch_texts(&mut h, "orders", "exact", 10), vec!["exact", "late"]);
     assert_eq!(fetch_texts(&mut h, "orders", "between", 10), vec!["late"]);
     assert!(h.fetch("orders", "future", 10).is_empty());

@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use cellog_core::placement::{Ownership, Placement};
+use cellog_core::placement::{MAX_ADDRESS_BYTES, MAX_CELL_ADDRESSES, Ownership, Placement};
 use cellog_core::{
     AckKind, Command, ConsumerConfig, IngestMessage, MAX_INGEST_MESSAGES, NameKind, Outcome, Rejection, StreamConfig,
 };
@@ -227,6 +227,13 @@ fn bad_directory_commands_are_refused_before_they_cost_anything() {
     let bad_unplace = Command::Unplace { stream: "a b".into() };
     assert!(matches!(bad_unplace.check(), Err(Rejection::InvalidName { kind: NameKind::Stream, .. })));
     assert_eq!(place("tenant/orders", "a").check(), Ok(()), "a tenant's stream is placed by its stored name");
+    // The bounds themselves are taken: the most addresses, each of the most bytes.
+    let mut h = Harness::new();
+    let most: Vec<String> =
+        (0..MAX_CELL_ADDRESSES).map(|i| format!("{i}{}", "h".repeat(MAX_ADDRESS_BYTES - 3)) + ":1").collect();
+    assert!(most.iter().all(|address| address.len() == MAX_ADDRESS_BYTES));
+    h.ok(Command::PutCell { cell: "a".into(), addresses: most.clone() });
+    assert_eq!(h.cell.directory().cell("a").map(<[String]>::to_vec), Some(most));
 }
 
 /// A cell holding stream `orders` (two partitions) with a consumer, and messages in both partitions.

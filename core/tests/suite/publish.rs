@@ -1062,6 +1062,7 @@ fn what_check_refuses_apply_refuses_alike() {
         },
         Command::InitProducer { transactional_id: long_id, transaction_timeout_ms: 1_000 },
         Command::InitProducer { transactional_id: "p".to_string(), transaction_timeout_ms: 0 },
+        Command::InitProducer { transactional_id: "p".to_string(), transaction_timeout_ms: MAX_DURATION_MS + 1 },
         Command::RegisterPeer { stream: "S".to_string(), peer: String::new() },
     ];
     for command in refused {
@@ -1077,6 +1078,9 @@ fn what_check_refuses_apply_refuses_alike() {
     assert_eq!(fine.check(), Ok(()));
     assert!(h.apply(fine).is_ok());
     assert_eq!(Command::Tick.check(), Ok(()));
+    let longest = Command::InitProducer { transactional_id: "p".to_string(), transaction_timeout_ms: MAX_DURATION_MS };
+    assert_eq!(longest.check(), Ok(()));
+    assert!(h.apply(longest).is_ok());
 }
 
 #[test]
