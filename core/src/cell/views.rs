@@ -163,13 +163,6 @@ impl Cell {
         self.auth.authorize(principal, &Access::Read { stream, subjects: &s.config().subjects })
     }
 
-    /// Authorizes publishing anywhere in a stream: its subject filters must be covered by the principal's publish
-    /// grants.
-    pub fn authorize_write(&self, principal: &str, stream: &str) -> Result<(), Rejection> {
-        let s = self.stream(stream)?;
-        self.auth.authorize(principal, &Access::Write { stream, subjects: &s.config().subjects })
-    }
-
     /// Whether `filter` is reserved for the node (see [`crate::Command::ReserveSubjects`]).
     pub fn is_reserved(&self, filter: &str) -> bool {
         self.auth.is_reserved(filter)
