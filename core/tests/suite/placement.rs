@@ -550,6 +550,19 @@ fn bad_copies_are_refused_whole_and_change_nothing() {
     assert_eq!(b.cell.read("orders", 0, gap * 4).map(|r| r.seq), Ok(gap * 4));
 }
 
+/// The cell a stream moves from may list more partitions than the stream has here: accepted while those hold
+/// nothing, refused (changing nothing) once one holds a message this cell has no partition for.
+#[test]
+fn an_accept_naming_more_partitions_is_taken_only_while_the_extra_ones_are_empty() {
+    let mut b = receiver();
+    let before = common::state_parts(&b.cell);
+    let error = b.apply(accept_through("orders", 2, &[0, 0, 5])).expect_err("a third partition holds messages");
+    assert!(error.to_string().contains("the cell it moves from has messages in more"), "{error}");
+    assert_eq!(common::state_parts(&b.cell), before);
+    b.ok(accept_through("orders", 2, &[0, 0, 0]));
+    assert_eq!(b.cell.ownership("orders"), &Ownership::Owned { epoch: 2 });
+}
+
 #[test]
 fn a_cell_receiving_a_stream_it_does_not_hold_creates_it_fenced_in_the_same_step() {
     let mut b = Harness::new();
