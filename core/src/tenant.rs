@@ -20,7 +20,6 @@
 
 use std::sync::Arc;
 
-use crate::auth::Grants;
 use crate::command::{Command, Outcome, PublishAck, Record};
 use crate::config::StreamConfig;
 use crate::error::Rejection;
@@ -91,14 +90,6 @@ impl<'a> Scope<'a> {
     /// How this scope names a stored stream, as stored when it is not in the scope (in a message).
     fn stream_out(&self, name: &str) -> String {
         self.name_out(name).unwrap_or(name).to_string()
-    }
-
-    /// What `grants`, written in this scope's terms, allow in stored names.
-    pub fn grants_in(&self, grants: &Grants) -> Grants {
-        match self.tenant {
-            Some(tenant) => grants.in_tenant(tenant),
-            None => grants.clone(),
-        }
     }
 
     /// The command a principal of this scope sent, in stored names.

@@ -550,3 +550,31 @@ impl Cell {
         Ok(Outcome::TransactionAborted { next: ProducerRef { producer_id: r.producer_id, epoch: producer.epoch } })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{Cell, Command, Millis, Outcome, ProducerRef};
+
+    /// A transactional id's epochs run out one short of `u32::MAX`: the instance after that retires its producer
+    /// (every instance of it fenced for good) and starts a new producer at epoch 0.
+    #[test]
+    fn a_producer_whose_epochs_run_out_starts_again_as_a_new_producer() {
+        let mut cell = Cell::new();
+        let init = |cell: &mut Cell, at| {
+            let command = Command::InitProducer { transactional_id: "t".into(), transaction_timeout_ms: 1_000 };
+            let outcome = cell.apply(Millis(at), command);
+            cell.drain_effects().for_each(drop);
+            match outcome {
+                Ok(Outcome::ProducerInitialized(producer)) => producer,
+                other => panic!("{other:?}"),
+            }
+        };
+        let first = init(&mut cell, 1);
+        cell.producers.get_mut(&first.producer_id).expect("initialized").epoch = u32::MAX - 2;
+        let last = init(&mut cell, 2);
+        assert_eq!(last, ProducerRef { producer_id: first.producer_id, epoch: u32::MAX - 1 });
+        let next = init(&mut cell, 3);
+        assert_ne!(next.producer_id, first.producer_id);
+        assert_eq!(next.epoch, 0);
+    }
+}

@@ -81,6 +81,25 @@ fn a_stream_s_dedup_index_has_a_cap_as_well_as_a_window() {
     assert!(!h.publish_id("ids.x", "", "one-more").expect("room again").duplicate);
 }
 
+/// Staging a publish is activity too: a producer whose transaction ended by its timeout has been idle since its
+/// last staged publish, not since the transaction began.
+#[test]
+fn a_staged_publish_keeps_its_producer_active() {
+    let mut h = Harness::new();
+    h.simple_stream("orders");
+    let p = h.init_producer("p");
+    h.ok(Command::BeginTransaction(p));
+    h.advance(50_000);
+    h.ok(Command::Publish(PublishRequest { transaction: Some(p), ..PublishRequest::new("orders.a", "x") }));
+    // The transaction's timeout (60 s) ends it; its producer stays until PRODUCER_IDLE_MS after the staged publish.
+    h.advance(PRODUCER_IDLE_MS - 1);
+    h.tick();
+    assert!(h.cell.producer_info(p.producer_id).is_some(), "idle for less than PRODUCER_IDLE_MS");
+    h.advance(1);
+    h.tick();
+    assert!(h.cell.producer_info(p.producer_id).is_none(), "idle for PRODUCER_IDLE_MS");
+}
+
 /// A transactional producer that does nothing for [`PRODUCER_IDLE_MS`] is forgotten, freeing its place under the
 /// cap: its old instance is refused from then on, and its transactional id starts a new producer. One with a
 /// transaction open waits for it to end, and any successful command of it starts its idle time again.

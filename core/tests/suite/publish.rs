@@ -1064,6 +1064,7 @@ fn what_check_refuses_apply_refuses_alike() {
         Command::InitProducer { transactional_id: "p".to_string(), transaction_timeout_ms: 0 },
         Command::InitProducer { transactional_id: "p".to_string(), transaction_timeout_ms: MAX_DURATION_MS + 1 },
         Command::RegisterPeer { stream: "S".to_string(), peer: String::new() },
+        Command::ReserveSubjects { filter: "s..a".to_string() },
     ];
     for command in refused {
         let mut h = Harness::new();

@@ -293,7 +293,10 @@ fn a_stream_cannot_be_its_own_dead_letter_stream() {
 fn a_dead_letter_stream_name_is_validated() {
     let mut h = Harness::new();
     let c = StreamConfig { dead_letter_stream: Some("dead letters".to_string()), ..config(&["orders.>"]) };
-    assert!(matches!(create(&mut h, "orders", c), Err(Rejection::InvalidName { kind: NameKind::Stream, .. })));
+    let refused = create(&mut h, "orders", c).unwrap_err();
+    assert!(matches!(refused, Rejection::InvalidName { kind: NameKind::Stream, .. }));
+    // What a client reads names what was wrong.
+    assert!(refused.to_string().starts_with("invalid stream name \"dead letters\": "), "{refused}");
 }
 
 #[test]
