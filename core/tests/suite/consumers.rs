@@ -313,6 +313,18 @@ fn deliver_policy_from_time_starts_at_the_first_message_stored_then() {
 
 // ----- filters -----
 
+/// One fetch looks at a bounded stretch of the log (65 536 slots) for messages its filter matches; the cursor keeps
+/// its place, so the next fetch goes on past the stretch rather than starting over.
+#[test]
+fn a_fetch_over_a_long_filtered_out_stretch_stops_and_the_next_goes_on() {
+    const SCAN_LIMIT: usize = 65_536;
+    let mut h = orders_with(ConsumerConfig { filter_subject: Some("orders.b".into()), ..Default::default() });
+    publish_n(&mut h, "orders.a", SCAN_LIMIT);
+    h.publish("orders.b", "wanted").unwrap();
+    assert!(h.fetch("orders", "c", 10).is_empty(), "the first fetch looked at the stretch only");
+    assert_eq!(fetch_texts(&mut h, "orders", "c", 10), vec!["wanted"]);
+}
+
 #[test]
 fn filter_subject_skips_non_matching_messages() {
     let mut h = Harness::new();
