@@ -243,6 +243,25 @@ fn reserved_subjects_are_the_node_s_alone() {
     assert_eq!(h.cell.stream_info("mail").unwrap().n_messages, 1);
 }
 
+/// At most [`cellog_core::auth::MAX_GRANT_ENTRIES`] filters are reserved; reserving one of them again is still fine.
+#[test]
+fn reserved_filters_are_bounded_and_one_already_reserved_is_taken_again() {
+    let mut h = cell();
+    let most = cellog_core::auth::MAX_GRANT_ENTRIES;
+    for n in 0..most {
+        h.ok(Command::ReserveSubjects { filter: format!("node{n}.>") });
+    }
+    assert!(matches!(
+        h.apply(Command::ReserveSubjects { filter: "one.more.>".into() }),
+        Err(Rejection::Invalid { .. })
+    ));
+    assert!(!h.cell.is_reserved("one.more.>"));
+    assert_eq!(
+        h.apply(Command::ReserveSubjects { filter: "node0.>".into() }),
+        Ok(Outcome::SubjectsReserved { reserved: false })
+    );
+}
+
 #[test]
 fn reads_are_authorized_against_the_stream_subjects() {
     let h = cell();

@@ -161,7 +161,9 @@ fn a_whole_snapshot_carries_the_bodies_a_state_only_one_does_not() {
     let (restored, bodies) = Cell::restore_whole(&whole).unwrap();
     assert_eq!(bodies, vec![(1, Bytes::from_static(b"kept"))]);
     let mut empty = MemoryBodies::default();
+    assert!(empty.is_empty());
     bodies.into_iter().for_each(|(key, body)| empty.insert(key, body));
+    assert!(!empty.is_empty());
     assert_eq!(empty.payload(&restored.read("orders", 0, 1).unwrap()).unwrap(), "kept");
     // And it restores as a state too, its bodies checked and left out.
     assert_eq!(Cell::restore(&whole).unwrap(), h.cell);

@@ -999,6 +999,7 @@ fn commit_cursor_settles_outstanding_deliveries_below_it() {
         .apply(Command::CommitCursor { stream: "orders".into(), consumer: "c".into(), partition: 0, next_seq: 3 })
         .unwrap();
     assert_eq!(outcome, Outcome::CursorCommitted { next_seq: 3 });
+    assert_eq!(h.cell.consumer_info("orders", "c", h.now).unwrap().n_acked, 2, "the two it settled count as acked");
     assert_eq!(ack0(&mut h, 2, AckKind::Applied).unwrap(), already_done());
     h.take_effects();
     h.advance(1_000);

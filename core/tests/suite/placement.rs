@@ -527,7 +527,7 @@ fn bad_copies_are_refused_whole_and_change_nothing() {
     let gap = cellog_core::MAX_INGEST_GAP;
     let cases: Vec<(Command, &str)> = vec![
         (ingest("orders", 3, vec![copied(0, 1, "x", None)], vec![]), "not receiving at epoch 3"),
-        (ingest("orders", 1, vec![copied(0, 1, "x", None)], vec![]), "epoch 1"),
+        (ingest("orders", 1, vec![copied(0, 1, "x", None)], vec![]), "epoch 1 is stale; the current epoch is 2"),
         (ingest("other", 2, vec![copied(0, 1, "x", None)], vec![]), "owned at epoch 0"),
         (ingest("orders", 2, vec![copied(2, 1, "x", None)], vec![]), "names partition 2"),
         (ingest("orders", 2, vec![copied(0, 3, "x", None), copied(0, 3, "y", None)], vec![]), "3 follows 3"),

@@ -1065,6 +1065,15 @@ fn what_check_refuses_apply_refuses_alike() {
         Command::InitProducer { transactional_id: "p".to_string(), transaction_timeout_ms: MAX_DURATION_MS + 1 },
         Command::RegisterPeer { stream: "S".to_string(), peer: String::new() },
         Command::ReserveSubjects { filter: "s..a".to_string() },
+        Command::MemberAck {
+            stream: "S".to_string(),
+            group: "g".to_string(),
+            member: "bad member".to_string(),
+            generation: 1,
+            partition: 0,
+            seq: 1,
+            kind: cellog_core::AckKind::Applied,
+        },
     ];
     for command in refused {
         let mut h = Harness::new();

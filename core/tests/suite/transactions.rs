@@ -781,6 +781,22 @@ fn a_commit_exactly_at_a_discard_new_limit_succeeds() {
     assert_eq!(payloads(&h, "capped", 0), vec!["existing", "1", "2"]);
 }
 
+/// A commit counts its whole batch's bytes against a discard-new byte limit: three messages where two fit.
+#[test]
+fn a_commit_counts_its_batch_bytes_against_a_discard_new_byte_limit() {
+    let mut h = Harness::new();
+    let config =
+        StreamConfig { discard: DiscardPolicy::New, max_bytes: Some(2_500), ..StreamConfig::with_subjects(["big.>"]) };
+    h.create_stream("big", config);
+    let r = h.init_producer("tx");
+    begin(&mut h, r).unwrap();
+    for subject in ["big.a", "big.b", "big.c"] {
+        stage(&mut h, subject, &"x".repeat(1_000), r).unwrap();
+    }
+    assert!(matches!(commit(&mut h, r).unwrap_err(), Rejection::TransactionAborted { .. }));
+    assert!(payloads(&h, "big", 0).is_empty());
+}
+
 /// A commit counts its whole batch against per-subject limits: two messages to one subject where one fits.
 #[test]
 fn a_commit_counts_its_batch_against_per_subject_limits() {
