@@ -186,6 +186,20 @@ fn disjoint_filters_within_one_stream_are_accepted() {
     }
 }
 
+/// Overlapping several streams' filters, a new stream is refused naming the first overlap in one order (the other
+/// stream's name, then the new filter's place, then the other filter's), whatever order the filters were found in.
+#[test]
+fn of_many_overlaps_the_first_by_stream_name_is_reported() {
+    let mut h = Harness::new();
+    h.create_stream("b", config(&["x.a.>"]));
+    h.create_stream("a", config(&["x.z.>", "x.y.>"]));
+    let refused = create(&mut h, "c", config(&["x.>"])).unwrap_err();
+    assert_eq!(
+        refused,
+        Rejection::SubjectOverlap { subject: "x.>".into(), other: "x.z.>".into(), owner: "stream \"a\"".into() }
+    );
+}
+
 #[test]
 fn overlapping_filters_across_streams_are_a_subject_overlap() {
     let mut h = Harness::new();
