@@ -192,18 +192,6 @@ fn bad_directory_commands_are_refused_before_they_cost_anything() {
                 "orders",
                 2,
                 vec![IngestMessage {
-                    request: cellog_core::PublishRequest { ttl_ms: Some(5), ..common::keyed("orders.x", "k", "x") },
-                    ..copied(0, 1, "x", None)
-                }],
-                vec![],
-            ),
-            "no condition, TTL, delay or transaction",
-        ),
-        (
-            ingest(
-                "orders",
-                2,
-                vec![IngestMessage {
                     request: cellog_core::PublishRequest { subject: "orders..x".into(), ..Default::default() },
                     ..copied(0, 1, "x", None)
                 }],
@@ -212,6 +200,20 @@ fn bad_directory_commands_are_refused_before_they_cost_anything() {
             "orders..x",
         ),
     ];
+    // A copy carries none of what only a publish asks for: each one alone refuses it.
+    let plain = || common::keyed("orders.x", "k", "x");
+    let producer = cellog_core::ProducerRef { producer_id: 1, epoch: 0 };
+    let publish_only = [
+        cellog_core::PublishRequest { expected_last_seq: Some(0), ..plain() },
+        cellog_core::PublishRequest { expected_last_subject_seq: Some(0), ..plain() },
+        cellog_core::PublishRequest { ttl_ms: Some(5), ..plain() },
+        cellog_core::PublishRequest { deliver_after_ms: Some(5), ..plain() },
+        cellog_core::PublishRequest { transaction: Some(producer), ..plain() },
+    ];
+    let cases = cases.into_iter().chain(publish_only.into_iter().map(|request| {
+        let copy = IngestMessage { request, ..copied(0, 1, "x", None) };
+        (ingest("orders", 2, vec![copy], vec![]), "no condition, TTL, delay or transaction")
+    }));
     for (command, needle) in cases {
         let mut h = Harness::new();
         let description = format!("{command:?}");
