@@ -601,7 +601,7 @@ fn nack_with_delay_does_not_hold_back_other_messages() {
 #[test]
 fn failed_is_dead_lettered_at_once() {
     let mut h = orders_with_dead_letters(ConsumerConfig { max_deliver: Some(5), ..Default::default() });
-    publish_n(&mut h, "orders.a", 1);
+    h.publish_request(keyed("orders.a", "k1", "m1")).unwrap();
     h.fetch("orders", "c", 1);
     h.take_effects();
     assert_eq!(ack0(&mut h, 1, AckKind::Failed).unwrap(), done(AckState::Failed));
@@ -619,6 +619,7 @@ fn failed_is_dead_lettered_at_once() {
     );
     let copies = h.cell.read_from("dlq", 0, 1, 10).unwrap();
     assert_eq!(copies.len(), 1);
+    assert_eq!((&*copies[0].subject, copies[0].key.as_deref()), ("orders.a", Some(&b"k1"[..])), "subject and key kept");
     assert_eq!(header(&copies[0], "cellog-dead-letter-reason"), Some("failed"));
     assert_eq!(header(&copies[0], "cellog-dead-letter-deliveries"), Some("1"));
 

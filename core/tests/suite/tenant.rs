@@ -207,3 +207,20 @@ fn only_the_node_makes_a_tenant_s_stream_by_its_full_name() {
     h.ok(as_token(1, publish("mail.in.alpha")));
     assert_eq!(n_messages(&h, "acme/mail-inbox"), 1);
 }
+
+/// A duplicate's answer shows its original message in the tenant's own terms, as the first answer showed it.
+#[test]
+fn a_duplicate_s_original_is_shown_in_the_tenant_s_terms() {
+    let mut h = cell();
+    let publish_id = || {
+        Command::Publish(PublishRequest {
+            msg_id: Some("m-1".into()),
+            ..PublishRequest::new("orders.1", Bytes::from_static(b"x"))
+        })
+    };
+    let Outcome::Published(first) = h.ok(as_token(1, publish_id())) else { panic!("a publish") };
+    let Outcome::Published(again) = h.ok(as_token(1, publish_id())) else { panic!("a publish") };
+    assert!(again.duplicate);
+    let original = again.original.expect("a duplicate carries its original");
+    assert_eq!((&*again.stream, &*original.subject, original.seq), ("orders", "orders.1", first.seq));
+}
