@@ -700,3 +700,23 @@ proptest! {
         run(&ops)?;
     }
 }
+
+/// Deliveries that run out of deliveries at the same tick are dead-lettered in sequence order, also when one of
+/// them was acked in progress before (which moved its deadline, not its place).
+#[test]
+fn deliveries_dead_lettered_together_keep_their_order_after_an_in_progress_ack() {
+    let publish = || Op::Publish { stream: WORK, subject: 0 };
+    let ops = [
+        publish(),
+        Op::CreateConsumer { consumer: 0 },
+        publish(),
+        Op::Fetch { consumer: 0, max: 2 },
+        Op::Advance(ACK_WAIT_MS),
+        publish(),
+        Op::Fetch { consumer: 0, max: 3 },
+        Op::Ack { consumer: 0, pick: 3, kind: AckKind::InProgress },
+        Op::Advance(ACK_WAIT_MS),
+        publish(),
+    ];
+    run(&ops).unwrap();
+}
