@@ -387,8 +387,8 @@ impl<S: Storage + Clone> CellogService<S> {
         Ok(Response::new(Box::pin(deliveries)))
     }
 
-    /// Hands each ack `command(partition, seq, kind)` to Raft in order (refused ones answer their error in place), then
-    /// waits for each answer: one result per item.
+    /// Hands the acks `command(partition, seq, kind)` to Raft as one group, in order, so that they share one entry
+    /// (refused ones answer their error in place), then waits for each answer: one result per item.
     async fn acks(
         &self,
         actor: &Actor,
@@ -399,31 +399,31 @@ impl<S: Storage + Clone> CellogService<S> {
             return Err(invalid_argument(format!("at most {MAX_FETCH} acks per call")));
         }
         let mut pending = Vec::with_capacity(items.len());
+        let mut admitted = Vec::with_capacity(items.len());
         for item in items {
-            let next = match convert::ack_kind(item) {
-                Ok(kind) => {
-                    let admitted = match self.admit(actor, command(item.partition, item.seq, kind)) {
-                        Ok(command) => self.node.submit_now(command).await,
-                        Err(status) => {
-                            pending.push(Pending::Refused(status));
-                            continue;
-                        }
-                    };
-                    match admitted {
-                        Ok(answer) => Pending::Submitted(answer),
-                        // Nothing was handed to Raft: the whole call goes where the leader is.
-                        Err(error @ ProposeError::NotLeader { .. })
-                            if !pending.iter().any(|p| matches!(p, Pending::Submitted(_))) =>
-                        {
-                            return Err(from_propose(error));
-                        }
-                        Err(error) => Pending::Refused(from_propose(error)),
-                    }
+            match convert::ack_kind(item).and_then(|kind| self.admit(actor, command(item.partition, item.seq, kind))) {
+                Ok(command) => {
+                    admitted.push(command);
+                    pending.push(None);
                 }
-                Err(status) => Pending::Refused(status),
-            };
-            pending.push(next);
+                Err(status) => pending.push(Some(Pending::Refused(status))),
+            }
         }
+        let n_admitted = admitted.len();
+        let answers: Vec<Pending> = match self.node.submit_all(admitted).await {
+            Ok(answers) => answers.into_iter().map(Pending::Submitted).collect(),
+            // Nothing was handed to Raft: the whole call goes where the leader is.
+            Err(error @ ProposeError::NotLeader { .. }) => return Err(from_propose(error)),
+            Err(error) => {
+                let status = from_propose(error);
+                (0..n_admitted).map(|_| Pending::Failed(status.clone())).collect()
+            }
+        };
+        let mut answers = answers.into_iter();
+        let pending: Vec<Pending> = pending
+            .into_iter()
+            .map(|refused| refused.or_else(|| answers.next()).expect("an answer per admitted ack"))
+            .collect();
         let mut results = Vec::with_capacity(pending.len());
         for next in pending {
             let outcome = match next {

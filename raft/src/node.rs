@@ -229,7 +229,8 @@ pub const MAX_BATCH: usize = 1024;
 /// (R1 91k and 82k against 96k msgs/s, R3 36k and 35k against 38k): each costs its own replication round and apply.
 pub const ENTRIES_IN_FLIGHT: usize = 1;
 /// An entry takes no more proposals once their encoded sizes reach this many bytes, so an entry's commands take at
-/// most this plus one command ([`cellog_core::MAX_COMMAND_BYTES`]): about 13 MiB.
+/// most this plus one command ([`cellog_core::MAX_COMMAND_BYTES`]): about 13 MiB. (A group submitted together, the
+/// acks of one call, is bounded far below that: [`cellog_core::MAX_FETCH`] commands of a few hundred bytes.)
 pub const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
 /// Most proposals waiting for the next entry; proposers wait for room beyond that.
 const PROPOSAL_QUEUE: usize = 16 * MAX_BATCH;
@@ -258,13 +259,25 @@ impl Answer {
     }
 }
 
-/// A command waiting to be packed into an entry.
+/// Commands waiting to be packed into an entry, each with where its answer goes: one command, or a group submitted
+/// together, which always shares one entry.
 struct Proposal {
     at: Millis,
-    command: Command,
-    /// Its encoded size, which bounds the entry it goes into.
+    first: (Command, oneshot::Sender<ProposeResult>),
+    /// The rest of a group, in order (empty for one command, and then not allocated).
+    rest: Vec<(Command, oneshot::Sender<ProposeResult>)>,
+    /// The commands' encoded size, which bounds the entry they go into.
     size: usize,
-    reply: oneshot::Sender<ProposeResult>,
+}
+
+impl Proposal {
+    fn one(at: Millis, command: Command, size: usize, reply: oneshot::Sender<ProposeResult>) -> Self {
+        Proposal { at, first: (command, reply), rest: Vec::new(), size }
+    }
+
+    fn len(&self) -> usize {
+        1 + self.rest.len()
+    }
 }
 
 /// What a node knows of itself beyond its storage when it starts.
@@ -526,8 +539,37 @@ impl<S: Storage + Clone> CellNode<S> {
             return Err(ProposeError::NotLeader { leader: self.leader() });
         }
         let (reply, answer) = oneshot::channel();
-        self.proposals.send(Proposal { at, command, size, reply }).await.map_err(|_| stopping())?;
+        self.proposals.send(Proposal::one(at, command, size, reply)).await.map_err(|_| stopping())?;
         Ok(Answer(answer))
+    }
+
+    /// Queues `commands`, stamped with this node's clock, for the next entry as one group: they share an entry, in
+    /// their order, so a call's many commands (the acks of a fetch, say) cost one replication round and not several.
+    /// One answer per command, in order; one the cell would refuse anyway is answered at once and not queued.
+    /// Nothing is queued if this node does not lead.
+    pub async fn submit_all(&self, commands: Vec<Command>) -> Result<Vec<Answer>, ProposeError> {
+        let mut answers = Vec::with_capacity(commands.len());
+        let mut group = Vec::with_capacity(commands.len());
+        let mut size = 0;
+        for command in commands {
+            match command.check().and_then(|()| command.check_size()) {
+                Ok(bytes) => {
+                    let (reply, answer) = oneshot::channel();
+                    size += bytes;
+                    group.push((command, reply));
+                    answers.push(Answer(answer));
+                }
+                Err(rejection) => answers.push(Answer::ready(Ok(Err(rejection)))),
+            }
+        }
+        let mut group = group.into_iter();
+        let Some(first) = group.next() else { return Ok(answers) };
+        if !self.is_leader() {
+            return Err(ProposeError::NotLeader { leader: self.leader() });
+        }
+        let proposal = Proposal { at: self.now(), first, rest: group.collect(), size };
+        self.proposals.send(proposal).await.map_err(|_| stopping())?;
+        Ok(answers)
     }
 
     /// Founds the cell with `members` (this node among them) unless this node's storage already belongs to a cell.
@@ -764,8 +806,7 @@ async fn tick(
         }
         // Through the proposal queue, like every command, so that entries' times never go backwards.
         let (reply, answer) = oneshot::channel();
-        let command = Command::Tick;
-        let proposal = Proposal { at: now.max(last_at), size: command.encoded_size(), command, reply };
+        let proposal = Proposal::one(now.max(last_at), Command::Tick, Command::Tick.encoded_size(), reply);
         if proposals.send(proposal).await.is_err() {
             return;
         }
@@ -786,12 +827,14 @@ async fn pack_proposals(raft: Raft, mut queue: mpsc::Receiver<Proposal>, #[cfg(m
     while let Some(first) = queue.recv().await {
         // Wait for room before draining the queue, so that the batch grows while the pipeline is full.
         let Ok(permit) = in_flight.clone().acquire_owned().await else { return };
-        let mut bytes = first.size;
+        let (mut bytes, mut n_commands) = (first.size, first.len());
         let mut batch = vec![first];
-        while batch.len() < MAX_BATCH && bytes < MAX_BATCH_BYTES {
+        // A group is never split, so an entry may pass these bounds by one group (a call's worth of commands).
+        while n_commands < MAX_BATCH && bytes < MAX_BATCH_BYTES {
             match queue.try_recv() {
                 Ok(proposal) => {
                     bytes += proposal.size;
+                    n_commands += proposal.len();
                     batch.push(proposal);
                 }
                 Err(_) => break,
@@ -805,8 +848,7 @@ async fn pack_proposals(raft: Raft, mut queue: mpsc::Receiver<Proposal>, #[cfg(m
         let at = at.max(last_at);
         last_at = at;
         let (commands, replies): (Vec<Command>, Vec<oneshot::Sender<ProposeResult>>) =
-            batch.into_iter().map(|proposal| (proposal.command, proposal.reply)).unzip();
-        let n_commands = commands.len();
+            batch.into_iter().flat_map(|proposal| std::iter::once(proposal.first).chain(proposal.rest)).unzip();
         #[cfg(madsim)]
         let stale = cellog_planted::active(cellog_planted::Mutant::StaleLeaderWrite)
             .then(|| (commands.clone(), replica.clone()));

@@ -232,6 +232,45 @@ async fn concurrent_publishes_share_syncs() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_of_commands_shares_one_entry_in_its_order_and_a_refused_one_is_answered_in_place() {
+    use cellog_core::{Command, Outcome, PublishRequest, Rejection};
+
+    let mut cell = TestCell::new(NO_SNAPSHOTS);
+    cell.bootstrap(&[1, 2, 3]).await;
+    cell.create_stream().await;
+    let leader = cell.wait_leader(&[1, 2, 3]).await;
+    let node = cell.node(leader);
+    // A slow sync, so that commands queued one by one would be split between the entry being committed and the next.
+    cell.disks[&leader].set_sync_delay(Duration::from_millis(1));
+    let last = || node.raft().metrics().borrow().last_log_index;
+    let before = last();
+    let publish = |i: usize| Command::Publish(PublishRequest::new("orders.a", format!("{i}")));
+    let mut group: Vec<Command> = (0..300).map(publish).collect();
+    group[150] = Command::Publish(PublishRequest::new("orders.a b", "refused"));
+    let answers = node.submit_all(group).await.expect("this node leads");
+    assert_eq!(answers.len(), 300);
+    let mut seqs = Vec::new();
+    for (i, answer) in answers.into_iter().enumerate() {
+        match answer.wait().await.expect("answered") {
+            Ok(Outcome::Published(ack)) => seqs.push(ack.seq),
+            Err(Rejection::InvalidSubject { .. }) if i == 150 => {}
+            other => panic!("command {i} was answered {other:?}"),
+        }
+    }
+    assert!(seqs.windows(2).all(|pair| pair[1] == pair[0] + 1), "the group's order is the log's: {seqs:?}");
+    assert_eq!(seqs.len(), 299);
+    assert_eq!(last().map(|index| index - before.unwrap_or(0)), Some(1), "the group took one entry");
+    // A follower queues nothing and names the leader.
+    let follower = [1, 2, 3].into_iter().find(|id| *id != leader).unwrap();
+    match cell.node(follower).submit_all(vec![publish(0)]).await {
+        Err(cellog_raft::ProposeError::NotLeader { leader: Some((id, _)) }) => assert_eq!(id, leader),
+        Err(other) => panic!("a follower refused a group with {other}"),
+        Ok(_) => panic!("a follower queued a group"),
+    }
+    cell.converge().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_restarted_with_a_cut_log_does_not_lead_again_before_it_is_repaired() {
     let mut cell = TestCell::new(NO_SNAPSHOTS);
     cell.bootstrap(&[1, 2, 3]).await;
