@@ -28,6 +28,8 @@ pub enum BenchCommand {
         workload: Workload,
     },
     /// Consume the stream through a new durable consumer: fetch FETCH at a time, ack each [default count: 200000].
+    /// The acks of a fetch go without waiting for their answers before the next fetch (up to 3 fetches' acks
+    /// unanswered, the consumer allowing that many deliveries in flight); every answer is checked before the end.
     Consume {
         #[command(flatten)]
         workload: Workload,
@@ -148,10 +150,13 @@ async fn consume(workload: Workload, fetch: u32) -> anyhow::Result<Report> {
         Err(error) if error.reason() == Some("CONSUMER_NOT_FOUND") => {}
         Err(error) => return Err(error).context("deleting the benchmark consumer"),
     }
-    let config = v1::ConsumerConfig { max_in_flight: Some(fetch.max(1)), ..v1::ConsumerConfig::default() };
+    let fetch = fetch.max(1);
+    let max_in_flight = fetch.saturating_mul(ACK_CALLS_AHEAD as u32 + 1);
+    let config = v1::ConsumerConfig { max_in_flight: Some(max_in_flight), ..v1::ConsumerConfig::default() };
     client.create_consumer(&workload.stream, consumer, config).await?;
     let bar = progress(count, "consume");
     let (mut latencies, mut received, mut bytes, mut errors) = (Vec::new(), 0u64, 0u64, 0u64);
+    let mut unanswered = std::collections::VecDeque::new();
     let started = Instant::now();
     while received < count {
         let round = Instant::now();
@@ -168,19 +173,28 @@ async fn consume(workload: Workload, fetch: u32) -> anyhow::Result<Report> {
             })
             .collect();
         let n = acks.len() as u64;
-        for result in client.ack(&workload.stream, consumer, acks).await? {
-            if matches!(result.result, Some(v1::ack_result::Result::Error(_))) {
-                errors += 1;
-            }
-        }
+        let (acker, stream) = (client.clone(), workload.stream.clone());
+        unanswered.push_back(tokio::spawn(async move { acker.ack(&stream, consumer, acks).await }));
         let per_message = round.elapsed();
         latencies.extend(std::iter::repeat_n(per_message, n as usize));
         received += n;
         bar.set_position(received.min(count));
+        while unanswered.len() > ACK_CALLS_AHEAD || (received >= count && !unanswered.is_empty()) {
+            let answered = unanswered.pop_front().expect("an ack call is unanswered");
+            errors += failed_acks(answered.await.context("an ack call")??);
+        }
     }
     let elapsed = started.elapsed();
     bar.finish_and_clear();
     Ok(Report { what: "consume", messages: received, bytes, elapsed, latencies, errors })
+}
+
+/// Ack calls a consumer leaves unanswered while it fetches on, as a client that acks without waiting does.
+const ACK_CALLS_AHEAD: usize = 3;
+
+/// How many of an ack call's items failed.
+fn failed_acks(results: Vec<v1::AckResult>) -> u64 {
+    results.iter().filter(|result| matches!(result.result, Some(v1::ack_result::Result::Error(_)))).count() as u64
 }
 
 /// Most subscriptions one client (one connection to each node) opens: a node serves 256 calls at once on a connection.
