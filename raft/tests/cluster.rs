@@ -206,15 +206,22 @@ async fn a_damaged_body_is_never_served_and_the_node_takes_a_whole_snapshot_at_i
     cell.converge().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_publishes_share_syncs() {
+/// A cell of three with a stream, whose leader's device takes a millisecond to sync: what arrives meanwhile waits for
+/// the entry being committed. The cell, and its leader's id.
+async fn with_a_slow_syncing_leader() -> (TestCell, NodeId) {
     let mut cell = TestCell::new(NO_SNAPSHOTS);
     cell.bootstrap(&[1, 2, 3]).await;
     cell.create_stream().await;
     let leader = cell.wait_leader(&[1, 2, 3]).await;
-    let node = cell.node(leader);
-    // A device whose sync takes a millisecond: appends that arrive meanwhile must share the next sync.
     cell.disks[&leader].set_sync_delay(Duration::from_millis(1));
+    (cell, leader)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_publishes_share_syncs() {
+    let (cell, leader) = with_a_slow_syncing_leader().await;
+    let node = cell.node(leader);
+    // Appends that arrive while the last syncs must share the next sync.
     let syncs_before = cell.disks[&leader].n_syncs();
     let publishes = (0..200).map(|i| {
         let node = node.clone();
@@ -235,13 +242,9 @@ async fn concurrent_publishes_share_syncs() {
 async fn a_group_of_commands_shares_one_entry_in_its_order_and_a_refused_one_is_answered_in_place() {
     use cellog_core::{Command, Outcome, PublishRequest, Rejection};
 
-    let mut cell = TestCell::new(NO_SNAPSHOTS);
-    cell.bootstrap(&[1, 2, 3]).await;
-    cell.create_stream().await;
-    let leader = cell.wait_leader(&[1, 2, 3]).await;
+    // Commands queued one by one would be split between the entry being committed and the next.
+    let (cell, leader) = with_a_slow_syncing_leader().await;
     let node = cell.node(leader);
-    // A slow sync, so that commands queued one by one would be split between the entry being committed and the next.
-    cell.disks[&leader].set_sync_delay(Duration::from_millis(1));
     let last = || node.raft().metrics().borrow().last_log_index;
     let before = last();
     let publish = |i: usize| Command::Publish(PublishRequest::new("orders.a", format!("{i}")));
