@@ -280,6 +280,12 @@ impl Proposal {
     }
 }
 
+/// A command's encoded size, or the rejection every replica would give it (a bad name, subject or id, or too many
+/// bytes): what is refused here never reaches the log.
+fn checked_size(command: &Command) -> Result<usize, Rejection> {
+    command.check().and_then(|()| command.check_size())
+}
+
 /// What a node knows of itself beyond its storage when it starts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Past {
@@ -530,7 +536,7 @@ impl<S: Storage + Clone> CellNode<S> {
     pub async fn submit(&self, at: Millis, command: Command) -> Result<Answer, ProposeError> {
         // What every replica would refuse anyway (bad names, subjects, ids, oversized commands) never reaches the
         // log: it would cost an entry and an fsync on every node. The rejection is the one the cell gives.
-        let size = match command.check().and_then(|()| command.check_size()) {
+        let size = match checked_size(&command) {
             Ok(size) => size,
             Err(rejection) => return Ok(Answer::ready(Ok(Err(rejection)))),
         };
@@ -552,7 +558,7 @@ impl<S: Storage + Clone> CellNode<S> {
         let mut group = Vec::with_capacity(commands.len());
         let mut size = 0;
         for command in commands {
-            match command.check().and_then(|()| command.check_size()) {
+            match checked_size(&command) {
                 Ok(bytes) => {
                     let (reply, answer) = oneshot::channel();
                     size += bytes;
