@@ -17,12 +17,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use cellog_proto::v1::{self, cellog_client::CellogClient, mail_client::MailClient};
+use prost::Message as _;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request, Response, Status};
 
-use crate::limits::MAX_CLIENT_MESSAGE;
+use crate::limits::{MAX_CLIENT_MESSAGE, MAX_PUBLISH_BATCH, PUBLISH_BATCH_BYTES};
 use crate::status::{detail_of, from_item_error};
 use crate::token;
 
@@ -663,21 +664,17 @@ impl Client {
                 in_flight.iter().for_each(|(index, _)| unanswered[*index] = true);
             }
         };
-        let (sender, receiver) = mpsc::channel::<v1::PublishRequest>(window);
+        // Each request carries the messages that fit in the window, up to a quarter of it, so that answers to the
+        // first requests free room while the later ones are still being committed.
+        let per_request = (window / 4).clamp(1, MAX_PUBLISH_BATCH);
+        // Every request in flight carries at least one message, so the channel never holds more than `window`.
+        let (sender, receiver) = mpsc::channel::<v1::PublishBatchRequest>(window);
         let outgoing = futures::stream::unfold(receiver, |mut receiver| async move {
             receiver.recv().await.map(|request| (request, receiver))
         });
         let mut in_flight: VecDeque<(usize, Instant)> = VecDeque::new();
         // Prime the window before opening the call, so the first messages go out with it.
-        while in_flight.len() < window
-            && let Some(index) = todo.pop_front()
-        {
-            if sender.try_send(requests[index].clone()).is_err() {
-                todo.push_front(index);
-                break;
-            }
-            in_flight.push_back((index, Instant::now()));
-        }
+        Self::send_more(&sender, requests, todo, &mut in_flight, window, per_request);
         // A node that stopped answering (paused, cut off, hung) must not hold the batch for ever: opening the call, and
         // each answer while messages are in flight, takes at most one attempt's deadline.
         let silent = || Status::deadline_exceeded("the node did not answer within the attempt deadline");
@@ -703,15 +700,8 @@ impl Client {
                 }
                 sender = None;
             }
-            while let Some(open) = &sender
-                && in_flight.len() < window
-                && let Some(index) = todo.pop_front()
-            {
-                if open.send(requests[index].clone()).await.is_err() {
-                    todo.push_front(index);
-                    break;
-                }
-                in_flight.push_back((index, Instant::now()));
+            if let Some(open) = &sender {
+                Self::send_more(open, requests, todo, &mut in_flight, window, per_request);
             }
             let answer = tokio::time::timeout(self.options.attempt_timeout, answers.message()).await;
             let answer = match answer.unwrap_or_else(|_| Err(silent())) {
@@ -731,36 +721,77 @@ impl Client {
                     return Some((status, front));
                 }
             };
-            let Some((index, sent)) = in_flight.pop_front() else {
-                return Some((Status::internal("the node answered more messages than were sent"), None));
-            };
-            match answer.result {
-                Some(v1::publish_result::Result::Ack(ack)) => {
-                    results[index] = Some(BatchResult { result: Ok(ack), latency: sent.elapsed() });
-                }
-                Some(v1::publish_result::Result::Error(error)) => {
-                    let status = from_item_error(error);
-                    let retryable = !matches!(
-                        classify(&status, requests[index].msg_id.is_some(), self.options.retry_backpressure),
-                        Next::Fail
-                    );
-                    if retryable {
-                        // Those sent after it are dropped with the call unanswered; it was answered itself.
-                        broke(&in_flight, unanswered, &Status::cancelled("the batch was given up"));
-                        unanswered[index] |= ClientError::from(status.clone()).outcome_unknown();
-                        in_flight.push_front((index, sent));
-                        Self::requeue(todo, &mut in_flight);
-                        return Some((status, Some(index)));
+            // The answers continue the call's sequence: one per message sent, in order.
+            for answer in answer.results {
+                let Some((index, sent)) = in_flight.pop_front() else {
+                    return Some((Status::internal("the node answered more messages than were sent"), None));
+                };
+                match answer.result {
+                    Some(v1::publish_result::Result::Ack(ack)) => {
+                        results[index] = Some(BatchResult { result: Ok(ack), latency: sent.elapsed() });
                     }
-                    let error = ClientError::settle(status.into(), unanswered[index]);
-                    results[index] = Some(BatchResult { result: Err(error), latency: sent.elapsed() });
+                    Some(v1::publish_result::Result::Error(error)) => {
+                        let status = from_item_error(error);
+                        let retryable = !matches!(
+                            classify(&status, requests[index].msg_id.is_some(), self.options.retry_backpressure),
+                            Next::Fail
+                        );
+                        if retryable {
+                            // Those sent after it are dropped with the call unanswered; it was answered itself.
+                            broke(&in_flight, unanswered, &Status::cancelled("the batch was given up"));
+                            unanswered[index] |= ClientError::from(status.clone()).outcome_unknown();
+                            in_flight.push_front((index, sent));
+                            Self::requeue(todo, &mut in_flight);
+                            return Some((status, Some(index)));
+                        }
+                        let error = ClientError::settle(status.into(), unanswered[index]);
+                        results[index] = Some(BatchResult { result: Err(error), latency: sent.elapsed() });
+                    }
+                    None => {
+                        results[index] = Some(BatchResult {
+                            result: Err(Status::internal("an empty answer").into()),
+                            latency: sent.elapsed(),
+                        });
+                    }
                 }
-                None => {
-                    results[index] = Some(BatchResult {
-                        result: Err(Status::internal("an empty answer").into()),
-                        latency: sent.elapsed(),
-                    });
+            }
+        }
+    }
+
+    /// Sends the next messages of `todo` on a call while fewer than `window` are in flight, at most `per_request` in
+    /// one request and, past its first, at most [`PUBLISH_BATCH_BYTES`] of them. A request the call no longer takes
+    /// (it ended) puts its messages back, unsent.
+    fn send_more(
+        sender: &mpsc::Sender<v1::PublishBatchRequest>,
+        requests: &[v1::PublishRequest],
+        todo: &mut VecDeque<usize>,
+        in_flight: &mut VecDeque<(usize, Instant)>,
+        window: usize,
+        per_request: usize,
+    ) {
+        while in_flight.len() < window && !todo.is_empty() {
+            let room = per_request.min(window - in_flight.len());
+            let mut messages = Vec::with_capacity(room.min(todo.len()));
+            let mut bytes = 0;
+            while messages.len() < room
+                && let Some(&index) = todo.front()
+            {
+                let size = requests[index].encoded_len();
+                if !messages.is_empty() && bytes + size > PUBLISH_BATCH_BYTES {
+                    break;
                 }
+                bytes += size;
+                todo.pop_front();
+                messages.push(requests[index].clone());
+                in_flight.push_back((index, Instant::now()));
+            }
+            let sent = messages.len();
+            if sender.try_send(v1::PublishBatchRequest { messages }).is_err() {
+                for _ in 0..sent {
+                    let (index, _) = in_flight.pop_back().expect("the request's messages are in flight");
+                    todo.push_front(index);
+                }
+                return;
             }
         }
     }

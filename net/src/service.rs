@@ -6,6 +6,7 @@ use std::pin::Pin;
 use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
 
+use cellog_client::limits::MAX_PUBLISH_BATCH;
 use cellog_client::status::{failed, to_item_error};
 use cellog_core::mirror::MirrorSource;
 use cellog_core::{
@@ -16,7 +17,7 @@ use cellog_proto::v1::{self, cellog_server::Cellog};
 use cellog_raft::storage::Storage;
 use cellog_raft::{Answer, BodyError, CellNode, MembershipError, NodeAddrs, ProposeError, Replica};
 use futures::{Stream, StreamExt};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::auth::{Callers, Limiter};
@@ -387,7 +388,7 @@ impl<S: Storage + Clone> CellogService<S> {
         Ok(Response::new(Box::pin(deliveries)))
     }
 
-    /// Hands the acks `command(partition, seq, kind)` to Raft as one group, in order, so that they share one entry
+    /// Hands the acks `command(partition, seq, kind)` to Raft as one group, in order, so that they share entries
     /// (refused ones answer their error in place), then waits for each answer: one result per item.
     async fn acks(
         &self,
@@ -398,32 +399,14 @@ impl<S: Storage + Clone> CellogService<S> {
         if items.len() > MAX_FETCH as usize {
             return Err(invalid_argument(format!("at most {MAX_FETCH} acks per call")));
         }
-        let mut pending = Vec::with_capacity(items.len());
-        let mut admitted = Vec::with_capacity(items.len());
-        for item in items {
-            match convert::ack_kind(item).and_then(|kind| self.admit(actor, command(item.partition, item.seq, kind))) {
-                Ok(command) => {
-                    admitted.push(command);
-                    pending.push(None);
-                }
-                Err(status) => pending.push(Some(Pending::Refused(status))),
-            }
+        let commands = items.iter().map(|item| {
+            convert::ack_kind(item).and_then(|kind| self.admit(actor, command(item.partition, item.seq, kind)))
+        });
+        let (pending, unqueued) = self.submit_group(commands.collect()).await;
+        // Nothing was handed to Raft: the whole call goes where the leader is.
+        if let Some(error @ ProposeError::NotLeader { .. }) = unqueued {
+            return Err(from_propose(error));
         }
-        let n_admitted = admitted.len();
-        let answers: Vec<Pending> = match self.node.submit_all(admitted).await {
-            Ok(answers) => answers.into_iter().map(Pending::Submitted).collect(),
-            // Nothing was handed to Raft: the whole call goes where the leader is.
-            Err(error @ ProposeError::NotLeader { .. }) => return Err(from_propose(error)),
-            Err(error) => {
-                let status = from_propose(error);
-                (0..n_admitted).map(|_| Pending::Failed(status.clone())).collect()
-            }
-        };
-        let mut answers = answers.into_iter();
-        let pending: Vec<Pending> = pending
-            .into_iter()
-            .map(|refused| refused.or_else(|| answers.next()).expect("an answer per admitted ack"))
-            .collect();
         let mut results = Vec::with_capacity(pending.len());
         for next in pending {
             let outcome = match next {
@@ -510,15 +493,51 @@ impl<S: Storage + Clone> CellogService<S> {
         Ok(Response::new(response))
     }
 
-    /// Hands one publish of a batch to Raft as `actor`, in the order of the calls.
-    async fn submit_publish(&self, actor: &Actor, request: v1::PublishRequest) -> Pending {
-        match self.admit(actor, Command::Publish(convert::publish(request))) {
-            Ok(command) => match self.node.submit_now(command).await {
-                Ok(answer) => Pending::Submitted(answer),
-                Err(error) => Pending::Failed(from_propose(error)),
-            },
-            Err(status) => Pending::Refused(status),
+    /// Hands the admitted commands among `items` to Raft together, in order (see [`CellNode::submit_all`]), and returns
+    /// one pending answer per item: a refused item answers its refusal. If nothing could be handed to Raft, every
+    /// admitted item fails with the error, which is returned too.
+    async fn submit_group(&self, items: Vec<Result<Command, Status>>) -> (Vec<Pending>, Option<ProposeError>) {
+        let mut pending = Vec::with_capacity(items.len());
+        let mut admitted = Vec::with_capacity(items.len());
+        for item in items {
+            match item {
+                Ok(command) => {
+                    admitted.push(command);
+                    pending.push(None);
+                }
+                Err(status) => pending.push(Some(Pending::Refused(status))),
+            }
         }
+        let n_admitted = admitted.len();
+        let (answers, unqueued): (Vec<Pending>, _) = match self.node.submit_all(admitted).await {
+            Ok(answers) => (answers.into_iter().map(Pending::Submitted).collect(), None),
+            Err(error) => {
+                let status = from_propose(error.clone());
+                ((0..n_admitted).map(|_| Pending::Failed(status.clone())).collect(), Some(error))
+            }
+        };
+        let mut answers = answers.into_iter();
+        let pending = pending
+            .into_iter()
+            .map(|refused| refused.or_else(|| answers.next()).expect("an answer per admitted item"))
+            .collect();
+        (pending, unqueued)
+    }
+
+    /// Hands publishes of a batch to Raft as `actor`, together and in order, so that they share entries.
+    async fn submit_publishes(&self, actor: &Actor, requests: Vec<v1::PublishRequest>) -> Vec<Pending> {
+        let commands =
+            requests.into_iter().map(|request| self.admit(actor, Command::Publish(convert::publish(request))));
+        self.submit_group(commands.collect()).await.0
+    }
+
+    /// Waits for publishes of a batch in order and answers each as its item.
+    async fn publish_results(&self, pending: Vec<Pending>) -> Vec<v1::PublishResult> {
+        let mut results = Vec::with_capacity(pending.len());
+        for next in pending {
+            results.push(self.publish_result(next).await);
+        }
+        results
     }
 
     /// Waits for one publish of a batch and answers it as its item.
@@ -535,23 +554,11 @@ impl<S: Storage + Clone> CellogService<S> {
     }
 
     #[cfg(not(madsim))]
-    /// Publishes `requests` as `actor` in their order, pipelined as a `PublishBatch` call is, and answers each in
-    /// place (the HTTP API's batch). After one that could not be proposed, the rest are not tried and answer the
-    /// same error.
+    /// Publishes `requests` as `actor` in their order, together as one `PublishBatch` request is, and answers each in
+    /// place (the HTTP API's batch). If the node could not propose them, each answers that error.
     pub(crate) async fn publish_all(&self, actor: &Actor, requests: Vec<v1::PublishRequest>) -> Vec<v1::PublishResult> {
-        let mut pending = Vec::with_capacity(requests.len());
-        for request in requests {
-            let next = match pending.last() {
-                Some(Pending::Failed(status)) => Pending::Failed(status.clone()),
-                _ => self.submit_publish(actor, request).await,
-            };
-            pending.push(next);
-        }
-        let mut results = Vec::with_capacity(pending.len());
-        for next in pending {
-            results.push(self.publish_result(next).await);
-        }
-        results
+        let pending = self.submit_publishes(actor, requests).await;
+        self.publish_results(pending).await
     }
 
     #[cfg(not(madsim))]
@@ -625,6 +632,14 @@ pub(crate) struct StreamOverview {
     pub stream: v1::StreamInfo,
     pub consumers: Vec<v1::ConsumerInfo>,
     pub groups: Vec<v1::GroupInfo>,
+}
+
+/// One request of a `PublishBatch` call, handed to Raft and waiting to be answered.
+enum Batch {
+    /// Its messages, in order, and their room in the call's window.
+    Submitted(Vec<Pending>, OwnedSemaphorePermit),
+    /// The call ends here with this error.
+    Ended(Status),
 }
 
 /// Waits for one submitted publish of a batch.
@@ -702,34 +717,60 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         self.publish_answer(outcome).map(Response::new)
     }
 
-    type PublishBatchStream = ServerStream<v1::PublishResult>;
+    type PublishBatchStream = ServerStream<v1::PublishBatchResponse>;
 
     async fn publish_batch(
         &self,
-        request: Request<Streaming<v1::PublishRequest>>,
+        request: Request<Streaming<v1::PublishBatchRequest>>,
     ) -> Result<Response<Self::PublishBatchStream>, Status> {
         let actor = self.callers.actor(&request)?;
         let mut incoming = request.into_inner();
-        let (pending, mut answers) = mpsc::channel::<Pending>(BATCH_WINDOW);
+        // A permit per message submitted and not yet answered: the caller's stream is read no further ahead.
+        let window = Arc::new(Semaphore::new(BATCH_WINDOW));
+        let (batches, mut answers) = mpsc::channel::<Batch>(BATCH_WINDOW);
         let service = self.clone();
         // Submitting in arrival order keeps the log in the caller's order; answers are awaited in that order too.
         tokio::spawn(async move {
             loop {
                 let next = match incoming.message().await {
-                    Ok(Some(request)) => service.submit_publish(&actor, request).await,
+                    Ok(Some(batch)) if batch.messages.len() > MAX_PUBLISH_BATCH => {
+                        Batch::Ended(invalid_argument(format!(
+                            "a PublishBatch request carries at most {MAX_PUBLISH_BATCH} messages, not {}",
+                            batch.messages.len()
+                        )))
+                    }
+                    Ok(Some(batch)) if batch.messages.is_empty() => continue,
+                    Ok(Some(batch)) => {
+                        let n = u32::try_from(batch.messages.len()).expect("bounded by MAX_PUBLISH_BATCH");
+                        let Ok(permit) = window.clone().acquire_many_owned(n).await else { break };
+                        Batch::Submitted(service.submit_publishes(&actor, batch.messages).await, permit)
+                    }
                     Ok(None) => break,
-                    Err(status) => Pending::Failed(invalid_argument(format!("the request stream broke: {status}"))),
+                    Err(status) => Batch::Ended(invalid_argument(format!("the request stream broke: {status}"))),
                 };
-                let failed = matches!(next, Pending::Failed(_));
-                if pending.send(next).await.is_err() || failed {
+                // After messages that could not be proposed, the rest of the call is not tried.
+                let last = match &next {
+                    Batch::Submitted(pending, _) => pending.iter().any(|next| matches!(next, Pending::Failed(_))),
+                    Batch::Ended(_) => true,
+                };
+                if batches.send(next).await.is_err() || last {
                     break;
                 }
             }
         });
         let service = self.clone();
-        let results = futures::stream::poll_fn(move |context| answers.poll_recv(context)).then(move |next| {
+        let results = futures::stream::poll_fn(move |context| answers.poll_recv(context)).then(move |batch| {
             let service = service.clone();
-            async move { Ok(service.publish_result(next).await) }
+            async move {
+                match batch {
+                    Batch::Submitted(pending, permit) => {
+                        let results = service.publish_results(pending).await;
+                        drop(permit);
+                        Ok(v1::PublishBatchResponse { results })
+                    }
+                    Batch::Ended(status) => Err(status),
+                }
+            }
         });
         Ok(Response::new(Box::pin(results)))
     }

@@ -344,3 +344,64 @@ async fn large_messages_are_answered_within_the_wire_limit_and_none_is_counted_u
     }
     node.stop().await.expect("stops");
 }
+
+/// Every result of a `PublishBatch` call, in order, until the call ends, and how it ended.
+async fn batch_results(addr: &str, requests: Vec<v1::PublishBatchRequest>) -> (Vec<v1::PublishResult>, Option<Code>) {
+    let mut client = v1::cellog_client::CellogClient::connect(format!("http://{addr}")).await.expect("connected");
+    let mut answers = client.publish_batch(futures::stream::iter(requests)).await.expect("a call").into_inner();
+    let mut results = Vec::new();
+    loop {
+        match answers.message().await {
+            Ok(Some(answer)) => results.extend(answer.results),
+            Ok(None) => return (results, None),
+            Err(status) => return (results, Some(status.code())),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_publish_batch_call_answers_each_message_in_order_and_bounds_a_request() {
+    let (node, client) = one_node("wire").await;
+    client.create_stream("orders", stream_config(&["orders.>"])).await.expect("created");
+    let addr = node.client_addr.to_string();
+    let batch = |messages: Vec<v1::PublishRequest>| v1::PublishBatchRequest { messages };
+    // Requests of several messages, an empty one, and a refused message among the others: one result per message
+    // sent, in the order sent, across however many answers carry them.
+    let requests = vec![
+        batch((0..3).map(|n| publish("orders.a", format!("{n}").as_bytes())).collect()),
+        batch(Vec::new()),
+        batch(vec![publish("orders.a", b"3"), publish("orders.*", b"refused"), publish("orders.a", b"4")]),
+        batch((5..10).map(|n| publish("orders.b", format!("{n}").as_bytes())).collect()),
+    ];
+    let (results, ended) = batch_results(&addr, requests).await;
+    assert_eq!(ended, None, "the call ends well");
+    assert_eq!(results.len(), 11);
+    let mut seqs = Vec::new();
+    for (n, result) in results.into_iter().enumerate() {
+        match result.result {
+            Some(v1::publish_result::Result::Ack(ack)) => seqs.push(ack.seq),
+            Some(v1::publish_result::Result::Error(error)) if n == 4 => {
+                assert_eq!(error.detail.expect("a detail").reason, "INVALID_SUBJECT")
+            }
+            other => panic!("message {n} was answered {other:?}"),
+        }
+    }
+    assert_eq!(seqs, (1..=10).collect::<Vec<_>>(), "stored in the order sent");
+    let stored = client.read("orders", 0, 1, 100, false).await.expect("a read").messages;
+    let payloads: Vec<_> =
+        stored.iter().map(|message| String::from_utf8_lossy(&message.payload).into_owned()).collect();
+    assert_eq!(payloads, (0..10).map(|n| n.to_string()).collect::<Vec<_>>());
+
+    // A request over the bound ends the call with INVALID_ARGUMENT, and none of its messages is stored.
+    let limit = cellog_client::limits::MAX_PUBLISH_BATCH;
+    let over = batch((0..=limit).map(|_| publish("orders.a", b"over")).collect());
+    let (results, ended) = batch_results(&addr, vec![batch(vec![publish("orders.a", b"10")]), over]).await;
+    assert_eq!((results.len(), ended), (1, Some(Code::InvalidArgument)));
+    assert_eq!(client.stream_info("orders").await.expect("info").messages, 11);
+    // One at the bound is taken whole.
+    let (results, ended) =
+        batch_results(&addr, vec![batch((0..limit).map(|_| publish("orders.a", b"at")).collect())]).await;
+    assert_eq!((results.len(), ended), (limit, None));
+    assert!(results.iter().all(|result| matches!(result.result, Some(v1::publish_result::Result::Ack(_)))));
+    node.stop().await.expect("stops");
+}

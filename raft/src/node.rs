@@ -229,8 +229,8 @@ pub const MAX_BATCH: usize = 1024;
 /// (R1 91k and 82k against 96k msgs/s, R3 36k and 35k against 38k): each costs its own replication round and apply.
 pub const ENTRIES_IN_FLIGHT: usize = 1;
 /// An entry takes no more proposals once their encoded sizes reach this many bytes, so an entry's commands take at
-/// most this plus one command ([`cellog_core::MAX_COMMAND_BYTES`]): about 13 MiB. (A group submitted together, the
-/// acks of one call, is bounded far below that: [`cellog_core::MAX_FETCH`] commands of a few hundred bytes.)
+/// most this plus one command or one group submitted together (each at most [`cellog_core::MAX_COMMAND_BYTES`]): about
+/// 13 MiB, and at most twice [`MAX_BATCH`] commands.
 pub const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
 /// Most proposals waiting for the next entry; proposers wait for room beyond that.
 const PROPOSAL_QUEUE: usize = 16 * MAX_BATCH;
@@ -273,6 +273,13 @@ struct Proposal {
 impl Proposal {
     fn one(at: Millis, command: Command, size: usize, reply: oneshot::Sender<ProposeResult>) -> Self {
         Proposal { at, first: (command, reply), rest: Vec::new(), size }
+    }
+
+    /// The group of `commands`, in order, if there are any.
+    fn group(at: Millis, commands: Vec<(Command, oneshot::Sender<ProposeResult>)>, size: usize) -> Option<Self> {
+        let mut commands = commands.into_iter();
+        let first = commands.next()?;
+        Some(Proposal { at, first, rest: commands.collect(), size })
     }
 
     fn len(&self) -> usize {
@@ -549,17 +556,25 @@ impl<S: Storage + Clone> CellNode<S> {
         Ok(Answer(answer))
     }
 
-    /// Queues `commands`, stamped with this node's clock, for the next entry as one group: they share an entry, in
-    /// their order, so a call's many commands (the acks of a fetch, say) cost one replication round and not several.
-    /// One answer per command, in order; one the cell would refuse anyway is answered at once and not queued.
-    /// Nothing is queued if this node does not lead.
+    /// Queues `commands`, stamped with this node's clock, for the next entries as groups, in their order: a group shares
+    /// one entry, so a call's many commands (a batch of publishes, the acks of a fetch) cost one replication round and
+    /// not one each. A group holds at most [`MAX_BATCH`] commands of at most [`cellog_core::MAX_COMMAND_BYTES`]
+    /// together; more make several groups, queued one after another. One answer per command, in order; one the cell
+    /// would refuse anyway is answered at once and not queued. `Err` if nothing was queued (this node does not lead, or
+    /// it is stopping); a later group that could not be queued answers each of its commands that the node is stopping.
     pub async fn submit_all(&self, commands: Vec<Command>) -> Result<Vec<Answer>, ProposeError> {
+        let at = self.now();
         let mut answers = Vec::with_capacity(commands.len());
-        let mut group = Vec::with_capacity(commands.len());
+        let mut groups = Vec::new();
+        let mut group = Vec::with_capacity(commands.len().min(MAX_BATCH));
         let mut size = 0;
         for command in commands {
             match checked_size(&command) {
                 Ok(bytes) => {
+                    if group.len() == MAX_BATCH || (!group.is_empty() && size + bytes > cellog_core::MAX_COMMAND_BYTES)
+                    {
+                        groups.extend(Proposal::group(at, std::mem::take(&mut group), std::mem::take(&mut size)));
+                    }
                     let (reply, answer) = oneshot::channel();
                     size += bytes;
                     group.push((command, reply));
@@ -568,13 +583,22 @@ impl<S: Storage + Clone> CellNode<S> {
                 Err(rejection) => answers.push(Answer::ready(Ok(Err(rejection)))),
             }
         }
-        let mut group = group.into_iter();
-        let Some(first) = group.next() else { return Ok(answers) };
+        groups.extend(Proposal::group(at, group, size));
+        if groups.is_empty() {
+            return Ok(answers);
+        }
         if !self.is_leader() {
             return Err(ProposeError::NotLeader { leader: self.leader() });
         }
-        let proposal = Proposal { at: self.now(), first, rest: group.collect(), size };
-        self.proposals.send(proposal).await.map_err(|_| stopping())?;
+        for (n, proposal) in groups.into_iter().enumerate() {
+            if self.proposals.send(proposal).await.is_err() {
+                // The groups not queued are dropped with their replies, so their answers say the node is stopping.
+                if n == 0 {
+                    return Err(stopping());
+                }
+                break;
+            }
+        }
         Ok(answers)
     }
 
@@ -835,7 +859,7 @@ async fn pack_proposals(raft: Raft, mut queue: mpsc::Receiver<Proposal>, #[cfg(m
         let Ok(permit) = in_flight.clone().acquire_owned().await else { return };
         let (mut bytes, mut n_commands) = (first.size, first.len());
         let mut batch = vec![first];
-        // A group is never split, so an entry may pass these bounds by one group (a call's worth of commands).
+        // A group is never split, so an entry may pass these bounds by one group (bounded in `CellNode::submit_all`).
         while n_commands < MAX_BATCH && bytes < MAX_BATCH_BYTES {
             match queue.try_recv() {
                 Ok(proposal) => {

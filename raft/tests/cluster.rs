@@ -274,6 +274,33 @@ async fn a_group_of_commands_shares_one_entry_in_its_order_and_a_refused_one_is_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_of_more_than_an_entrys_commands_takes_consecutive_entries_in_its_order() {
+    use cellog_core::{Command, Outcome, PublishRequest};
+    use cellog_raft::MAX_BATCH;
+
+    let (cell, leader) = with_a_slow_syncing_leader().await;
+    let node = cell.node(leader);
+    let last = || node.raft().metrics().borrow().last_log_index.unwrap_or(0);
+    let before = last();
+    let n = 2 * MAX_BATCH + 100;
+    let group: Vec<Command> =
+        (0..n).map(|i| Command::Publish(PublishRequest::new("orders.a", format!("{i}")))).collect();
+    let answers = node.submit_all(group).await.expect("this node leads");
+    let mut seqs = Vec::with_capacity(n);
+    for (i, answer) in answers.into_iter().enumerate() {
+        match answer.wait().await.expect("answered") {
+            Ok(Outcome::Published(ack)) => seqs.push(ack.seq),
+            other => panic!("command {i} was answered {other:?}"),
+        }
+    }
+    assert_eq!(seqs.len(), n);
+    assert!(seqs.windows(2).all(|pair| pair[1] == pair[0] + 1), "the group's order is the log's");
+    // Groups of MAX_BATCH, MAX_BATCH and 100 commands; an entry that holds MAX_BATCH takes nothing more.
+    assert_eq!(last() - before, 3, "the commands took one entry per MAX_BATCH");
+    cell.converge().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_restarted_with_a_cut_log_does_not_lead_again_before_it_is_repaired() {
     let mut cell = TestCell::new(NO_SNAPSHOTS);
     cell.bootstrap(&[1, 2, 3]).await;

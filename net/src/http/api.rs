@@ -5,6 +5,7 @@
 use axum::body::Bytes;
 use axum::http::{HeaderMap, HeaderValue, Method, Uri};
 use axum::response::{IntoResponse, Response};
+use cellog_client::limits::MAX_PUBLISH_BATCH;
 use cellog_client::token::AUTHORIZATION;
 use cellog_proto::v1::{self, cellog_server::Cellog};
 use cellog_raft::storage::Storage;
@@ -217,11 +218,16 @@ macro_rules! operations {
                             Some(v1::publish_result::Result::Error(error)) => error.clone(),
                             _ => v1::Error::default(),
                         });
-                        let passed = leader.publish_batch(grpc(credential, futures::stream::iter(batch.messages))?).await;
+                        let requests = batch
+                            .messages
+                            .chunks(MAX_PUBLISH_BATCH)
+                            .map(|messages| v1::PublishBatchRequest { messages: messages.to_vec() })
+                            .collect::<Vec<_>>();
+                        let passed = leader.publish_batch(grpc(credential, futures::stream::iter(requests))?).await;
                         let mut answers = Forward::answer(refused, passed)?;
                         results.clear();
-                        while let Some(result) = answers.message().await? {
-                            results.push(result);
+                        while let Some(answer) = answers.message().await? {
+                            results.extend(answer.results);
                         }
                     }
                     Ok(serde_json::json!({ "results": results.iter().map(encode).collect::<Result<Vec<_>, _>>()? }))
