@@ -189,6 +189,40 @@ impl<S: Storage + Clone> CellogService<S> {
     /// refused for either never reaches the log (the cell decides again when it applies one that does).
     fn admit(&self, actor: &Actor, command: Command) -> Result<Command, Status> {
         let decision = lock(&self.node)?.cell.authorize_command(actor, &command);
+        self.decided(actor, command, decision)
+    }
+
+    /// [`Self::admit`] for each of `commands` that is one (an item refused already stays so), under one look at the
+    /// replica.
+    fn admit_all(
+        &self,
+        actor: &Actor,
+        commands: impl Iterator<Item = Result<Command, Status>>,
+    ) -> Vec<Result<Command, Status>> {
+        let decided: Vec<_> = match lock(&self.node) {
+            Ok(replica) => commands
+                .map(|command| {
+                    command.map(|command| {
+                        let decision = replica.cell.authorize_command(actor, &command);
+                        (command, decision)
+                    })
+                })
+                .collect(),
+            Err(status) => return commands.map(|_| Err(status.clone())).collect(),
+        };
+        decided
+            .into_iter()
+            .map(|decided| decided.and_then(|(command, decision)| self.decided(actor, command, decision)))
+            .collect()
+    }
+
+    /// A command as `actor` once the cell decided whether its principal may run it, or the refusal.
+    fn decided(
+        &self,
+        actor: &Actor,
+        command: Command,
+        decision: Result<Arc<str>, Rejection>,
+    ) -> Result<Command, Status> {
         match decision {
             Ok(principal) => {
                 self.limiter.take(&principal)?;
@@ -399,10 +433,9 @@ impl<S: Storage + Clone> CellogService<S> {
         if items.len() > MAX_FETCH as usize {
             return Err(invalid_argument(format!("at most {MAX_FETCH} acks per call")));
         }
-        let commands = items.iter().map(|item| {
-            convert::ack_kind(item).and_then(|kind| self.admit(actor, command(item.partition, item.seq, kind)))
-        });
-        let (pending, unqueued) = self.submit_group(commands.collect()).await;
+        let commands =
+            items.iter().map(|item| convert::ack_kind(item).map(|kind| command(item.partition, item.seq, kind)));
+        let (pending, unqueued) = self.submit_group(self.admit_all(actor, commands)).await;
         // Nothing was handed to Raft: the whole call goes where the leader is.
         if let Some(error @ ProposeError::NotLeader { .. }) = unqueued {
             return Err(from_propose(error));
@@ -526,9 +559,8 @@ impl<S: Storage + Clone> CellogService<S> {
 
     /// Hands publishes of a batch to Raft as `actor`, together and in order, so that they share entries.
     async fn submit_publishes(&self, actor: &Actor, requests: Vec<v1::PublishRequest>) -> Vec<Pending> {
-        let commands =
-            requests.into_iter().map(|request| self.admit(actor, Command::Publish(convert::publish(request))));
-        self.submit_group(commands.collect()).await.0
+        let commands = requests.into_iter().map(|request| Ok(Command::Publish(convert::publish(request))));
+        self.submit_group(self.admit_all(actor, commands)).await.0
     }
 
     /// Waits for publishes of a batch in order and answers each as its item.
