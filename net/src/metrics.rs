@@ -34,6 +34,11 @@ pub struct Metrics {
     /// On a follower, the time between two `AppendEntries` from a leader (entries or a heartbeat): a leader whose
     /// workers are held up shows here first, and a gap near the election timeout costs an election.
     leader_gap: Histogram,
+    /// On a leader, from sending an `AppendEntries` (entries or a heartbeat) to a follower's answer: the way there and
+    /// back, and the follower's append and fsync.
+    pub raft_append_round_trip: Histogram,
+    /// On a follower, from receiving an `AppendEntries` to answering it: its append and fsync.
+    pub raft_append_answer: Histogram,
     last_leader_message: Mutex<Option<tokio::time::Instant>>,
     /// What sealed mail counts: delivery attempts, provenance rows not recorded.
     pub mail: MailMetrics,
@@ -195,6 +200,8 @@ impl Metrics {
             commit_latency: Histogram::new(latency_buckets()),
             fsync_latency: Histogram::new(latency_buckets()),
             leader_gap: Histogram::new(gap_buckets()),
+            raft_append_round_trip: Histogram::new(latency_buckets()),
+            raft_append_answer: Histogram::new(latency_buckets()),
             last_leader_message: Mutex::new(None),
             mail: MailMetrics::default(),
             consumer_lag_max: Gauge::default(),
@@ -237,6 +244,16 @@ impl Metrics {
             "raft_leader_gap_seconds",
             "On a follower, the time between two AppendEntries from a leader (entries or a heartbeat)",
             metrics.leader_gap.clone(),
+        );
+        registry.register(
+            "raft_append_round_trip_seconds",
+            "On a leader, from sending an AppendEntries (entries or a heartbeat) to a follower's answer",
+            metrics.raft_append_round_trip.clone(),
+        );
+        registry.register(
+            "raft_append_answer_seconds",
+            "On a follower, from receiving an AppendEntries (entries or a heartbeat) to answering it",
+            metrics.raft_append_answer.clone(),
         );
         registry.register(
             "mail_attempts",

@@ -264,7 +264,7 @@ impl<S: Storage + Clone> RunningNode<S> {
             Some(files) => Some(NodeTls::load(files).map_err(NodeError::Config)?),
             None => None,
         };
-        let network = grpc_network(identity.clone(), tls.clone());
+        let network = grpc_network(identity.clone(), tls.clone(), metrics.clone());
         let node = CellNode::start_with(config.id, raft_config, storage, network, clock, config.past, identity).await?;
         node.set_keep_log_bytes(config.timing.keep_log_bytes);
         node.set_snapshot_every_bytes(config.timing.snapshot_every_bytes);

@@ -41,19 +41,24 @@ fn from_wire(message: RaftMessage) -> Result<Frame, Status> {
     Ok(Frame { cell: message.cell, cell_id, crc32c: message.crc32c, payload: message.payload })
 }
 
-/// The network of a node of `cell`, over gRPC (over mutual TLS with `tls`).
-pub fn grpc_network(cell: CellIdentity, tls: Option<NodeTls>) -> Network<GrpcLinks> {
-    Network::new(cell, GrpcLinks { tls })
+/// The network of a node of `cell`, over gRPC (over mutual TLS with `tls`), timing its `AppendEntries` into
+/// `metrics`.
+pub fn grpc_network(cell: CellIdentity, tls: Option<NodeTls>, metrics: Arc<Metrics>) -> Network<GrpcLinks> {
+    Network::new(cell, GrpcLinks { tls, metrics })
 }
 
 /// Connections to peers over gRPC.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone)]
 pub struct GrpcLinks {
     tls: Option<NodeTls>,
+    metrics: Arc<Metrics>,
 }
 
 /// A connection to one peer over gRPC (`Err`: its address is unusable).
-pub struct GrpcLink(Result<RaftClient<Channel>, String>);
+pub struct GrpcLink {
+    client: Result<RaftClient<Channel>, String>,
+    metrics: Arc<Metrics>,
+}
 
 impl Links for GrpcLinks {
     type Link = GrpcLink;
@@ -74,17 +79,25 @@ impl Links for GrpcLinks {
                     .max_encoding_message_size(MAX_RAFT_MESSAGE)
             })
             .map_err(|error| format!("bad peer address {:?}: {error}", addrs.raft_addr));
-        GrpcLink(client)
+        GrpcLink { client, metrics: self.metrics.clone() }
     }
 }
 
 impl Link for GrpcLink {
+    #[allow(clippy::disallowed_methods, reason = "times the round trip of an AppendEntries on the runtime's clock")]
     async fn call(&mut self, rpc: Rpc, frame: Frame, timeout: Duration) -> Result<Frame, LinkError> {
-        let mut client = self.0.clone().map_err(LinkError::Unreachable)?;
+        let mut client = self.client.clone().map_err(LinkError::Unreachable)?;
         let mut request = Request::new(to_wire(frame));
         request.set_timeout(timeout);
         let response = match rpc {
-            Rpc::AppendEntries => client.append_entries(request).await,
+            Rpc::AppendEntries => {
+                let sent = tokio::time::Instant::now();
+                let response = client.append_entries(request).await;
+                if response.is_ok() {
+                    self.metrics.raft_append_round_trip.observe(sent.elapsed().as_secs_f64());
+                }
+                response
+            }
             Rpc::InstallSnapshot => client.install_snapshot(request).await,
             Rpc::Vote => client.vote(request).await,
         };
@@ -141,14 +154,20 @@ impl<S: Storage + Clone> RaftService<S> {
         Ok(())
     }
 
-    #[allow(clippy::disallowed_methods, reason = "times the gaps between a leader's messages on the runtime's clock")]
+    #[allow(clippy::disallowed_methods, reason = "times a leader's messages and their answers on the runtime's clock")]
     async fn answer(&self, rpc: Rpc, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         self.admit(&request)?;
+        let received = tokio::time::Instant::now();
         if rpc == Rpc::AppendEntries {
-            self.metrics.leader_message(tokio::time::Instant::now());
+            self.metrics.leader_message(received);
         }
         match self.node.answer(rpc, &from_wire(request.into_inner())?).await {
-            Ok(frame) => Ok(Response::new(to_wire(frame))),
+            Ok(frame) => {
+                if rpc == Rpc::AppendEntries {
+                    self.metrics.raft_append_answer.observe(received.elapsed().as_secs_f64());
+                }
+                Ok(Response::new(to_wire(frame)))
+            }
             Err(AnswerError::Refused(error)) => {
                 tracing::warn!(%error, "refused a raft message");
                 Err(Status::invalid_argument(error.to_sender()))

@@ -14,6 +14,8 @@ use cellog_net::{Limits, NodeConfig, RaftTiming, RunningNode};
 use cellog_raft::SystemClock;
 use cellog_raft::storage::SimDisk;
 
+mod common;
+
 fn config(id: u64, bootstrap: bool) -> NodeConfig {
     let any = "127.0.0.1:0".parse().expect("an address");
     NodeConfig {
@@ -84,7 +86,8 @@ fn message(subject: &str, body: &str) -> v1::PublishRequest {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn membership_changes_online_and_clients_follow_the_leader() {
-    let first = start(&config(1, true)).await;
+    let any = "127.0.0.1:0".parse().expect("an address");
+    let first = start(&NodeConfig { metrics_addr: Some(any), ..config(1, true) }).await;
     let founder = client_of(&first);
     leader_ready(&founder).await;
     founder.create_stream("s", stream_config("s.>")).await.expect("created");
@@ -94,7 +97,7 @@ async fn membership_changes_online_and_clients_follow_the_leader() {
 
     // Two more nodes join: added as learners (catching up), then promoted.
     let second = start(&config(2, false)).await;
-    let third = start(&config(3, false)).await;
+    let third = start(&NodeConfig { metrics_addr: Some(any), ..config(3, false) }).await;
     for node in [&second, &third] {
         let status = founder
             .add_learner(node.node.id(), &node.raft_addr.to_string(), &node.client_addr.to_string())
@@ -116,6 +119,15 @@ async fn membership_changes_online_and_clients_follow_the_leader() {
         client_of(&third).read("s", 0, 21, 10, true).await.is_ok_and(|response| response.messages.len() == 1)
     })
     .await;
+
+    // The leader times its AppendEntries' round trips, and a follower its answers to them.
+    let count = async |node: &RunningNode<SimDisk>, metric: &str| -> u64 {
+        let text = common::scrape(node.metrics_addr.expect("metrics served")).await;
+        let line = text.lines().find(|line| line.starts_with(&format!("{metric}_count "))).expect("the metric");
+        line.rsplit(' ').next().and_then(|count| count.parse().ok()).expect("a count")
+    };
+    assert!(count(&first, "cellog_raft_append_round_trip_seconds").await > 0);
+    assert!(count(&third, "cellog_raft_append_answer_seconds").await > 0);
 
     // A follower refuses a write it cannot forward, naming the leader.
     let direct = Client::new(
