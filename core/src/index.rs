@@ -1,5 +1,5 @@
 //! A stream's indexes of its messages: per subject (counts, bytes and order, for per-subject limits, newest-wins and
-//! conditional appends) and per message id (for deduplication).
+//! conditional appends) and per message id (for deduplication; the index itself is [`crate::dedup`]).
 
 use std::collections::VecDeque;
 use std::sync::Arc;

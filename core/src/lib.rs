@@ -31,6 +31,7 @@ mod cell;
 mod command;
 mod config;
 mod consumer;
+mod dedup;
 mod error;
 pub mod group;
 mod index;
@@ -64,6 +65,7 @@ pub use config::{
     RetentionPolicy, StreamConfig,
 };
 pub use consumer::Work;
+pub use dedup::IdKey;
 pub use error::{Cap, NameKind, Quota, Rejection, SnapshotError};
 pub use group::{GroupInfo, MemberInfo, PartitionOwner};
 pub use info::{

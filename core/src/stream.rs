@@ -12,6 +12,7 @@ use crate::bucket::TokenBucket;
 use crate::command::{Delivery, Effect, Headers, PublishAck, Record, RemovalReason};
 use crate::config::{ConsumerConfig, DeliverPolicy, DiscardPolicy, RetentionPolicy, StreamConfig};
 use crate::consumer::{Consumer, DeliveryTimer};
+use crate::dedup::{DedupIndex, IdKey};
 use crate::error::{Quota, Rejection};
 use crate::index::{DedupEntry, SubjectState};
 use crate::info::{PartitionInfo, PeerInfo, StreamInfo};
@@ -65,7 +66,7 @@ pub(crate) struct Stream {
     n_messages: u64,
     n_bytes: u64,
     subjects: BTreeMap<Arc<str>, SubjectState>,
-    dedup: BTreeMap<Arc<str>, DedupEntry>,
+    dedup: DedupIndex,
     /// (window end, id, partition, seq) in publish order, hence in time order.
     dedup_expiry: VecDeque<(Millis, Arc<str>, u32, u64)>,
     /// (expiry, partition, seq) of messages with a TTL, not yet expired.
@@ -96,7 +97,7 @@ impl From<v3::Stream> for Stream {
             n_messages: stream.n_messages,
             n_bytes: stream.n_bytes,
             subjects: stream.subjects.into_iter().map(|(subject, state)| (subject, state.into())).collect(),
-            dedup: stream.dedup.into_iter().map(|(id, entry)| (id, entry.into())).collect(),
+            dedup: DedupIndex::from_entries(stream.dedup.into_iter().map(|(id, entry)| (id, entry.into()))),
             dedup_expiry: stream
                 .dedup_expiry
                 .into_iter()
@@ -119,7 +120,7 @@ impl From<v3::Stream> for Stream {
 }
 
 impl Stream {
-    pub fn new(id: u64, name: Arc<str>, config: StreamConfig, at: Millis) -> Self {
+    pub fn new(id: u64, name: Arc<str>, config: StreamConfig, at: Millis, id_key: IdKey) -> Self {
         let partitions = (0..config.partitions).map(|_| Partition::new()).collect();
         let bucket = config.rate_limit.map(|rate| TokenBucket::full(rate, at));
         Stream {
@@ -132,7 +133,7 @@ impl Stream {
             n_messages: 0,
             n_bytes: 0,
             subjects: BTreeMap::new(),
-            dedup: BTreeMap::new(),
+            dedup: DedupIndex::new(id_key),
             dedup_expiry: VecDeque::new(),
             ttl_index: BTreeSet::new(),
             ttl_held: BTreeSet::new(),
@@ -270,6 +271,11 @@ impl Stream {
     /// message is retained, at the cost of the message itself).
     pub fn n_window_ids(&self) -> usize {
         self.dedup_expiry.len()
+    }
+
+    /// Hashes the message-id index with `key` (see [`IdKey`]).
+    pub fn key_ids(&mut self, key: IdKey) {
+        self.dedup.rekey(key);
     }
 
     /// Forgets every remembered message id (a planted bug's snapshot).

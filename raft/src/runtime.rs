@@ -233,6 +233,26 @@ pub(crate) fn random_u128() -> u128 {
     u128::from_le_bytes(bytes)
 }
 
+/// The key of this process's message-id indexes ([`cellog_core::IdKey`]), the same for every cell it hosts: drawn once
+/// from the OS in production, so that no client can choose ids that collide in them. Fixed in simulation: a draw there
+/// would shift every later draw of the run, and no one chooses ids against the simulator.
+pub(crate) fn id_key() -> cellog_core::IdKey {
+    #[cfg(not(madsim))]
+    {
+        use rand::{RngCore, SeedableRng};
+
+        static KEY: std::sync::OnceLock<cellog_core::IdKey> = std::sync::OnceLock::new();
+        *KEY.get_or_init(|| {
+            let mut rng = rand_chacha::ChaCha8Rng::from_entropy();
+            cellog_core::IdKey::new(rng.next_u64(), rng.next_u64())
+        })
+    }
+    #[cfg(madsim)]
+    {
+        cellog_core::IdKey::new(0x7369_6d75_6c61_7465, 0x642d_6b65_792d_3031)
+    }
+}
+
 mod rng {
     //! The randomness openraft asks for (election timeouts).
 

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
 use crate::bodies::{self, BodyError, BodyReadError, BodyWork, StoredBodies};
-use crate::runtime::off_the_workers;
+use crate::runtime::{id_key, off_the_workers};
 use crate::snapshot_transfer::{Incoming, Outgoing, SnapshotData};
 use crate::storage::{Batch, MetaKey, Space, Storage, StorageError};
 use crate::stored_snapshot::{self, SNAPSHOT_CHUNK_BYTES};
@@ -205,10 +205,11 @@ impl<S: Storage + Clone> StateMachineStore<S> {
     /// The state machine over `storage`, starting from the stored snapshot if there is one.
     pub fn open(storage: S) -> Result<Self, StorageError> {
         let bodies = Arc::new(StoredBodies::new(storage.clone()));
-        let replica = match stored_snapshot::get(&storage)? {
+        let mut replica = match stored_snapshot::get(&storage)? {
             Some(bytes) => decode(&bytes)?,
             None => Replica::default(),
         };
+        replica.cell.key_ids(id_key());
         if storage.get(Space::Meta, MetaKey::BodiesUnswept as u64)?.is_some() {
             // Bodies of a snapshot received half way, or of releases whose deletes waited for a snapshot being sent:
             // everything the stored state does not refer to goes. The log replayed next writes its bodies again.
@@ -443,7 +444,7 @@ impl<S: Storage + Clone> StateMachineStore<S> {
         }
         .ok_or_else(|| state_error(format!("snapshot {} was not received whole", meta.snapshot_id)))?;
         let mut stored = self.stored.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let replica = decode(&received.file)
+        let mut replica = decode(&received.file)
             .map_err(|error| StorageIOError::read_snapshot(Some(meta.signature()), openraft::AnyError::new(&error)))
             .map_err(RaftStorageError::from)
             .and_then(|replica| {
@@ -455,6 +456,7 @@ impl<S: Storage + Clone> StateMachineStore<S> {
                     meta.snapshot_id, replica.last_applied, meta.last_log_id
                 )))
             })?;
+        replica.cell.key_ids(id_key());
         // The new bodies are in; the state goes in with the deletes of the old bodies the new state does not refer to,
         // in one write, durable before openraft purges the log this snapshot replaces. Readers wait meanwhile: the old
         // state's bodies are going.

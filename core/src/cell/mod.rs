@@ -15,6 +15,7 @@ use serde::Serialize;
 use crate::auth::Auth;
 use crate::body::BodyRef;
 use crate::command::{Command, Effect, Outcome};
+use crate::dedup::IdKey;
 use crate::error::Rejection;
 use crate::group::Group;
 use crate::mirror::Mirroring;
@@ -104,6 +105,9 @@ pub struct Cell {
     /// No group member's session ends before this time (a lower bound, rebuilt on decode), as for producers.
     #[serde(skip)]
     members_expire_from: ExpiryBound,
+    /// The key of the streams' message-id indexes ([`Cell::key_ids`]). Not state, as for the bounds above.
+    #[serde(skip)]
+    id_key: HostKey,
     /// Transient: not part of the state, not in snapshots, not compared.
     #[serde(skip)]
     effects: Vec<Effect>,
@@ -125,6 +129,19 @@ impl PartialEq for ExpiryBound {
         true
     }
 }
+
+/// The key a host handed the cell for its message-id indexes. Not state: two cells that hold the same state are equal
+/// whatever keys they hold.
+#[derive(Clone, Copy, Debug, Default)]
+struct HostKey(IdKey);
+
+impl PartialEq for HostKey {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for HostKey {}
 
 fn stream_in<'a>(streams: &'a mut BTreeMap<Arc<str>, Stream>, name: &str) -> Result<&'a mut Stream, Rejection> {
     streams.get_mut(name).ok_or_else(|| Rejection::StreamNotFound { stream: name.to_string() })
@@ -153,6 +170,7 @@ impl Cell {
             router: Router::default(),
             producers_expire_from: ExpiryBound(Millis::MAX),
             members_expire_from: ExpiryBound(Millis::MAX),
+            id_key: HostKey::default(),
             effects: Vec::new(),
         }
     }
@@ -184,6 +202,7 @@ impl Cell {
             router: Router::default(),
             producers_expire_from: ExpiryBound(Millis::MAX),
             members_expire_from: ExpiryBound(Millis::MAX),
+            id_key: HostKey::default(),
             effects: Vec::new(),
         }
     }
@@ -265,6 +284,16 @@ impl Cell {
 
     fn stream(&self, name: &str) -> Result<&Stream, Rejection> {
         self.streams.get(name).ok_or_else(|| Rejection::StreamNotFound { stream: name.to_string() })
+    }
+
+    /// Keys the hash of every stream's message-id index, now and for streams created later (see [`IdKey`]). A host
+    /// calls it with a key of its own drawing after it makes or restores a cell; it changes no state and nothing the
+    /// cell answers.
+    pub fn key_ids(&mut self, key: IdKey) {
+        self.id_key = HostKey(key);
+        for stream in self.streams.values_mut() {
+            stream.key_ids(key);
+        }
     }
 
     /// Takes the effects queued by the commands applied so far.

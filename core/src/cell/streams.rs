@@ -112,7 +112,7 @@ impl Cell {
         for filter in &config.subjects {
             self.router.insert(filter, &name);
         }
-        self.streams.insert(name.clone(), Stream::new(id, name, config, at));
+        self.streams.insert(name.clone(), Stream::new(id, name, config, at, self.id_key.0));
         Ok(Outcome::StreamCreated { created: true })
     }
 

@@ -6,9 +6,9 @@ use common::*;
 
 use bytes::Bytes;
 use cellog_core::{
-    AckKind, Actor, Body, Cell, Command, ConsumerConfig, DeliverPolicy, Effect, Grants, MemoryBodies, Millis, Outcome,
-    ProducerRef, PublishRequest, RateLimit, Record, Rejection, RetentionPolicy, SNAPSHOT_VERSION, SnapshotError,
-    StreamConfig, TokenHash, subject::partition_for_key,
+    AckKind, Actor, Body, Cell, Command, ConsumerConfig, DeliverPolicy, Effect, Grants, IdKey, MemoryBodies, Millis,
+    Outcome, ProducerRef, PublishRequest, RateLimit, Record, Rejection, RetentionPolicy, SNAPSHOT_VERSION,
+    SnapshotError, StreamConfig, TokenHash, subject::partition_for_key,
 };
 
 // ----- a scripted history -----
@@ -465,6 +465,43 @@ fn the_same_commands_at_the_same_times_give_the_same_digest() {
     assert_eq!(a.cell.digest(), b.cell.digest());
     assert_eq!(a.cell.snapshot(), b.cell.snapshot());
     assert_eq!(a.cell.digest().to_string().len(), 64);
+}
+
+/// The busy history, then publishes with ids that are new, repeated within the window and repeated after it.
+fn history_with_ids() -> Vec<Step> {
+    let mut steps = busy_history();
+    steps.extend(continuation());
+    for n in 0..300u64 {
+        // Ids repeat every 100 publishes; a tenth of a second apart, so the window (60 s) is open for the repeats of
+        // the first round and the tick at the end lets it pass for all.
+        let id = format!("keyed-{}", n % 100);
+        steps.push(step(800_000 + n * 100, publish_with("orders.eu.20", "k", |r| r.msg_id = Some(id))));
+    }
+    steps.push(step(900_000, Command::Tick));
+    steps.push(step(900_000, publish_with("orders.eu.20", "late", |r| r.msg_id = Some("keyed-7".into()))));
+    steps
+}
+
+#[test]
+fn the_key_of_the_id_indexes_changes_no_answer_no_snapshot_and_no_digest() {
+    let steps = history_with_ids();
+    let mut plain = Harness::new();
+    let answers = run(&mut plain, &steps);
+    assert!(answers.iter().any(|(outcome, _)| matches!(outcome, Ok(Outcome::Published(ack)) if ack.duplicate)));
+
+    let mut keyed = Harness::new();
+    keyed.cell.key_ids(IdKey::new(1, 2));
+    let (half, rest) = steps.split_at(steps.len() / 2);
+    let mut keyed_answers = run(&mut keyed, half);
+    // Restored, and keyed again with another key, halfway through.
+    let mut keyed = restored(&keyed);
+    keyed.cell.key_ids(IdKey::new(u64::MAX, 7));
+    keyed_answers.extend(run(&mut keyed, rest));
+
+    assert_eq!(keyed_answers, answers);
+    assert_eq!(keyed.cell, plain.cell);
+    assert_eq!(keyed.cell.snapshot(), plain.cell.snapshot());
+    assert_eq!(keyed.cell.digest(), plain.cell.digest());
 }
 
 /// The digest after the busy history with step `index` replaced by `replacement`.
