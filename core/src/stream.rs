@@ -592,9 +592,9 @@ impl Stream {
             self.subjects.remove(&*message.subject);
         }
         if let Some(msg_id) = &message.msg_id
-            && self.dedup.get(&**msg_id).is_some_and(|e| e.partition == partition && e.seq == seq && !e.window_open)
+            && self.dedup.get(msg_id).is_some_and(|e| e.partition == partition && e.seq == seq && !e.window_open)
         {
-            self.dedup.remove(&**msg_id);
+            self.dedup.remove(msg_id);
         }
         if let Some(expires_at) = message.expires_at() {
             self.ttl_index.remove(&(expires_at, partition, seq));
@@ -799,14 +799,14 @@ impl Stream {
             }
             self.dedup_expiry.pop_front();
             let retained = self.message(partition, seq).is_some();
-            if let Some(entry) = self.dedup.get_mut(&*msg_id)
+            if let Some(entry) = self.dedup.get_mut(&msg_id)
                 && entry.partition == partition
                 && entry.seq == seq
             {
                 if retained {
                     entry.window_open = false;
                 } else {
-                    self.dedup.remove(&*msg_id);
+                    self.dedup.remove(&msg_id);
                 }
             }
         }
