@@ -427,6 +427,14 @@ impl<S: Storage> Storage for Metered<S> {
         self.inner.write(batch)
     }
 
+    fn write_unlogged(&self, batch: cellog_raft::storage::Batch) -> Result<(), StorageError> {
+        self.inner.write_unlogged(batch)
+    }
+
+    fn persist(&self) -> Result<(), StorageError> {
+        self.inner.persist()
+    }
+
     fn read_framed(&self, space: Space, key: u64) -> Result<Option<Vec<u8>>, StorageError> {
         self.inner.read_framed(space, key)
     }
@@ -479,11 +487,19 @@ mod tests {
         syncs: AtomicU64,
         checkpoints: AtomicU64,
         many: AtomicU64,
+        persists: AtomicU64,
     }
 
     impl Storage for Counting {
         fn write(&self, batch: Batch) -> Result<(), StorageError> {
             self.disk.write(batch)
+        }
+        fn write_unlogged(&self, batch: Batch) -> Result<(), StorageError> {
+            self.disk.write_unlogged(batch)
+        }
+        fn persist(&self) -> Result<(), StorageError> {
+            self.persists.fetch_add(1, Ordering::Relaxed);
+            self.disk.persist()
         }
         fn read_framed(&self, space: Space, key: u64) -> Result<Option<Vec<u8>>, StorageError> {
             self.disk.read_framed(space, key)
@@ -523,6 +539,7 @@ mod tests {
             syncs: AtomicU64::new(0),
             checkpoints: AtomicU64::new(0),
             many: AtomicU64::new(0),
+            persists: AtomicU64::new(0),
         });
         let metered = Metered::new(inner.clone(), Arc::new(Metrics::new()));
         let mut batch = Batch::new();
@@ -530,8 +547,15 @@ mod tests {
         metered.write(batch).unwrap();
         metered.sync().unwrap();
         metered.checkpoint().unwrap();
+        let mut unlogged = Batch::new();
+        unlogged.put(Space::Bodies, 9, b"unlogged");
+        metered.write_unlogged(unlogged).unwrap();
+        metered.persist().unwrap();
+        assert_eq!(inner.persists.load(Ordering::Relaxed), 1, "a persist reaches the store it wraps");
+        inner.disk.crash();
+        assert_eq!(metered.get(Space::Bodies, 9), Ok(Some(b"unlogged".to_vec())), "an unlogged write reaches it");
         assert_eq!(metered.get(Space::Bodies, 7), Ok(Some(b"body".to_vec())));
-        assert_eq!(metered.key_bounds(Space::Bodies), Ok(Some((7, 7))));
+        assert_eq!(metered.key_bounds(Space::Bodies), Ok(Some((7, 9))));
         assert_eq!(metered.get_many(Space::Bodies, &[8, 7]), vec![Ok(None), Ok(Some(b"body".to_vec()))]);
         assert_eq!(inner.many.load(Ordering::Relaxed), 1, "a batched read reaches the store it wraps");
         assert_eq!(metered.sync_delay(), Duration::from_millis(3));

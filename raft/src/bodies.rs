@@ -2,9 +2,10 @@
 //! it retains.
 //!
 //! The cell hands its body work out as effects ([`cellog_core::body`]); the state machine gathers the work of one
-//! apply call in a [`BodyWork`] while it holds the replica, and writes it (not synced) before it lets go: every later
-//! sync (the next log append's, at the latest) makes it durable. That is enough, because the log holds every body
-//! until a snapshot covers it, and a snapshot is stored only after a sync. A released body is deleted only when a
+//! apply call in a [`BodyWork`] while it holds the replica, and writes it before it lets go, without the journal
+//! ([`Storage::write_unlogged`]): a crash or a restart may lose it, and the restart's replay of the log writes it
+//! again. That is enough, because the log holds every body until a snapshot covers it, and a snapshot is stored only
+//! after [`Storage::persist`] has made every body written before it durable. A released body is deleted only when a
 //! snapshot that no longer refers to it is stored: until then the stored snapshot may still be sent to a follower,
 //! with its bodies, and a restart replays the release from the log anyway. While a snapshot is being sent
 //! ([`StoredBodies::hold`]), deletes wait for a later snapshot, and the store is marked
@@ -148,11 +149,13 @@ impl<S: Storage> StoredBodies<S> {
         }
     }
 
-    /// Writes the bodies of `work` (not synced).
+    /// Writes the bodies of `work` without the journal ([`Storage::write_unlogged`]): the log holds them until a
+    /// snapshot covers them, and the snapshot is stored only after [`Storage::persist`], so a crash before then loses
+    /// nothing the log cannot write again. Spared the journal, a body is not synced a second time with the next append.
     pub fn write(&self, work: BodyWork) -> Result<(), StorageError> {
         let mut batch = Batch::new();
         self.stage(work, &mut batch);
-        if batch.is_empty() { Ok(()) } else { self.storage.write(batch) }
+        if batch.is_empty() { Ok(()) } else { self.storage.write_unlogged(batch) }
     }
 
     /// Takes the bodies released so far, for a snapshot taken after those releases: the caller deletes them with

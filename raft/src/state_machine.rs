@@ -261,6 +261,12 @@ impl<S: Storage + Clone> StateMachineStore<S> {
             let released = self.bodies.take_released();
             (postcard::to_stdvec(&file).expect("encoding into memory does not fail"), replica.meta(), released)
         };
+        // The bodies this state refers to were written without the journal before the replica was let go: durable
+        // now, before the snapshot that lets the log holding them go.
+        if let Err(error) = self.storage.persist() {
+            self.bodies.give_back(released);
+            return Err(state_error(error));
+        }
         let mut stored = self.stored.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if *stored > meta.last_log_id {
             // A newer snapshot was installed while this one was built: it stays. The releases taken above were not
@@ -386,9 +392,9 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
             }
             responses.push(response);
         }
-        // Written while the replica is held, so a snapshot taken of this state finds its bodies written (and its
-        // sync makes them durable). Not synced here: the log holds these bodies until a snapshot covers them, and
-        // that snapshot is stored only after a sync.
+        // Written while the replica is held, so a snapshot taken of this state finds its bodies written (and makes
+        // them durable before it is stored). Not durable here: the log holds these bodies until a snapshot covers
+        // them (see `crate::bodies`).
         self.bodies.write(work).map_err(state_error)?;
         self.applied.notify_waiters();
         Ok(responses)

@@ -104,14 +104,35 @@ fn conformance<S: Storage>(store: S, reopen: impl FnOnce(S) -> S) {
     batch.delete_range(Space::Bodies, 50..51);
     store.write(batch).unwrap();
 
+    // Unlogged writes are read like any other, in the order of all writes; they only put.
+    let mut batch = Batch::new();
+    batch.put(Space::Bodies, 60, b"sixty").put(Space::Bodies, 61, b"sixty-one").put(Space::Bodies, 62, b"gone");
+    store.write_unlogged(batch).unwrap();
+    assert_eq!(store.get(Space::Bodies, 61).unwrap(), Some(b"sixty-one".to_vec()));
+    assert_eq!(store.key_bounds(Space::Bodies).unwrap(), Some((60, 62)));
+    let mut batch = Batch::new();
+    batch.put(Space::Bodies, 63, b"never");
+    batch.delete_range(Space::Bodies, 60..61);
+    assert!(
+        matches!(store.write_unlogged(batch), Err(StorageError::Unsupported { .. })),
+        "an unlogged batch only puts"
+    );
+    assert_eq!(store.get(Space::Bodies, 63).unwrap(), None, "nothing of a refused unlogged batch is written");
+    assert_eq!(store.get(Space::Bodies, 60).unwrap(), Some(b"sixty".to_vec()));
+    let mut batch = Batch::new();
+    batch.delete_range(Space::Bodies, 62..63);
+    store.write(batch).unwrap();
+    assert_eq!(store.get(Space::Bodies, 62).unwrap(), None, "a logged delete after an unlogged put removes it");
+
     // A snapshot stored in chunks (here of 999 bytes) comes back whole after a reopen.
     let snapshot: Vec<u8> = (0..10_000u32).map(|i| (i % 253) as u8).collect();
     let mut batch = Batch::new();
     stored_snapshot::put(&mut batch, &snapshot, 999);
     store.write(batch).unwrap();
 
-    // What was synced survives closing and opening again, checkpointed or not.
+    // What was synced survives closing and opening again, checkpointed or not, and so does what was persisted.
     store.sync().unwrap();
+    store.persist().unwrap();
     store.checkpoint().unwrap();
     assert_eq!(store.get(Space::Log, 3).unwrap(), Some(b"log-3".to_vec()), "a checkpoint changes nothing reads see");
     let store = reopen(store);
@@ -120,6 +141,9 @@ fn conformance<S: Storage>(store: S, reopen: impl FnOnce(S) -> S) {
     assert_eq!(store.key_bounds(Space::Log).unwrap(), Some((3, 3)));
     assert_eq!(stored_snapshot::get(&store).unwrap(), Some(snapshot));
     assert_eq!(store.key_bounds(Space::State).unwrap(), Some((0, 11)), "a header and 11 chunks");
+    assert_eq!(store.get(Space::Bodies, 60).unwrap(), Some(b"sixty".to_vec()), "a persisted unlogged write");
+    assert_eq!(store.get(Space::Bodies, 61).unwrap(), Some(b"sixty-one".to_vec()));
+    assert_eq!(store.get(Space::Bodies, 62).unwrap(), None, "its logged delete stays");
 
     // A shorter snapshot replaces it without leaving a chunk behind.
     let mut batch = Batch::new();
@@ -158,6 +182,41 @@ fn sim_disk_crash_drops_exactly_what_was_not_synced() {
     disk.write(batch).unwrap();
     disk.reopen();
     assert_eq!(disk.get(Space::Log, 3).unwrap(), Some(b"cached".to_vec()));
+}
+
+#[test]
+fn sim_disk_keeps_unlogged_writes_only_once_persisted() {
+    let disk = SimDisk::new(3);
+    let put = |key: u64, logged: bool| {
+        let mut batch = Batch::new();
+        batch.put(Space::Bodies, key, &key.to_le_bytes());
+        if logged { disk.write(batch) } else { disk.write_unlogged(batch) }.unwrap();
+    };
+    put(1, false);
+    put(2, true);
+    disk.sync().unwrap();
+    assert_eq!(disk.keys(Space::Bodies), vec![1, 2], "reads see both");
+    disk.crash();
+    assert_eq!(disk.keys(Space::Bodies), vec![2], "a sync does not make an unlogged write durable");
+
+    // A restart of the process loses the unlogged writes and keeps the logged ones, synced or not.
+    put(3, false);
+    put(4, true);
+    disk.reopen();
+    assert_eq!(disk.keys(Space::Bodies), vec![2, 4]);
+
+    // A persist makes every write durable, the unlogged ones in their order among the rest.
+    put(5, false);
+    put(6, false);
+    let mut batch = Batch::new();
+    batch.delete_range(Space::Bodies, 5..6);
+    disk.write(batch).unwrap();
+    // Synced before the persist, the delete is durable first, and the put it replaced must not land after it.
+    disk.sync().unwrap();
+    put(7, false);
+    disk.persist().unwrap();
+    disk.crash();
+    assert_eq!(disk.keys(Space::Bodies), vec![2, 4, 6, 7]);
 }
 
 #[test]
@@ -297,8 +356,9 @@ mod rocks {
 
     const CHILD: &str = "CELLOG_ROCKSDB_CHILD_DIR";
 
-    /// In a child process: writes and syncs 1000 records, writes 1000 more without syncing, and dies without
-    /// closing anything. In the parent: runs that child, then opens the database and finds every synced record.
+    /// In a child process: writes 2000 records through the WAL and 2000 without it, persists after the first 1000 of
+    /// each, syncs at the end, and dies without closing anything. In the parent: runs that child, then opens the
+    /// database and finds every synced record, and the unlogged ones up to the persist.
     #[test]
     fn rocksdb_keeps_synced_records_across_a_killed_process() {
         if let Ok(dir) = std::env::var(CHILD) {
@@ -307,10 +367,14 @@ mod rocks {
                 let mut batch = Batch::new();
                 batch.put(Space::Log, key, &key.to_le_bytes());
                 store.write(batch).unwrap();
+                let mut batch = Batch::new();
+                batch.put(Space::Bodies, key, &key.to_le_bytes());
+                store.write_unlogged(batch).unwrap();
                 if key == 999 {
-                    store.sync().unwrap();
+                    store.persist().unwrap();
                 }
             }
+            store.sync().unwrap();
             std::process::abort();
         }
         let dir = tempfile::tempdir().unwrap();
@@ -322,6 +386,14 @@ mod rocks {
         assert!(!status.success(), "the child dies by abort");
         let store = RocksStorage::open(dir.path()).unwrap();
         for key in 0..1000u64 {
+            assert_eq!(store.get(Space::Log, key).unwrap(), Some(key.to_le_bytes().to_vec()), "synced record {key}");
+            let body = store.get(Space::Bodies, key).unwrap();
+            assert_eq!(body, Some(key.to_le_bytes().to_vec()), "persisted unlogged record {key}");
+        }
+        // The unlogged records written after the persist were in the process's memory alone: the sync did not keep
+        // them, and the log they stand for is what a node replays.
+        assert_eq!(store.key_bounds(Space::Bodies).unwrap(), Some((0, 999)));
+        for key in 1000..2000u64 {
             assert_eq!(store.get(Space::Log, key).unwrap(), Some(key.to_le_bytes().to_vec()), "synced record {key}");
         }
     }

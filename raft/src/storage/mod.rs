@@ -192,6 +192,17 @@ impl Batch {
         }
     }
 
+    /// Refuses a batch for [`Storage::write_unlogged`] unless it only puts.
+    pub fn check_unlogged(&self) -> Result<(), StorageError> {
+        self.check()?;
+        if self.writes.iter().any(|write| matches!(write, Write::DeleteRange { .. })) {
+            return Err(StorageError::Unsupported {
+                reason: "a batch written without the journal may only put records".to_string(),
+            });
+        }
+        Ok(())
+    }
+
     /// Deletes the keys in a range.
     pub fn delete_range(&mut self, space: Space, keys: Range<u64>) -> &mut Self {
         self.writes.push(Write::DeleteRange { space, keys });
@@ -209,14 +220,25 @@ impl Batch {
 /// ### To ensure correctness
 /// - A batch is applied in order and is visible to reads as soon as [`Storage::write`] returns; one that
 ///   [`Batch::check`] refuses writes nothing and fails with [`StorageError::TooLarge`] (and poisons nothing).
-/// - Nothing is durable until [`Storage::sync`] returns `Ok`; after that, everything written before the call survives
-///   a crash or power failure.
+/// - Nothing is durable until [`Storage::sync`] returns `Ok`; after that, everything written before the call with
+///   [`Storage::write`] survives a crash or power failure.
+/// - What [`Storage::write_unlogged`] wrote is durable only once [`Storage::persist`] returns `Ok`: a sync does not
+///   make it durable, and a crash, a power failure or a restart of the process before then may drop it. Reads see
+///   it at once, as they see every write, in the order of all writes.
 /// - After a failed write or sync, the store is poisoned: every later write and sync fails with
 ///   [`StorageError::Poisoned`], since what reached the disk is unknown.
 /// - Records are returned as stored; verifying them is [`open`]'s job (the provided methods do it).
 pub trait Storage: Send + Sync + 'static {
     /// Applies a batch (not yet durable).
     fn write(&self, batch: Batch) -> Result<(), StorageError>;
+
+    /// Applies a batch of puts that no journal records (not yet durable, and not made durable by [`Storage::sync`]):
+    /// for records the caller can write again from what is durable, so that they cost no journal write and no sync.
+    /// A batch that deletes is refused with [`StorageError::Unsupported`], and nothing of it is written.
+    fn write_unlogged(&self, batch: Batch) -> Result<(), StorageError>;
+
+    /// Makes everything written so far durable, what [`Storage::write_unlogged`] wrote included.
+    fn persist(&self) -> Result<(), StorageError>;
 
     /// The stored bytes under a key.
     fn read_framed(&self, space: Space, key: u64) -> Result<Option<Vec<u8>>, StorageError>;
@@ -279,6 +301,12 @@ pub trait Storage: Send + Sync + 'static {
 impl<S: Storage + ?Sized> Storage for std::sync::Arc<S> {
     fn write(&self, batch: Batch) -> Result<(), StorageError> {
         (**self).write(batch)
+    }
+    fn write_unlogged(&self, batch: Batch) -> Result<(), StorageError> {
+        (**self).write_unlogged(batch)
+    }
+    fn persist(&self) -> Result<(), StorageError> {
+        (**self).persist()
     }
     fn read_framed(&self, space: Space, key: u64) -> Result<Option<Vec<u8>>, StorageError> {
         (**self).read_framed(space, key)

@@ -1,9 +1,11 @@
 //! The production store: RocksDB, one column family per space, keys as big-endian `u64` so that key order is
 //! numeric order. Writes go to the WAL without waiting; `sync` fsyncs the WAL, which is what makes a batch durable.
+//! Unlogged writes skip the WAL and live in their column family's memtable until `persist` flushes it to a table
+//! file (which RocksDB syncs, with the manifest that names it).
 
 use std::ops::Range;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use rocksdb::{ColumnFamilyDescriptor, DB, Direction, IteratorMode, Options, WriteBatch, WriteOptions};
 
@@ -13,6 +15,8 @@ use super::{Batch, Space, Storage, StorageError, Write};
 pub struct RocksStorage {
     db: DB,
     poisoned: AtomicBool,
+    /// The spaces written without the WAL since their last flush, one bit per [`Space::tag`].
+    unlogged: AtomicU8,
 }
 
 impl std::fmt::Debug for RocksStorage {
@@ -56,7 +60,7 @@ impl RocksStorage {
         options.set_max_total_wal_size(MAX_WAL_BYTES);
         let families = Space::ALL.iter().map(|space| ColumnFamilyDescriptor::new(space.name(), Options::default()));
         let db = DB::open_cf_descriptors(&options, path, families).map_err(io)?;
-        Ok(RocksStorage { db, poisoned: AtomicBool::new(false) })
+        Ok(RocksStorage { db, poisoned: AtomicBool::new(false), unlogged: AtomicU8::new(0) })
     }
 
     fn family(&self, space: Space) -> &rocksdb::ColumnFamily {
@@ -76,10 +80,9 @@ impl RocksStorage {
     }
 }
 
-impl Storage for RocksStorage {
-    fn write(&self, batch: Batch) -> Result<(), StorageError> {
-        self.check_writable()?;
-        batch.check()?;
+impl RocksStorage {
+    /// Writes a checked batch, through the WAL or not.
+    fn write_checked(&self, batch: &Batch, logged: bool) -> Result<(), StorageError> {
         let mut rocks_batch = WriteBatch::default();
         for write in &batch.writes {
             match write {
@@ -97,9 +100,44 @@ impl Storage for RocksStorage {
             }
         }
         let mut options = WriteOptions::default();
-        // Durability comes from `sync`, which fsyncs the WAL once for many batches (group commit).
+        // Durability comes from `sync`, which fsyncs the WAL once for many batches (group commit), or, for unlogged
+        // writes, from `persist`.
         options.set_sync(false);
+        options.disable_wal(!logged);
         self.db.write_opt(rocks_batch, &options).map_err(|error| self.poison(error))
+    }
+}
+
+impl Storage for RocksStorage {
+    fn write(&self, batch: Batch) -> Result<(), StorageError> {
+        self.check_writable()?;
+        batch.check()?;
+        self.write_checked(&batch, true)
+    }
+
+    fn write_unlogged(&self, batch: Batch) -> Result<(), StorageError> {
+        self.check_writable()?;
+        batch.check_unlogged()?;
+        for write in &batch.writes {
+            if let Write::Put { space, .. } = write {
+                self.unlogged.fetch_or(1 << space.tag(), Ordering::AcqRel);
+            }
+        }
+        self.write_checked(&batch, false)
+    }
+
+    /// Flushes the memtables that hold unlogged writes (each flush writes and syncs a table file and the manifest),
+    /// then syncs the WAL.
+    fn persist(&self) -> Result<(), StorageError> {
+        self.check_writable()?;
+        // Taken before the flushes: a write that lands meanwhile marks its space again for the next persist.
+        let unlogged = self.unlogged.swap(0, Ordering::AcqRel);
+        for space in Space::ALL {
+            if unlogged & (1 << space.tag()) != 0 {
+                self.db.flush_cf(self.family(space)).map_err(|error| self.poison(error))?;
+            }
+        }
+        self.sync()
     }
 
     fn read_framed(&self, space: Space, key: u64) -> Result<Option<Vec<u8>>, StorageError> {

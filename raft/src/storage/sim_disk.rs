@@ -2,6 +2,8 @@
 //!
 //! The harness owns a `SimDisk` and hands clones to a node; the clones share one disk, so it survives the node's
 //! crash and restart. Writes are visible at once but durable only after `sync`; a crash drops what was not synced.
+//! Unlogged writes are durable only after `persist`: a crash drops them however many syncs came between, and so does a
+//! restart of the process (they were in its memory), which keeps what was written through the journal.
 //! Faults are drawn from a seeded generator, one stream per disk, so a run replays exactly.
 
 use std::collections::BTreeMap;
@@ -34,8 +36,9 @@ struct DiskState {
     durable: Records,
     /// What reads see: `durable` plus the unsynced writes.
     view: Records,
-    /// Writes since the last sync, in order.
-    unsynced: Vec<Write>,
+    /// Writes not yet durable, in order, each with whether it went through the journal: a sync makes the logged ones
+    /// durable, a persist all of them.
+    unsynced: Vec<(Write, bool)>,
     faults: DiskFaults,
     rng: ChaCha8Rng,
     poisoned: bool,
@@ -67,6 +70,16 @@ fn apply(records: &mut Records, write: &Write) {
                 }
             }
         }
+    }
+}
+
+/// Whether `later` replaces all that `earlier` (a put: unlogged writes only put) wrote.
+fn replaces(later: &Write, earlier: &Write) -> bool {
+    let Write::Put { space, key, .. } = earlier else { return false };
+    match later {
+        Write::Put { space: s, key: k, .. } => (s, k) == (space, key),
+        Write::DeleteRange { space: s, keys } => s == space && keys.contains(key),
+        Write::Refused { .. } => false,
     }
 }
 
@@ -109,8 +122,8 @@ impl SimDisk {
         let state = &mut *state;
         let torn = chance(&mut state.rng, state.faults.torn_write_ppm);
         if torn
-            && let Some(Write::Put { space, key, framed }) =
-                state.unsynced.iter().rev().find(|w| matches!(w, Write::Put { .. })).cloned()
+            && let Some((Write::Put { space, key, framed }, _)) =
+                state.unsynced.iter().rev().find(|(w, logged)| *logged && matches!(w, Write::Put { .. })).cloned()
         {
             let keep = state.rng.gen_range(0..framed.len().max(1));
             state.durable.insert((space, key), framed[..keep].to_vec());
@@ -125,6 +138,15 @@ impl SimDisk {
     /// store is usable again.
     pub fn reopen(&self) {
         let mut state = self.lock();
+        let state = &mut *state;
+        if state.unsynced.iter().any(|(_, logged)| !logged) {
+            // The process's memory is gone, and the unlogged writes with it.
+            state.unsynced.retain(|(_, logged)| *logged);
+            state.view = state.durable.clone();
+            for (write, _) in &state.unsynced {
+                apply(&mut state.view, write);
+            }
+        }
         state.poisoned = false;
         state.fail_next = false;
     }
@@ -180,6 +202,55 @@ impl DiskState {
         Ok(())
     }
 
+    /// Applies a checked batch to what reads see, pending until a sync (`logged`) or a persist.
+    fn write(&mut self, batch: Batch, logged: bool) {
+        for write in batch.writes {
+            apply(&mut self.view, &write);
+            self.unsynced.push((write, logged));
+        }
+    }
+
+    /// Makes the pending writes durable, in order: those through the journal, or (`all`, a persist) every one. Each
+    /// may land faulted (misdirected, or with a bit flipped), as the disk's faults say.
+    fn make_durable(&mut self, all: bool) {
+        let mut faulted = false;
+        let mut pending: Vec<(Write, bool)> = Vec::new();
+        for (write, logged) in std::mem::take(&mut self.unsynced) {
+            if !(logged || all) {
+                pending.push((write, logged));
+                continue;
+            }
+            // What this write replaces, an unlogged put before it on the same key, is gone: it never lands after it.
+            pending.retain(|(earlier, _)| !replaces(&write, earlier));
+            let write = match write {
+                Write::Put { space, key, mut framed } => {
+                    let mut key = key;
+                    if chance(&mut self.rng, self.faults.misdirected_write_ppm) {
+                        key ^= 1;
+                        faulted = true;
+                    }
+                    if !framed.is_empty() && chance(&mut self.rng, self.faults.bit_flip_ppm) {
+                        let bit = self.rng.gen_range(0..framed.len() * 8);
+                        framed[bit / 8] ^= 1 << (bit % 8);
+                        faulted = true;
+                    }
+                    Write::Put { space, key, framed }
+                }
+                other => other,
+            };
+            apply(&mut self.durable, &write);
+        }
+        self.unsynced = pending;
+        if faulted {
+            // Reads see what landed, and the writes still pending over it.
+            self.view = self.durable.clone();
+            for (write, _) in &self.unsynced {
+                apply(&mut self.view, write);
+            }
+        }
+        self.n_syncs += 1;
+    }
+
     fn check_readable(&mut self, space: Space, key: u64) -> Result<(), StorageError> {
         if chance(&mut self.rng, self.faults.read_error_ppm) {
             return Err(StorageError::Io { reason: format!("injected read error in {space:?} at key {key}") });
@@ -196,10 +267,25 @@ impl Storage for SimDisk {
         }
         batch.check()?;
         state.check_writable()?;
-        for write in batch.writes {
-            apply(&mut state.view, &write);
-            state.unsynced.push(write);
+        state.write(batch, true);
+        Ok(())
+    }
+
+    fn write_unlogged(&self, batch: Batch) -> Result<(), StorageError> {
+        let mut state = self.lock();
+        if state.poisoned {
+            return Err(StorageError::Poisoned);
         }
+        batch.check_unlogged()?;
+        state.check_writable()?;
+        state.write(batch, false);
+        Ok(())
+    }
+
+    fn persist(&self) -> Result<(), StorageError> {
+        let mut state = self.lock();
+        state.check_writable()?;
+        state.make_durable(true);
         Ok(())
     }
 
@@ -238,32 +324,8 @@ impl Storage for SimDisk {
 
     fn sync(&self) -> Result<(), StorageError> {
         let mut state = self.lock();
-        let state = &mut *state;
         state.check_writable()?;
-        let mut faulted = false;
-        for write in std::mem::take(&mut state.unsynced) {
-            let write = match write {
-                Write::Put { space, key, mut framed } => {
-                    let mut key = key;
-                    if chance(&mut state.rng, state.faults.misdirected_write_ppm) {
-                        key ^= 1;
-                        faulted = true;
-                    }
-                    if !framed.is_empty() && chance(&mut state.rng, state.faults.bit_flip_ppm) {
-                        let bit = state.rng.gen_range(0..framed.len() * 8);
-                        framed[bit / 8] ^= 1 << (bit % 8);
-                        faulted = true;
-                    }
-                    Write::Put { space, key, framed }
-                }
-                other => other,
-            };
-            apply(&mut state.durable, &write);
-        }
-        if faulted {
-            state.view = state.durable.clone();
-        }
-        state.n_syncs += 1;
+        state.make_durable(false);
         Ok(())
     }
 
