@@ -202,12 +202,19 @@ impl DiskState {
         Ok(())
     }
 
-    /// Applies a checked batch to what reads see, pending until a sync (`logged`) or a persist.
-    fn write(&mut self, batch: Batch, logged: bool) {
+    /// Applies a batch to what reads see, pending until a sync (`logged`) or a persist, unless the store is
+    /// poisoned, the batch failed its check (`checked`), or the device fails now.
+    fn accept(&mut self, batch: Batch, checked: Result<(), StorageError>, logged: bool) -> Result<(), StorageError> {
+        if self.poisoned {
+            return Err(StorageError::Poisoned);
+        }
+        checked?;
+        self.check_writable()?;
         for write in batch.writes {
             apply(&mut self.view, &write);
             self.unsynced.push((write, logged));
         }
+        Ok(())
     }
 
     /// Makes the pending writes durable, in order: those through the journal, or (`all`, a persist) every one. Each
@@ -261,25 +268,13 @@ impl DiskState {
 
 impl Storage for SimDisk {
     fn write(&self, batch: Batch) -> Result<(), StorageError> {
-        let mut state = self.lock();
-        if state.poisoned {
-            return Err(StorageError::Poisoned);
-        }
-        batch.check()?;
-        state.check_writable()?;
-        state.write(batch, true);
-        Ok(())
+        let checked = batch.check();
+        self.lock().accept(batch, checked, true)
     }
 
     fn write_unlogged(&self, batch: Batch) -> Result<(), StorageError> {
-        let mut state = self.lock();
-        if state.poisoned {
-            return Err(StorageError::Poisoned);
-        }
-        batch.check_unlogged()?;
-        state.check_writable()?;
-        state.write(batch, false);
-        Ok(())
+        let checked = batch.check_unlogged();
+        self.lock().accept(batch, checked, false)
     }
 
     fn persist(&self) -> Result<(), StorageError> {
