@@ -4,8 +4,8 @@
 //! the last index the node held is recorded as its *repair target*: until its log reaches that index from a leader,
 //! the node must neither vote nor campaign, because it may have acknowledged entries it no longer has. (A damaged
 //! last record past the last synced append is a torn write of an unsynced entry and is cut without a target.) A snapshot
-//! that does not verify is dropped; if the log no longer reaches back to the start, the log goes too and the node
-//! gets everything from the leader. A vote that does not verify is dropped and the node repairs: it may have
+//! that does not verify, or that stops short of where the log was purged, is dropped; if the log no longer reaches back
+//! to the start, the log goes too and the node gets everything from the leader. A vote that does not verify is dropped and the node repairs: it may have
 //! voted in a term it no longer knows, so it votes in none until a leader has brought its log past everything it
 //! held, and past the commit index a leader of that leader's own term told it (see `node::repair_goal`): what it held is
 //! what the damage may have hidden from it. A message body that failed to read back while the node ran ([`MetaKey::BodiesDamaged`])
@@ -196,9 +196,20 @@ fn repair_pass<S: Storage + Clone>(
     // A damaged body is a damaged state: it is dropped as a snapshot that does not verify is.
     let opening =
         if recovery.bodies_damaged { Err(None) } else { StateMachineStore::open(storage.clone()).map_err(Some) };
+    // The state must reach the purged log: what lies between is in neither. A snapshot that stops short of the purge
+    // record, or an empty state beside one, lost its own records to the disk (a batch gone astray as a whole), and
+    // is damaged as one that does not verify.
+    let short_of_the_log = |last: Option<LogId>| match (last_purged, last) {
+        (Some(purged), Some(last)) => last.index < purged.index,
+        (Some(_), None) => true,
+        (None, _) => false,
+    };
+    let opening = opening.and_then(|state_machine| {
+        let last = state_machine.replica().lock().map(|r| r.last_applied).unwrap_or(None);
+        if short_of_the_log(last) { Err(None) } else { Ok((state_machine, last)) }
+    });
     let snapshot_last = match opening {
-        Ok(state_machine) => {
-            let last = state_machine.replica().lock().map(|r| r.last_applied).unwrap_or(None);
+        Ok((state_machine, last)) => {
             opened = Some(state_machine);
             last
         }

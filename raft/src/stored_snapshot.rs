@@ -4,7 +4,7 @@
 //! snapshot's bytes in chunks of at most [`SNAPSHOT_CHUNK_BYTES`] at keys 1, 2, …. Each is a framed, checksummed
 //! record of its own. A snapshot is written in one batch that first deletes the whole space, so no chunk of an
 //! older, longer snapshot survives, and read back whole or not at all: a missing chunk, or lengths that do not add
-//! up, is a [`StorageError::Corrupt`] at the header's key, which recovery treats as a damaged snapshot.
+//! up, or chunks without a header, is a [`StorageError::Corrupt`] at the header's key, which recovery treats as a damaged snapshot.
 
 use serde::{Deserialize, Serialize};
 
@@ -38,7 +38,13 @@ pub fn put(batch: &mut Batch, bytes: &[u8], chunk_bytes: usize) {
 /// The stored snapshot's bytes, if one is stored; every chunk verified and accounted for.
 pub fn get<S: Storage + ?Sized>(storage: &S) -> Result<Option<Vec<u8>>, StorageError> {
     let corrupt = |reason: String| StorageError::Corrupt { space: Space::State, key: HEADER_KEY, reason };
-    let Some(header) = storage.get(Space::State, HEADER_KEY)? else { return Ok(None) };
+    let Some(header) = storage.get(Space::State, HEADER_KEY)? else {
+        // Chunks without their header: the header's write went astray or was lost, which is damage, not "no snapshot".
+        return match storage.key_bounds(Space::State)? {
+            None => Ok(None),
+            Some((first, _)) => Err(corrupt(format!("the header is missing and chunk {first} is stored"))),
+        };
+    };
     let header: Header =
         postcard::from_bytes(&header).map_err(|error| corrupt(format!("snapshot header does not decode: {error}")))?;
     // Not damage: a snapshot this host cannot hold now is kept, and the node does not start.
@@ -112,6 +118,16 @@ mod tests {
         let damaged = get(&disk).unwrap_err();
         assert!(
             matches!(&damaged, StorageError::Corrupt { reason, .. } if reason.contains("chunk 4 of 10")),
+            "{damaged}"
+        );
+
+        let disk = stored(&[3; 100], 10);
+        let mut batch = Batch::new();
+        batch.delete_range(Space::State, HEADER_KEY..HEADER_KEY + 1);
+        disk.write(batch).unwrap();
+        let damaged = get(&disk).unwrap_err();
+        assert!(
+            matches!(&damaged, StorageError::Corrupt { reason, .. } if reason.contains("header is missing")),
             "{damaged}"
         );
 

@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cellog_raft::storage::{DiskFaults, Space, Storage};
+use cellog_raft::storage::{Batch, DiskFaults, Space, Storage};
 use cellog_raft::{NodeAddrs, NodeId};
 use common::{TIMEOUT, TestCell};
 use openraft::Config;
@@ -175,6 +175,35 @@ async fn a_corrupt_snapshot_is_dropped_and_the_node_catches_up_from_the_leader()
     cell.publish("during-repair", 20).await;
     common::wait_repaired(&node).await;
     cell.converge().await;
+}
+
+/// The victim's snapshot records in `lost` are gone as a write that went astray leaves them: no record there fails
+/// to verify, yet its state no longer reaches its purged log, so it must be dropped like a corrupt one.
+async fn a_lost_snapshot(lost: std::ops::Range<u64>) {
+    let (mut cell, victim) = with_a_purged_follower().await;
+    cell.stop(victim, false).await;
+    let disk = &cell.disks[&victim];
+    let mut batch = Batch::new();
+    batch.delete_range(Space::State, lost.clone());
+    disk.write(batch).unwrap();
+    disk.sync().unwrap();
+
+    let node = cell.start(victim).await;
+    assert!(node.recovery().snapshot_dropped, "{lost:?}");
+    assert!(node.is_repairing(), "without its snapshot the node must get its state back before voting");
+    cell.publish("during-repair", 20).await;
+    common::wait_repaired(&node).await;
+    cell.converge().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_without_its_header_is_dropped_and_the_node_catches_up_from_the_leader() {
+    a_lost_snapshot(0..1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_lost_whole_beside_a_purged_log_is_dropped_and_the_node_catches_up_from_the_leader() {
+    a_lost_snapshot(0..u64::MAX).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
