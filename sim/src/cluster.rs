@@ -36,6 +36,9 @@ const RAFT_PORT: u16 = 7501;
 /// Entries between snapshots in simulation unless a scenario asks otherwise: far fewer than in production, so that
 /// catch-up by snapshot and log purging happen within short scenarios.
 pub const SIM_SNAPSHOT_EVERY: u64 = 500;
+/// How long the workload's clients may take to finish once the faults have healed (see [`Cluster::finish_workload`]):
+/// a run takes under a minute of simulated time in all.
+pub const WORKLOAD_BUDGET: Duration = Duration::from_secs(300);
 
 /// A node's clock: the simulated wall clock plus an offset the harness can jump.
 #[derive(Clone, Debug, Default)]
@@ -642,6 +645,16 @@ impl Cluster {
         .await
         // Panics here, in the harness's task, so that the failure report (trace and history) is written.
         .unwrap_or_else(|| panic!("no leader within 60 simulated seconds"))
+    }
+
+    /// Waits for the workload's clients once the faults have healed, for at most [`WORKLOAD_BUDGET`] of simulated
+    /// time. A cell that stalls keeps every client retrying each call for its whole retry budget, so a stalled run
+    /// would go on for hours of simulated time: it fails here instead, naming `what` overran.
+    pub async fn finish_workload<T>(&self, what: &str, workload: impl Future<Output = T>) -> T {
+        tokio::time::timeout(WORKLOAD_BUDGET, workload).await.unwrap_or_else(|_| {
+            // Panics here, in the harness's task, so that the failure report (trace and history) is written.
+            panic!("{what} did not finish within {} simulated seconds of the faults healing", WORKLOAD_BUDGET.as_secs())
+        })
     }
 
     /// Waits until every running node of the (first) cell has applied the same index with the same state digest;

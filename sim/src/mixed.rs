@@ -354,13 +354,17 @@ pub async fn run(cluster: &mut Cluster, schedule: &[Step]) -> Outcome {
     cluster.run_schedule(schedule).await;
     cluster.heal_all();
 
-    publishing.await.expect("the producer finished");
-    feeding.await.expect("the feeder finished");
-    intruding.await.expect("the intruder finished");
-    let mut mirror = mirroring.await.expect("the mirror finished");
-    let mut consumers = consuming.await.expect("the consumers finished");
-    let committed = transacting.await.expect("the transactions finished");
-    let (mut crew, mut successor) = grouping.await.expect("the group finished");
+    let (mut mirror, mut consumers, committed, (mut crew, mut successor)) = cluster
+        .finish_workload("the workload", async {
+            publishing.await.expect("the producer finished");
+            feeding.await.expect("the feeder finished");
+            intruding.await.expect("the intruder finished");
+            let mirror = mirroring.await.expect("the mirror finished");
+            let consumers = consuming.await.expect("the consumers finished");
+            let committed = transacting.await.expect("the transactions finished");
+            (mirror, consumers, committed, grouping.await.expect("the group finished"))
+        })
+        .await;
     // The consumers go on until nothing comes for two seconds (or for at most a minute: a cell that keeps handing
     // out messages must not keep the run going forever).
     cluster

@@ -164,10 +164,14 @@ pub async fn run(cluster: &mut Cluster, schedule: &[Step]) -> Outcome {
     });
     cluster.run_schedule(schedule).await;
     cluster.heal_all();
-    for producing in publishing {
-        producing.await.expect("a producer finished");
-    }
-    let mut moves = moving.await.expect("the mover finished");
+    let mut moves = cluster
+        .finish_workload("the workload", async {
+            for producing in publishing {
+                producing.await.expect("a producer finished");
+            }
+            moving.await.expect("the mover finished")
+        })
+        .await;
     // A move cut short by the faults is finished now that everything is healed.
     let (finisher, location) = (Cells::new(directory.clone(), ClientOptions::default()), directory.clone());
     let (owner, finished) = cluster
