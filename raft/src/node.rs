@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 use bytes::Bytes;
 use cellog_core::{Command, Millis, Outcome, Record, Rejection, StateDigest};
@@ -138,9 +138,6 @@ const KEEP_LOG_POLL: Duration = Duration::from_millis(200);
 /// Longest a node waits before looking at the cell's next deadline again.
 const TICK_POLL: Duration = Duration::from_millis(100);
 
-/// How often [`CellNode::wait_fatal`] looks for a panic in apply between Raft's own state changes.
-const FATAL_POLL: Duration = Duration::from_millis(500);
-
 /// Why a node did not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -205,6 +202,8 @@ pub struct CellNode<S> {
     identity: CellIdentity,
     /// Notified after every batch of entries applied and every snapshot installed.
     applied: Arc<Notify>,
+    /// Set once the node's watchdog (the [`tick`] task) saw that it cannot go on (see [`CellNode::fatal`]).
+    fatal_seen: Arc<watch::Sender<bool>>,
 }
 
 /// Most bytes of log entries a node keeps behind its snapshot, whatever the count openraft's config allows: entries are
@@ -428,7 +427,9 @@ impl<S: Storage + Clone> CellNode<S> {
         tokio::spawn(keep_log_within(raft.clone(), log_sizes, budgets, stopped.clone()));
         let (proposals, queue) = mpsc::channel(PROPOSAL_QUEUE);
         let clock = Arc::new(CellClock::new(clock));
-        tokio::spawn(tick(raft.clone(), replica.clone(), clock.clone(), stopped.clone(), proposals.clone()));
+        let fatal_seen = Arc::new(watch::Sender::new(false));
+        let watchdog = Watchdog { replica: replica.clone(), seen: fatal_seen.clone() };
+        tokio::spawn(tick(raft.clone(), watchdog, clock.clone(), stopped.clone(), proposals.clone()));
         #[cfg(madsim)]
         tokio::spawn(pack_proposals(raft.clone(), queue, replica.clone()));
         #[cfg(not(madsim))]
@@ -448,6 +449,7 @@ impl<S: Storage + Clone> CellNode<S> {
             keep_log_bytes,
             snapshot_every_bytes,
             identity,
+            fatal_seen,
             applied,
         })
     }
@@ -519,9 +521,11 @@ impl<S: Storage + Clone> CellNode<S> {
         response
     }
 
-    /// Answers a vote request: refused while repairing, else as Raft decides.
+    /// Answers a vote request as Raft decides, except while repairing: then refused, unless the node knows the log it
+    /// held ([`Recovery::vote_floor`]) and the candidate's log reaches it, the rule Raft applies to a log it holds.
     pub async fn vote(&self, request: VoteRequest<NodeId>) -> Result<VoteResponse<NodeId>, RaftError<NodeId>> {
-        if self.is_repairing() {
+        let reaches_floor = self.recovery.vote_floor.is_some_and(|floor| request.last_log_id >= Some(floor));
+        if self.is_repairing() && !reaches_floor {
             let metrics = self.raft.metrics().borrow().clone();
             return Ok(VoteResponse::new(metrics.vote, None, false));
         }
@@ -691,17 +695,12 @@ impl<S: Storage + Clone> CellNode<S> {
     /// Resolves with the reason once this node cannot go on (see [`CellNode::fatal`]); never after a shutdown it was
     /// asked for. The host stops serving and exits, so that a supervisor restarts it into recovery.
     pub async fn wait_fatal(&self) -> String {
-        let mut metrics = self.raft.metrics();
-        loop {
-            if let Some(reason) = self.fatal() {
-                return reason;
-            }
-            // Raft's metrics change when it stops; the poll catches a panic in apply between changes.
-            match tokio::time::timeout(FATAL_POLL, metrics.changed()).await {
-                Ok(Err(_)) if !self.stopped.load(Ordering::Acquire) => return "raft stopped".to_string(),
-                Ok(Err(_)) => std::future::pending::<()>().await,
-                Ok(Ok(())) | Err(_) => {}
-            }
+        // No poll of its own: the watchdog looks anyway, and a waiter here wakes only when it saw something.
+        let mut seen = self.fatal_seen.subscribe();
+        let _ = seen.wait_for(|seen| *seen).await;
+        match self.fatal() {
+            Some(reason) => reason,
+            None => std::future::pending().await,
         }
     }
 
@@ -812,18 +811,40 @@ async fn keep_log_within(raft: Raft, sizes: LogSizes, budgets: LogBudgets, stopp
     }
 }
 
+/// What the [`tick`] task watches for, every time it wakes: a panic that interrupted applying (the replica is
+/// poisoned) or Raft stopped on a fatal error. It looks at both anyway, so the node needs no poll of its own for them.
+struct Watchdog {
+    replica: Arc<Mutex<Replica>>,
+    seen: Arc<watch::Sender<bool>>,
+}
+
+impl Watchdog {
+    /// Whether the node cannot go on; the first time, wakes [`CellNode::wait_fatal`].
+    fn looks(&self, raft: &Raft) -> bool {
+        let fatal = self.replica.is_poisoned() || raft.metrics().borrow().running_state.is_err();
+        if fatal {
+            self.seen.send_replace(true);
+        }
+        fatal
+    }
+}
+
 /// While this node leads, proposes a `Tick` whenever the cell's next deadline has passed on its clock, so that
 /// redelivery, transaction timeouts and retention are replicated decisions, and after [`IDLE_TICK_MS`] without one.
 async fn tick(
     raft: Raft,
-    replica: Arc<Mutex<Replica>>,
+    watchdog: Watchdog,
     clock: Arc<CellClock>,
     stopped: Arc<AtomicBool>,
     proposals: mpsc::Sender<Proposal>,
 ) {
     let mut observer = transition::Observer::default();
+    let replica = watchdog.replica.clone();
     while !stopped.load(Ordering::Acquire) {
         observer.look(&raft);
+        if watchdog.looks(&raft) {
+            return;
+        }
         let (deadline, last_at) = {
             let replica = replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             (replica.cell.next_deadline(), replica.cell.last_at())

@@ -8,7 +8,11 @@
 //! to the start, the log goes too and the node gets everything from the leader. A vote that does not verify is dropped and the node repairs: it may have
 //! voted in a term it no longer knows, so it votes in none until a leader has brought its log past everything it
 //! held, and past the commit index a leader of that leader's own term told it (see `node::repair_goal`): what it held is
-//! what the damage may have hidden from it. A message body that failed to read back while the node ran ([`MetaKey::BodiesDamaged`])
+//! what the damage may have hidden from it. A node whose log goes only because its state was dropped (the log itself
+//! verified whole, and its vote too) still knows what it held: its last log id is recorded as its *vote floor*, and
+//! while it repairs it votes for a candidate whose log reaches that id, as Raft's rule asks of the log it no longer
+//! has, and for no other. So a cell whose other node repairs too still has a majority to elect the node that holds
+//! everything. A message body that failed to read back while the node ran ([`MetaKey::BodiesDamaged`])
 //! counts as a damaged snapshot: the state and every body are dropped, and the node gets them again from the log or
 //! from the leader's snapshot. Bodies are otherwise verified when read, not here, so that a restart does not read
 //! every retained byte.
@@ -36,6 +40,9 @@ pub struct Recovery {
     pub bodies_damaged: bool,
     /// The node must hold the log up to this index again before it votes or campaigns.
     pub repair_target: Option<u64>,
+    /// While it repairs, the node votes for a candidate whose last log id is at least this one (see the module doc);
+    /// without one it votes for nobody.
+    pub vote_floor: Option<LogId>,
     /// Log entries verified.
     pub n_entries_verified: u64,
     /// The storage format the directory held, when it was migrated to the current one.
@@ -52,15 +59,17 @@ struct LogScan {
     n_verified: u64,
     /// The last stored index.
     last: Option<u64>,
+    /// The log id of the last entry that verified.
+    last_verified: Option<LogId>,
 }
 
 /// Finds the first log index that does not verify (or is missing), from the one after the last purged entry (or
 /// the first stored entry when nothing was purged), and records the size of each entry that verifies in `sizes`.
 fn scan_log<S: Storage>(storage: &S, last_purged: Option<LogId>, sizes: &LogSizes) -> Result<LogScan, StorageError> {
     let Some((first, last)) = storage.key_bounds(Space::Log)? else {
-        return Ok(LogScan { first_bad: None, torn_tail: false, n_verified: 0, last: None });
+        return Ok(LogScan { first_bad: None, torn_tail: false, n_verified: 0, last: None, last_verified: None });
     };
-    let mut scan = LogScan { first_bad: None, torn_tail: false, n_verified: 0, last: Some(last) };
+    let mut scan = LogScan { first_bad: None, torn_tail: false, n_verified: 0, last: Some(last), last_verified: None };
     let mut expected = last_purged.map_or(first, |purged| purged.index + 1);
     while expected <= last {
         let records = storage.scan_framed(Space::Log, expected..last.saturating_add(1), SCAN_CHUNK)?;
@@ -74,10 +83,13 @@ fn scan_log<S: Storage>(storage: &S, last_purged: Option<LogId>, sizes: &LogSize
             }
             let verified =
                 crate::storage::unframe(Space::Log, index, &framed).and_then(|payload| decode_entry(index, payload));
-            if let Err(error) = verified {
-                scan.first_bad = Some((index, error.to_string()));
-                scan.torn_tail = index == last;
-                return Ok(scan);
+            match verified {
+                Ok(entry) => scan.last_verified = Some(entry.log_id),
+                Err(error) => {
+                    scan.first_bad = Some((index, error.to_string()));
+                    scan.torn_tail = index == last;
+                    return Ok(scan);
+                }
             }
             sizes.insert(index, framed.len() as u64);
             scan.n_verified += 1;
@@ -130,6 +142,8 @@ pub fn open_stores<S: Storage + Clone>(
         recovery.snapshot_dropped |= pass.snapshot_dropped;
         recovery.bodies_damaged |= pass.bodies_damaged;
         recovery.repair_target = recovery.repair_target.max(pass.repair_target);
+        // The floor the last pass found stored and kept: a pass that found the log or the vote damaged dropped it.
+        recovery.vote_floor = pass.vote_floor;
         recovery.n_entries_verified = pass.n_entries_verified;
         if !repaired {
             // Opened by this pass, which wrote nothing.
@@ -163,6 +177,8 @@ fn repair_pass<S: Storage + Clone>(
     let mut target_damaged = false;
     let mut repair_target: Option<u64> = meta_or_damaged(&storage, MetaKey::RepairTarget, &mut target_damaged)?;
     let stored_target = repair_target.filter(|_| !target_damaged);
+    let mut floor_damaged = false;
+    let stored_floor: Option<LogId> = meta_or_damaged(&storage, MetaKey::VoteFloor, &mut floor_damaged)?;
     if recovery.vote_dropped {
         // See the module doc: the node may have voted in a term it no longer knows, so it votes in none until a
         // leader has brought it up to date (and so taught it the current term).
@@ -236,8 +252,20 @@ fn repair_pass<S: Storage + Clone>(
         }
     }
 
+    // What the node knows it held, if it can know: its vote and its repair target are intact, and it either was not
+    // repairing or kept the floor it repairs with.
+    let floor_known = !(recovery.vote_dropped || target_damaged || floor_damaged)
+        && (stored_target.is_none() || stored_floor.is_some());
+    let mut vote_floor = None;
     if wipe {
-        // Take everything from the leader; until then the node does not vote.
+        // Take everything from the leader; until then the node votes only as the log it held allows. That log goes
+        // because the state cannot be rebuilt from it; if every entry of it verifies, its last id is known.
+        if floor_known {
+            let scan = scan_log(&storage, last_purged, &LogSizes::default())?;
+            if scan.first_bad.is_none() {
+                vote_floor = stored_floor.max(scan.last_verified).max(last_purged);
+            }
+        }
         batch.delete_range(Space::Log, 0..u64::MAX);
         batch.delete_range(Space::Bodies, 0..u64::MAX);
         batch.delete_range(Space::Meta, MetaKey::LastPurged as u64..MetaKey::LastPurged as u64 + 1);
@@ -264,6 +292,18 @@ fn repair_pass<S: Storage + Clone>(
         }
     }
 
+    if !wipe && floor_known && recovery.log_cut_from.is_none() {
+        // Still repairing as it was: whatever it holds now past the floor, Raft's own rule checks against.
+        vote_floor = stored_floor;
+    }
+    let vote_floor = vote_floor.filter(|_| repair_target.is_some());
+    if vote_floor != stored_floor || floor_damaged {
+        match vote_floor {
+            Some(floor) => batch.put(Space::Meta, MetaKey::VoteFloor as u64, &encoded(&floor)),
+            None => batch.delete_range(Space::Meta, MetaKey::VoteFloor as u64..MetaKey::VoteFloor as u64 + 1),
+        };
+    }
+
     if wipe || recovery.log_cut_from.is_some() || recovery.snapshot_dropped || committed_damaged {
         // What was committed may no longer be in this node's log; the leader will say again.
         batch.put(Space::Meta, MetaKey::Committed as u64, &encoded(&None::<LogId>));
@@ -284,6 +324,7 @@ fn repair_pass<S: Storage + Clone>(
         storage.sync()?;
     }
     recovery.repair_target = repair_target;
+    recovery.vote_floor = vote_floor;
     Ok((recovery, repaired, opened))
 }
 
@@ -291,6 +332,7 @@ fn repair_pass<S: Storage + Clone>(
 pub fn clear_repair_target<S: Storage>(storage: &S) -> Result<(), StorageError> {
     let mut batch = Batch::new();
     batch.delete_range(Space::Meta, MetaKey::RepairTarget as u64..MetaKey::RepairTarget as u64 + 1);
+    batch.delete_range(Space::Meta, MetaKey::VoteFloor as u64..MetaKey::VoteFloor as u64 + 1);
     storage.write(batch)?;
     storage.sync()
 }

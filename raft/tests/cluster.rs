@@ -115,6 +115,7 @@ async fn a_corrupt_record_is_detected_and_repaired_from_the_leader() {
     let node = cell.start(victim).await;
     assert_eq!(node.recovery().log_cut_from, Some(damaged), "the damaged entry and everything after it are cut");
     assert_eq!(node.recovery().repair_target, Some(*keys.last().unwrap() + 1));
+    assert_eq!(node.recovery().vote_floor, None, "a cut log does not say what the node held");
     assert!(node.is_repairing());
     // While repairing it grants no vote, whatever the candidate offers.
     let metrics = node.raft().metrics().borrow().clone();
@@ -174,6 +175,89 @@ async fn a_corrupt_snapshot_is_dropped_and_the_node_catches_up_from_the_leader()
     assert!(node.is_repairing(), "without its snapshot the node must get its state back before voting");
     cell.publish("during-repair", 20).await;
     common::wait_repaired(&node).await;
+    cell.converge().await;
+}
+
+/// A node whose state went (its snapshot damaged) beside a purged log that verifies whole knows the log it held:
+/// while it repairs, it votes for a candidate whose log reaches that log's last id, as Raft asks of a log it holds,
+/// and for no other; across a restart too. So a cell whose other follower repairs at the same time can still elect
+/// the node that holds everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_dropped_only_its_state_votes_for_a_log_that_reaches_the_one_it_held() {
+    let (mut cell, victim) = with_a_purged_follower().await;
+    cell.converge().await;
+    let held = cell.node(victim).raft().metrics().borrow().last_applied.expect("the victim applied the history");
+    cell.stop(victim, false).await;
+    assert!(cell.disks[&victim].flip_bit(Space::State, 0, 1234));
+    cell.isolate(victim);
+
+    let mut node = cell.start(victim).await;
+    assert!(node.recovery().snapshot_dropped && node.is_repairing());
+    assert_eq!(node.recovery().vote_floor, Some(held));
+    // Restarted while it repairs, it still knows.
+    cell.stop(victim, false).await;
+    node = cell.start(victim).await;
+    assert!(node.is_repairing());
+    assert_eq!(node.recovery().vote_floor, Some(held), "the floor is kept until the node is repaired");
+
+    // A candidate from outside the cell, so that no member takes the vote for its own.
+    let mut vote = node.raft().metrics().borrow().vote;
+    vote.leader_id.term += 10;
+    vote.leader_id.node_id = 9;
+    let short = openraft::LogId::new(held.leader_id, held.index - 1);
+    let refused = node.vote(VoteRequest::new(vote, Some(short))).await.expect("answered");
+    assert!(!refused.vote_granted, "the candidate lacks an entry the node held");
+    let granted = node.vote(VoteRequest::new(vote, Some(held))).await.expect("answered");
+    assert!(granted.vote_granted, "the candidate's log reaches the one the node held");
+
+    cell.heal();
+    cell.publish("during-repair", 20).await;
+    common::wait_repaired(&node).await;
+    cell.converge().await;
+}
+
+/// A leader holds a body its disk damaged, unread so far, when a follower that lost its disk needs a snapshot: the
+/// body does not verify, and the leader cannot go on. Restarted, as its supervisor would, it drops its state and
+/// repairs, as the follower does; the third node holds everything and must lead. The restarted leader's log
+/// verified whole, so it votes for a log that reaches the one it held, and the cell goes on with every acknowledged
+/// publish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_stopped_by_a_damaged_body_while_a_follower_repairs_votes_the_third_node_in() {
+    use cellog_raft::Past;
+    use cellog_raft::storage::SimDisk;
+
+    let mut cell = TestCell::new(20);
+    cell.bootstrap(&[1, 2, 3]).await;
+    cell.create_stream().await;
+    cell.publish("history", 80).await;
+    let leader = cell.wait_leader(&[1, 2, 3]).await;
+    cell.node(leader)
+        .raft()
+        .wait(Some(TIMEOUT))
+        .metrics(|m| m.purged.is_some(), "the leader snapshotted and purged")
+        .await
+        .expect("the leader purges");
+    let mut others = [1, 2, 3].into_iter().filter(|id| *id != leader);
+    let (lost, keeper) = (others.next().unwrap(), others.next().unwrap());
+    let bodies = cell.disks[&leader].keys(Space::Bodies);
+    assert!(cell.disks[&leader].flip_bit(Space::Bodies, bodies[0], 99));
+
+    cell.stop(lost, true).await;
+    cell.disks.insert(lost, SimDisk::new(99));
+    let lost_node = cell.start_as(lost, Past::Member).await;
+    assert!(lost_node.is_repairing() && lost_node.recovery().vote_floor.is_none());
+    let reason = tokio::time::timeout(TIMEOUT, cell.node(leader).wait_fatal()).await.expect("the leader stops");
+    assert!(reason.contains("body"), "{reason}");
+
+    cell.stop(leader, false).await;
+    let restarted = cell.start(leader).await;
+    let recovery = restarted.recovery();
+    assert!(recovery.bodies_damaged && recovery.snapshot_dropped && restarted.is_repairing(), "{recovery:?}");
+    assert!(recovery.vote_floor.is_some(), "its log verified whole: {recovery:?}");
+    assert_eq!(cell.wait_leader(&[1, 2, 3]).await, keeper, "only the third node holds everything");
+    cell.publish("after", 20).await;
+    common::wait_repaired(&restarted).await;
+    common::wait_repaired(&lost_node).await;
     cell.converge().await;
 }
 

@@ -327,7 +327,8 @@ impl Cluster {
             .name(format!("node-{id}"))
             .ip(ip(id))
             // A node's panic ends its process, not the run: it starts again on its disk 1 to 10 s later, as a
-            // supervisor restarts it, and the run reports the panic (see `Cluster::node_panics`).
+            // supervisor restarts it, and the run reports the panic (see `Cluster::node_panics`). A node that cannot
+            // go on exits the same way, reported as an exit (see `trace::Exit`).
             .restart_on_panic()
             .init(move || {
                 let (config, disk, clock) = (init_config.clone(), init_disk.clone(), init_clock.clone());
@@ -335,14 +336,15 @@ impl Cluster {
                 disk.reopen();
                 async move {
                     // A madsim node's init future must never return; it is run again on restart.
-                    let _running = match RunningNode::start(&config, disk, Arc::new(clock)).await {
-                        Ok(running) => Some(running),
+                    let reason = match RunningNode::start(&config, disk, Arc::new(clock)).await {
+                        Ok(running) => running.failed().await,
                         Err(error) => {
                             tracing::error!(node = config.id, %error, "node did not start");
-                            None
+                            format!("did not start: {error}")
                         }
                     };
-                    std::future::pending::<()>().await;
+                    // `cellog node` exits non-zero here, and its supervisor starts it again.
+                    std::panic::panic_any(trace::Exit(reason))
                 }
             })
             .build();

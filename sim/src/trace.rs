@@ -48,6 +48,8 @@ pub const LEGEND: &str = "\
 #                  8 bytes of its SHA-256)
 #   panicked       a task panicked: `what`, and `at` where; a node whose task panicked is restarted on its disk
 #                  1 to 10 s later (as a supervisor restarts a process that exits), and the run fails
+#   exited         a node's process exited, as `cellog node` does when the node cannot go on (`reason`): it starts
+#                  again on its disk 1 to 10 s later, as a supervisor restarts it
 #   refused        a node refused a client's command before proposing it (its credential or its principal's grants):
 #                  command kind, reason, detail; nothing reached the log
 # what the harness does, on the lane of the node it hits:
@@ -256,6 +258,11 @@ impl Trace {
     }
 }
 
+/// How a simulated node's process exits when the node cannot go on, as `cellog node` exits non-zero: raised as a
+/// panic with this payload, which ends the process (madsim starts it again 1 to 10 s later, as a supervisor restarts
+/// a process that exits). The trace shows it as `exited`, not `panicked`, and it fails no run.
+pub struct Exit(pub String);
+
 /// Makes every panic also a `panicked` event of the trace, on the lane of the task that panicked (the panic hook
 /// runs inside the task's span), before the hook there was runs. Installed once per process.
 fn report_panics() {
@@ -264,6 +271,10 @@ fn report_panics() {
         let earlier = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
             let payload = info.payload();
+            if let Some(Exit(reason)) = payload.downcast_ref::<Exit>() {
+                tracing::warn!(target: TARGET, reason, "exited");
+                return;
+            }
             let what = payload
                 .downcast_ref::<&str>()
                 .map(ToString::to_string)

@@ -82,6 +82,10 @@ pub enum MetaKey {
     BodiesUnswept = 8,
     /// The cell's id ([`crate::network::CellId`]): made by the node that founded the cell, learned by the others.
     CellId = 9,
+    /// While a node repairs after its state was dropped beside a log that verified whole: the last log id it held
+    /// (see [`crate::recovery`]). Until it is repaired it votes for a candidate whose log reaches this one, as Raft
+    /// asks of the log it no longer has, and for no other.
+    VoteFloor = 10,
 }
 
 /// What can go wrong in storage.
