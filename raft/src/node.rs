@@ -202,7 +202,8 @@ pub struct CellNode<S> {
     identity: CellIdentity,
     /// Notified after every batch of entries applied and every snapshot installed.
     applied: Arc<Notify>,
-    /// Set once the node's watchdog (the [`tick`] task) saw that it cannot go on (see [`CellNode::fatal`]).
+    /// Set once the node's watchdog (the [`tick`] task), or applying as it panics, saw that it cannot go on (see
+    /// [`CellNode::fatal`]).
     fatal_seen: Arc<watch::Sender<bool>>,
 }
 
@@ -379,6 +380,7 @@ impl<S: Storage + Clone> CellNode<S> {
         let replica = state_machine.replica();
         let bodies = state_machine.bodies();
         let applied = state_machine.applied();
+        let fatal_seen = state_machine.fatal_seen();
         // A repairing node must not campaign, from its very first election timeout on.
         let config = match recovery.repair_target {
             Some(_) => Arc::new(Config { enable_elect: false, ..(*config).clone() }),
@@ -427,7 +429,6 @@ impl<S: Storage + Clone> CellNode<S> {
         tokio::spawn(keep_log_within(raft.clone(), log_sizes, budgets, stopped.clone()));
         let (proposals, queue) = mpsc::channel(PROPOSAL_QUEUE);
         let clock = Arc::new(CellClock::new(clock));
-        let fatal_seen = Arc::new(watch::Sender::new(false));
         let watchdog = Watchdog { replica: replica.clone(), seen: fatal_seen.clone() };
         tokio::spawn(tick(raft.clone(), watchdog, clock.clone(), stopped.clone(), proposals.clone()));
         #[cfg(madsim)]
@@ -686,7 +687,11 @@ impl<S: Storage + Clone> CellNode<S> {
         if self.stopped.load(Ordering::Acquire) {
             return None;
         }
-        match &self.raft.metrics().borrow().running_state {
+        let metrics = self.raft.metrics();
+        // Raft's core drops its metrics when it ends without an error of its own to report (it panicked).
+        let ended = metrics.has_changed().is_err();
+        match &metrics.borrow().running_state {
+            Ok(()) if ended => Some("raft stopped".to_string()),
             Ok(()) => None,
             Err(fatal) => Some(format!("raft stopped: {fatal}")),
         }
@@ -695,7 +700,8 @@ impl<S: Storage + Clone> CellNode<S> {
     /// Resolves with the reason once this node cannot go on (see [`CellNode::fatal`]); never after a shutdown it was
     /// asked for. The host stops serving and exits, so that a supervisor restarts it into recovery.
     pub async fn wait_fatal(&self) -> String {
-        // No poll of its own: the watchdog looks anyway, and a waiter here wakes only when it saw something.
+        // No poll of its own: the watchdog looks anyway, and a waiter here wakes only when it saw something. The
+        // sender lives as long as `self`, so the wait ends only when it was set.
         let mut seen = self.fatal_seen.subscribe();
         let _ = seen.wait_for(|seen| *seen).await;
         match self.fatal() {
@@ -821,7 +827,9 @@ struct Watchdog {
 impl Watchdog {
     /// Whether the node cannot go on; the first time, wakes [`CellNode::wait_fatal`].
     fn looks(&self, raft: &Raft) -> bool {
-        let fatal = self.replica.is_poisoned() || raft.metrics().borrow().running_state.is_err();
+        let metrics = raft.metrics();
+        let fatal =
+            self.replica.is_poisoned() || metrics.has_changed().is_err() || metrics.borrow().running_state.is_err();
         if fatal {
             self.seen.send_replace(true);
         }

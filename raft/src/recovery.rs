@@ -8,8 +8,8 @@
 //! to the start, the log goes too and the node gets everything from the leader. A vote that does not verify is dropped and the node repairs: it may have
 //! voted in a term it no longer knows, so it votes in none until a leader has brought its log past everything it
 //! held, and past the commit index a leader of that leader's own term told it (see `node::repair_goal`): what it held is
-//! what the damage may have hidden from it. A node whose log goes only because its state was dropped (the log itself
-//! verified whole, and its vote too) still knows what it held: its last log id is recorded as its *vote floor*, and
+//! what the damage may have hidden from it. A node whose log goes only because its state was dropped for a damaged
+//! body (the log, the vote, the purge record and the snapshot's own file verified) still knows what it held: its last log id is recorded as its *vote floor*, and
 //! while it repairs it votes for a candidate whose log reaches that id, as Raft's rule asks of the log it no longer
 //! has, and for no other. So a cell whose other node repairs too still has a majority to elect the node that holds
 //! everything. A message body that failed to read back while the node ran ([`MetaKey::BodiesDamaged`])
@@ -224,12 +224,22 @@ fn repair_pass<S: Storage + Clone>(
         let last = state_machine.replica().lock().map(|r| r.last_applied).unwrap_or(None);
         if short_of_the_log(last) { Err(None) } else { Ok((state_machine, last)) }
     });
+    // What the snapshot covers, when that is known: a snapshot dropped because it does not verify (or lost records)
+    // may have been installed from a leader past everything the log says, so only its own file can tell.
+    let snapshot_known: Option<Option<LogId>>;
     let snapshot_last = match opening {
         Ok((state_machine, last)) => {
             opened = Some(state_machine);
+            snapshot_known = Some(last);
             last
         }
         Err(None | Some(StorageError::Corrupt { .. })) => {
+            // Dropped for a damaged body alone, its file may still verify and reach the log.
+            snapshot_known = if recovery.bodies_damaged {
+                crate::state_machine::stored_last_applied(&storage).ok().filter(|last| !short_of_the_log(*last))
+            } else {
+                None
+            };
             recovery.snapshot_dropped = true;
             batch.delete_range(Space::State, 0..u64::MAX);
             batch.delete_range(Space::Bodies, 0..u64::MAX);
@@ -252,18 +262,19 @@ fn repair_pass<S: Storage + Clone>(
         }
     }
 
-    // What the node knows it held, if it can know: its vote and its repair target are intact, and it either was not
-    // repairing or kept the floor it repairs with.
-    let floor_known = !(recovery.vote_dropped || target_damaged || floor_damaged)
+    // What the node knows it held, if it can know: its vote, its repair target and its purge record are intact, and
+    // it either was not repairing or kept the floor it repairs with.
+    let floor_known = !(recovery.vote_dropped || target_damaged || floor_damaged || purged_damaged)
         && (stored_target.is_none() || stored_floor.is_some());
     let mut vote_floor = None;
     if wipe {
-        // Take everything from the leader; until then the node votes only as the log it held allows. That log goes
-        // because the state cannot be rebuilt from it; if every entry of it verifies, its last id is known.
-        if floor_known {
+        // Take everything from the leader; until then the node votes only as what it held allows. The log goes
+        // because the state cannot be rebuilt from it; if every entry of it verifies, and the snapshot says what it
+        // covered, the last id the node held is known.
+        if floor_known && let Some(snapshot) = snapshot_known {
             let scan = scan_log(&storage, last_purged, &LogSizes::default())?;
             if scan.first_bad.is_none() {
-                vote_floor = stored_floor.max(scan.last_verified).max(last_purged);
+                vote_floor = stored_floor.max(scan.last_verified).max(last_purged).max(snapshot);
             }
         }
         batch.delete_range(Space::Log, 0..u64::MAX);
@@ -292,7 +303,7 @@ fn repair_pass<S: Storage + Clone>(
         }
     }
 
-    if !wipe && floor_known && recovery.log_cut_from.is_none() {
+    if !wipe && floor_known && !recovery.snapshot_dropped && recovery.log_cut_from.is_none() {
         // Still repairing as it was: whatever it holds now past the floor, Raft's own rule checks against.
         vote_floor = stored_floor;
     }

@@ -16,7 +16,7 @@ use openraft::{
     EntryPayload, OptionalSend, RaftSnapshotBuilder, Snapshot, SnapshotMeta, StorageIOError, StoredMembership,
 };
 use serde::{Deserialize, Serialize};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 
 use crate::bodies::{self, BodyError, BodyReadError, BodyWork, StoredBodies};
 use crate::runtime::{id_key, off_the_workers};
@@ -175,6 +175,30 @@ fn decode(bytes: &[u8]) -> Result<Replica, StorageError> {
     Ok(Replica { cell, last_applied: file.last_applied, membership: file.membership })
 }
 
+/// The last log id the stored snapshot covers, from its file alone (the state is not restored): what recovery needs to
+/// know of a snapshot whose bodies are damaged. A snapshot that does not verify is an error.
+pub(crate) fn stored_last_applied<S: Storage>(storage: &S) -> Result<Option<LogId>, StorageError> {
+    let Some(bytes) = stored_snapshot::get(storage)? else { return Ok(None) };
+    let file: SnapshotFile = postcard::from_bytes(&bytes).map_err(|error| StorageError::Corrupt {
+        space: Space::State,
+        key: stored_snapshot::HEADER_KEY,
+        reason: format!("snapshot does not decode: {error}"),
+    })?;
+    Ok(file.last_applied)
+}
+
+/// Wakes the node's [`crate::CellNode::wait_fatal`] when applying panics: the replica is poisoned then, and the task
+/// that applied (and whoever awaits it) is gone, so nothing else might look again.
+struct PanicAlarm<'a>(&'a watch::Sender<bool>);
+
+impl Drop for PanicAlarm<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.send_replace(true);
+        }
+    }
+}
+
 /// The bodies the state in a snapshot file refers to: what a receiver checks the bodies that follow against.
 fn references(file: &[u8]) -> Result<Vec<BodyRef>, String> {
     decode(file).map(|replica| replica.cell.body_refs()).map_err(|error| error.to_string())
@@ -195,6 +219,8 @@ pub struct StateMachineStore<S> {
     initial_meta: Arc<Mutex<Option<SnapshotMeta<NodeId, NodeAddrs>>>>,
     /// Notified after every batch of entries applied and every snapshot installed.
     applied: Arc<Notify>,
+    /// Set once the node cannot go on (see [`crate::CellNode::wait_fatal`]); applying sets it if it panics.
+    fatal_seen: Arc<watch::Sender<bool>>,
 }
 
 fn state_error(error: impl std::fmt::Display) -> RaftStorageError {
@@ -222,7 +248,9 @@ impl<S: Storage + Clone> StateMachineStore<S> {
         let stored = Arc::new(Mutex::new(replica.last_applied));
         let initial_meta = Arc::new(Mutex::new(replica.last_applied.map(|_| replica.meta())));
         let applied = Arc::new(Notify::new());
-        Ok(StateMachineStore { storage, bodies, replica: Arc::new(Mutex::new(replica)), stored, initial_meta, applied })
+        let fatal_seen = Arc::new(watch::Sender::new(false));
+        let replica = Arc::new(Mutex::new(replica));
+        Ok(StateMachineStore { storage, bodies, replica, stored, initial_meta, applied, fatal_seen })
     }
 
     fn take_initial_meta(&self) -> Option<SnapshotMeta<NodeId, NodeAddrs>> {
@@ -243,6 +271,11 @@ impl<S: Storage + Clone> StateMachineStore<S> {
     /// the state to change registers first, then reads the replica, then waits.
     pub fn applied(&self) -> Arc<Notify> {
         self.applied.clone()
+    }
+
+    /// Set once the node cannot go on: by applying, if it panics, and by the node's watchdog.
+    pub(crate) fn fatal_seen(&self) -> Arc<watch::Sender<bool>> {
+        self.fatal_seen.clone()
     }
 
     fn lock(&self) -> MutexGuard<'_, Replica> {
@@ -351,6 +384,7 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
+        let _alarm = PanicAlarm(&self.fatal_seen);
         let mut replica = self.lock();
         let replica = &mut *replica;
         let mut work = BodyWork::default();
@@ -508,5 +542,20 @@ mod tests {
         assert!(replica.is_poisoned());
         assert_eq!(read_replica(&replica).map(|_| ()), Err(Interrupted));
         assert!(Interrupted.to_string().contains("serves nothing"));
+    }
+
+    #[test]
+    fn a_panic_while_applying_raises_the_alarm_and_a_return_does_not() {
+        let seen = watch::Sender::new(false);
+        {
+            let _alarm = PanicAlarm(&seen);
+        }
+        assert!(!*seen.borrow(), "applying returned");
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _alarm = PanicAlarm(&seen);
+            panic!("applying went wrong");
+        }));
+        assert!(panicked.is_err());
+        assert!(*seen.borrow(), "the node's wait_fatal wakes");
     }
 }

@@ -173,12 +173,13 @@ async fn a_corrupt_snapshot_is_dropped_and_the_node_catches_up_from_the_leader()
     let node = cell.start(victim).await;
     assert!(node.recovery().snapshot_dropped);
     assert!(node.is_repairing(), "without its snapshot the node must get its state back before voting");
+    assert_eq!(node.recovery().vote_floor, None, "a snapshot that does not verify may have covered more than the log");
     cell.publish("during-repair", 20).await;
     common::wait_repaired(&node).await;
     cell.converge().await;
 }
 
-/// A node whose state went (its snapshot damaged) beside a purged log that verifies whole knows the log it held:
+/// A node whose state went (a body damaged) beside a purged log that verifies whole knows the log it held:
 /// while it repairs, it votes for a candidate whose log reaches that log's last id, as Raft asks of a log it holds,
 /// and for no other; across a restart too. So a cell whose other follower repairs at the same time can still elect
 /// the node that holds everything.
@@ -187,12 +188,21 @@ async fn a_node_that_dropped_only_its_state_votes_for_a_log_that_reaches_the_one
     let (mut cell, victim) = with_a_purged_follower().await;
     cell.converge().await;
     let held = cell.node(victim).raft().metrics().borrow().last_applied.expect("the victim applied the history");
+    let bodies = cell.disks[&victim].keys(Space::Bodies);
+    assert!(cell.disks[&victim].flip_bit(Space::Bodies, bodies[0], 99));
+    let node = cell.node(victim);
+    let records: Vec<_> = {
+        let replica = node.replica().unwrap();
+        (0..2).flat_map(|partition| replica.cell.read_from("orders", partition, 0, 1_000).unwrap()).collect()
+    };
+    let unreadable = records.iter().filter(|record| node.payload("orders", record).is_err()).count();
+    assert_eq!(unreadable, 1, "the damaged body is found");
+    drop(node);
     cell.stop(victim, false).await;
-    assert!(cell.disks[&victim].flip_bit(Space::State, 0, 1234));
     cell.isolate(victim);
 
     let mut node = cell.start(victim).await;
-    assert!(node.recovery().snapshot_dropped && node.is_repairing());
+    assert!(node.recovery().bodies_damaged && node.recovery().snapshot_dropped && node.is_repairing());
     assert_eq!(node.recovery().vote_floor, Some(held));
     // Restarted while it repairs, it still knows.
     cell.stop(victim, false).await;
