@@ -684,17 +684,16 @@ impl<S: Storage + Clone> CellNode<S> {
         if self.replica.is_poisoned() {
             return Some(Interrupted.to_string());
         }
-        if self.stopped.load(Ordering::Acquire) {
-            return None;
-        }
+        // Raft first, then whether a shutdown was asked for: a shutdown sets `stopped` before it stops Raft.
         let metrics = self.raft.metrics();
         // Raft's core drops its metrics when it ends without an error of its own to report (it panicked).
         let ended = metrics.has_changed().is_err();
-        match &metrics.borrow().running_state {
+        let reason = match &metrics.borrow().running_state {
             Ok(()) if ended => Some("raft stopped".to_string()),
             Ok(()) => None,
             Err(fatal) => Some(format!("raft stopped: {fatal}")),
-        }
+        };
+        reason.filter(|_| !self.stopped.load(Ordering::Acquire))
     }
 
     /// Resolves with the reason once this node cannot go on (see [`CellNode::fatal`]); never after a shutdown it was
@@ -824,6 +823,15 @@ struct Watchdog {
     seen: Arc<watch::Sender<bool>>,
 }
 
+/// A panic in the watching task itself (it holds the replica at times) ends the watch: it raises the alarm as it goes.
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.seen.send_replace(true);
+        }
+    }
+}
+
 impl Watchdog {
     /// Whether the node cannot go on; the first time, wakes [`CellNode::wait_fatal`].
     fn looks(&self, raft: &Raft) -> bool {
@@ -870,6 +878,8 @@ async fn tick(
         let (reply, answer) = oneshot::channel();
         let proposal = Proposal::one(now.max(last_at), Command::Tick, Command::Tick.encoded_size(), reply);
         if proposals.send(proposal).await.is_err() {
+            // The packer is gone: a last look, so that a node that cannot go on says so.
+            watchdog.looks(&raft);
             return;
         }
         if !matches!(answer.await, Ok(Ok(_))) {

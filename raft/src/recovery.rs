@@ -179,6 +179,14 @@ fn repair_pass<S: Storage + Clone>(
     let stored_target = repair_target.filter(|_| !target_damaged);
     let mut floor_damaged = false;
     let stored_floor: Option<LogId> = meta_or_damaged(&storage, MetaKey::VoteFloor, &mut floor_damaged)?;
+    let floor_stored = stored_floor.is_some() || floor_damaged;
+    let stored_target = if floor_stored && repair_target.is_none() && !target_damaged {
+        // A floor is only ever stored beside a repair target: one without it lost its target to the disk.
+        target_damaged = true;
+        None
+    } else {
+        stored_target
+    };
     if recovery.vote_dropped {
         // See the module doc: the node may have voted in a term it no longer knows, so it votes in none until a
         // leader has brought it up to date (and so taught it the current term).
@@ -236,7 +244,11 @@ fn repair_pass<S: Storage + Clone>(
         Err(None | Some(StorageError::Corrupt { .. })) => {
             // Dropped for a damaged body alone, its file may still verify and reach the log.
             snapshot_known = if recovery.bodies_damaged {
-                crate::state_machine::stored_last_applied(&storage).ok().filter(|last| !short_of_the_log(*last))
+                match crate::state_machine::stored_last_applied(&storage) {
+                    Ok(last) => Some(last).filter(|last| !short_of_the_log(*last)),
+                    Err(StorageError::Corrupt { .. }) => None,
+                    Err(other) => return Err(other),
+                }
             } else {
                 None
             };

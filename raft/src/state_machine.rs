@@ -187,8 +187,9 @@ pub(crate) fn stored_last_applied<S: Storage>(storage: &S) -> Result<Option<LogI
     Ok(file.last_applied)
 }
 
-/// Wakes the node's [`crate::CellNode::wait_fatal`] when applying panics: the replica is poisoned then, and the task
-/// that applied (and whoever awaits it) is gone, so nothing else might look again.
+/// Wakes the node's [`crate::CellNode::wait_fatal`] when applying (or installing a snapshot) panics: the replica is
+/// poisoned then, and the task that applied (and whoever awaits it) is gone, so nothing else might look again.
+/// Declared before the replica's guard, it drops after it: the replica is poisoned by the time the alarm rings.
 struct PanicAlarm<'a>(&'a watch::Sender<bool>);
 
 impl Drop for PanicAlarm<'_> {
@@ -470,6 +471,7 @@ impl<S: Storage + Clone> StateMachineStore<S> {
         meta: &SnapshotMeta<NodeId, NodeAddrs>,
         snapshot: Box<SnapshotData>,
     ) -> Result<(), RaftStorageError> {
+        let _alarm = PanicAlarm(&self.fatal_seen);
         self.take_initial_meta();
         // openraft installs only a stream that ended whole: the receiver checked every body as it arrived, and wrote
         // it. A stream handed over within the process (openraft's storage suite does that) is received here.

@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cellog_raft::storage::{Batch, DiskFaults, Space, Storage};
+use cellog_raft::storage::{Batch, DiskFaults, MetaKey, Space, Storage};
 use cellog_raft::{NodeAddrs, NodeId};
 use common::{TIMEOUT, TestCell};
 use openraft::Config;
@@ -219,6 +219,18 @@ async fn a_node_that_dropped_only_its_state_votes_for_a_log_that_reaches_the_one
     assert!(!refused.vote_granted, "the candidate lacks an entry the node held");
     let granted = node.vote(VoteRequest::new(vote, Some(held))).await.expect("answered");
     assert!(granted.vote_granted, "the candidate's log reaches the one the node held");
+
+    // Its repair target lost to the disk (a write gone astray), the floor alone says it was repairing: it repairs
+    // on, and votes for nobody, not knowing how far it had got.
+    cell.stop(victim, false).await;
+    let disk = &cell.disks[&victim];
+    let mut batch = Batch::new();
+    batch.delete_range(Space::Meta, MetaKey::RepairTarget as u64..MetaKey::RepairTarget as u64 + 1);
+    disk.write(batch).unwrap();
+    disk.sync().unwrap();
+    node = cell.start(victim).await;
+    assert!(node.is_repairing(), "a floor without a target is a damaged target");
+    assert_eq!(node.recovery().vote_floor, None);
 
     cell.heal();
     cell.publish("during-repair", 20).await;
