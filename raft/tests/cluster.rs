@@ -147,6 +147,16 @@ async fn a_whole_cell_power_failure_keeps_every_acknowledged_publish() {
     cell.converge().await;
 }
 
+/// Waits until node `id` has taken a snapshot and purged its log behind it.
+async fn wait_purged(cell: &TestCell, id: NodeId) {
+    cell.node(id)
+        .raft()
+        .wait(Some(TIMEOUT))
+        .metrics(|m| m.purged.is_some(), "the node snapshotted and purged")
+        .await
+        .expect("the node purges");
+}
+
 /// A cell with 80 messages and snapshots every 20 entries, and a follower that has snapshotted and purged its log.
 async fn with_a_purged_follower() -> (TestCell, NodeId) {
     let mut cell = TestCell::new(20);
@@ -155,12 +165,7 @@ async fn with_a_purged_follower() -> (TestCell, NodeId) {
     cell.publish("history", 80).await;
     let leader = cell.wait_leader(&[1, 2, 3]).await;
     let victim = [1, 2, 3].into_iter().find(|id| *id != leader).unwrap();
-    cell.node(victim)
-        .raft()
-        .wait(Some(TIMEOUT))
-        .metrics(|m| m.purged.is_some(), "the follower snapshotted and purged")
-        .await
-        .expect("the follower purges");
+    wait_purged(&cell, victim).await;
     (cell, victim)
 }
 
@@ -256,12 +261,7 @@ async fn a_leader_stopped_by_a_damaged_body_while_a_follower_repairs_votes_the_t
     cell.create_stream().await;
     cell.publish("history", 80).await;
     let leader = cell.wait_leader(&[1, 2, 3]).await;
-    cell.node(leader)
-        .raft()
-        .wait(Some(TIMEOUT))
-        .metrics(|m| m.purged.is_some(), "the leader snapshotted and purged")
-        .await
-        .expect("the leader purges");
+    wait_purged(&cell, leader).await;
     let mut others = [1, 2, 3].into_iter().filter(|id| *id != leader);
     let (lost, keeper) = (others.next().unwrap(), others.next().unwrap());
     let bodies = cell.disks[&leader].keys(Space::Bodies);
