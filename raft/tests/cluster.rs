@@ -264,6 +264,16 @@ async fn a_leader_stopped_by_a_damaged_body_while_a_follower_repairs_votes_the_t
     wait_purged(&cell, leader).await;
     let mut others = [1, 2, 3].into_iter().filter(|id| *id != leader);
     let (lost, keeper) = (others.next().unwrap(), others.next().unwrap());
+    // The keeper holds everything the leader does before the lost node's disk goes. Otherwise a publish committed by
+    // the leader and the lost node alone would then live on the leader only, and its floor would rightly refuse the
+    // keeper: the cell waits for it rather than lose an acknowledged publish.
+    let held = cell.node(leader).raft().metrics().borrow().last_log_index;
+    cell.node(keeper)
+        .raft()
+        .wait(Some(TIMEOUT))
+        .metrics(|m| m.last_log_index >= held, "the keeper holds the leader's log")
+        .await
+        .expect("the keeper catches up");
     let bodies = cell.disks[&leader].keys(Space::Bodies);
     assert!(cell.disks[&leader].flip_bit(Space::Bodies, bodies[0], 99));
 
