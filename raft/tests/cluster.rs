@@ -296,6 +296,55 @@ async fn a_leader_stopped_by_a_damaged_body_while_a_follower_repairs_votes_the_t
     cell.converge().await;
 }
 
+/// As above, but the publishes the keeper lacks were committed by the leader and the node whose disk then goes: once
+/// it has gone, the restarted leader's log is their only copy, and the keeper's log does not reach the leader's floor.
+/// The cell must elect nobody rather than the keeper, which would lose acknowledged publishes: the leader refuses it
+/// its vote, and the node without a disk votes for nobody while it repairs. It waits for an operator instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_stopped_by_a_damaged_body_refuses_its_vote_to_a_follower_that_lacks_acknowledged_publishes() {
+    use cellog_raft::Past;
+    use cellog_raft::storage::SimDisk;
+
+    let mut cell = TestCell::new(20);
+    cell.bootstrap(&[1, 2, 3]).await;
+    cell.create_stream().await;
+    cell.publish("history", 80).await;
+    let leader = cell.wait_leader(&[1, 2, 3]).await;
+    wait_purged(&cell, leader).await;
+    let mut others = [1, 2, 3].into_iter().filter(|id| *id != leader);
+    let (lost, keeper) = (others.next().unwrap(), others.next().unwrap());
+    cell.isolate(keeper);
+    cell.publish("without-the-keeper", 10).await;
+    let keeper_held = cell.node(keeper).raft().metrics().borrow().last_log_index.expect("the keeper holds a log");
+    let bodies = cell.disks[&leader].keys(Space::Bodies);
+    assert!(cell.disks[&leader].flip_bit(Space::Bodies, bodies[0], 99));
+
+    cell.stop(lost, true).await;
+    cell.disks.insert(lost, SimDisk::new(99));
+    let lost_node = cell.start_as(lost, Past::Member).await;
+    assert!(lost_node.is_repairing());
+    let reason = tokio::time::timeout(TIMEOUT, cell.node(leader).wait_fatal()).await.expect("the leader stops");
+    assert!(reason.contains("body"), "{reason}");
+    cell.stop(leader, false).await;
+    let restarted = cell.start(leader).await;
+    let floor = restarted.recovery().vote_floor.expect("its log verified whole");
+    assert!(floor.index > keeper_held, "the keeper lacks entries the leader held: {floor} against {keeper_held}");
+
+    let term_before = cell.node(keeper).raft().metrics().borrow().current_term;
+    cell.heal();
+    // Ten election timeouts and more: the keeper campaigns, and nobody grants it a vote.
+    tokio::time::sleep(Duration::from_millis(10 * cell.config.election_timeout_max)).await;
+    assert!(
+        cell.node(keeper).raft().metrics().borrow().current_term > term_before,
+        "the keeper campaigned while the cell had no leader"
+    );
+    for id in [1, 2, 3] {
+        let metrics = cell.node(id).raft().metrics().borrow().clone();
+        assert!(!metrics.state.is_leader(), "node {id} leads without the acknowledged publishes: {metrics:?}");
+    }
+    assert!(restarted.is_repairing() && lost_node.is_repairing());
+}
+
 /// The victim's snapshot records in `lost` are gone as a write that went astray leaves them: no record there fails
 /// to verify, yet its state no longer reaches its purged log, so it must be dropped like a corrupt one.
 async fn a_lost_snapshot(lost: std::ops::Range<u64>) {
