@@ -222,7 +222,7 @@ pub fn requests() -> Vec<Request> {
             config: StreamConfig { max_messages: Some(1), partitions: 2, ..StreamConfig::with_subjects(["orders.>"]) },
         }],
     ];
-    kinds.into_iter().map(|commands| Request { at: AT.plus(10), commands }).collect()
+    kinds.into_iter().map(|commands| Request::new(AT.plus(10), commands)).collect()
 }
 
 // ----- the targets -----

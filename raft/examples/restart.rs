@@ -62,7 +62,7 @@ fn open<S: Storage + Clone>(storage: S, started: Instant, before: f64) {
 fn entry(index: u64, command: Command) -> Entry {
     Entry {
         log_id: openraft::LogId::new(openraft::CommittedLeaderId::new(1, 1), index),
-        payload: EntryPayload::Normal(Request { at: Millis(index), commands: vec![command] }),
+        payload: EntryPayload::Normal(Request::new(Millis(index), vec![command])),
     }
 }
 

@@ -46,10 +46,8 @@ pub use bodies::{BodyError, StoredBodies};
 pub use format::{FormatCheck, STORE_FORMAT};
 pub use log_store::LogStore;
 pub use membership::{ClusterView, Member, MembershipError};
-pub use node::{
-    Answer, CellNode, Clock, ENTRIES_IN_FLIGHT, MAX_BATCH, MAX_BATCH_BYTES, Past, ProposeError, StartError, SystemClock,
-};
+pub use node::{CellNode, Clock, ENTRIES_IN_FLIGHT, MAX_BATCH, MAX_BATCH_BYTES, Past, StartError, SystemClock};
 pub use recovery::{Recovery, open_stores};
 pub use state_machine::{Interrupted, Replica, StateMachineStore};
 pub use timing::RaftTiming;
-pub use types::{Entry, LogId, NodeAddrs, NodeId, Raft, Request, Response, TypeConfig};
+pub use types::{Answer, Entry, LogId, NodeAddrs, NodeId, ProposeError, Raft, Request, Response, TypeConfig};

@@ -378,10 +378,10 @@ mod tests {
         let entries = (1..=n)
             .map(|index| Entry {
                 log_id: LogId::new(leader, index),
-                payload: EntryPayload::Normal(Request {
-                    at: Millis(index),
-                    commands: vec![Command::Publish(PublishRequest::new("s.a", vec![7u8; payload]))],
-                }),
+                payload: EntryPayload::Normal(Request::new(
+                    Millis(index),
+                    vec![Command::Publish(PublishRequest::new("s.a", vec![7u8; payload]))],
+                )),
             })
             .collect();
         AppendEntriesRequest { vote: Vote::new_committed(1, 1), prev_log_id: None, entries, leader_commit: None }

@@ -22,7 +22,10 @@ use crate::recovery::{Recovery, clear_repair_target, open_stores};
 use crate::state_machine::{Interrupted, Replica, read_replica};
 use crate::storage::{Batch, MetaKey, Space, Storage, StorageError};
 use crate::transition;
-use crate::types::{NodeAddrs, NodeId, Raft, Request, Response, TypeConfig};
+use crate::types::{
+    Answer, NodeAddrs, NodeId, ProposeError, ProposeResult, Proposers, Raft, Request, Response, TypeConfig, Waiting,
+    stopping,
+};
 
 /// Where a leader reads the time it stamps on commands.
 pub trait Clock: Send + Sync + 'static {
@@ -157,29 +160,6 @@ pub enum StartError {
     },
 }
 
-/// Why a proposal got no answer from the cell.
-#[derive(Clone, Debug, thiserror::Error)]
-pub enum ProposeError {
-    /// This node is not the leader (the leader's id and address, when known).
-    #[error("not the leader; the leader is {leader:?}")]
-    NotLeader {
-        /// The leader, if this node knows it.
-        leader: Option<(NodeId, NodeAddrs)>,
-    },
-    /// The command was handed to Raft, and leadership moved before it committed. The next leader may still commit
-    /// it: the outcome is unknown (the new leader's id and address, when known).
-    #[error(
-        "leadership moved while the command was being committed; it may still be applied. The leader is {leader:?}"
-    )]
-    LeaderChanged {
-        /// The new leader, if this node knows it.
-        leader: Option<(NodeId, NodeAddrs)>,
-    },
-    /// Raft stopped or failed; the outcome of the proposal is unknown.
-    #[error("raft: {0}")]
-    Raft(String),
-}
-
 /// A running node.
 pub struct CellNode<S> {
     pub(crate) id: NodeId,
@@ -237,30 +217,6 @@ pub const ENTRIES_IN_FLIGHT: usize = 1;
 pub const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
 /// Most proposals waiting for the next entry; proposers wait for room beyond that.
 const PROPOSAL_QUEUE: usize = 16 * MAX_BATCH;
-
-type ProposeResult = Result<Result<Outcome, Rejection>, ProposeError>;
-
-fn stopping() -> ProposeError {
-    ProposeError::Raft("the node is stopping".to_string())
-}
-
-/// The answer to a submitted command, once its entry is committed and applied.
-#[must_use = "the answer says whether the command was applied"]
-pub struct Answer(oneshot::Receiver<ProposeResult>);
-
-impl Answer {
-    /// An answer known already.
-    fn ready(result: ProposeResult) -> Self {
-        let (reply, answer) = oneshot::channel();
-        let _ = reply.send(result);
-        Answer(answer)
-    }
-
-    /// Waits for the answer.
-    pub async fn wait(self) -> ProposeResult {
-        self.0.await.map_err(|_| stopping())?
-    }
-}
 
 /// Commands waiting to be packed into an entry, each with where its answer goes: one command, or a group submitted
 /// together, which always shares one entry.
@@ -924,45 +880,49 @@ async fn pack_proposals(raft: Raft, mut queue: mpsc::Receiver<Proposal>, #[cfg(m
         #[cfg(madsim)]
         let stale = cellog_planted::active(cellog_planted::Mutant::StaleLeaderWrite)
             .then(|| (commands.clone(), replica.clone()));
-        let committed = raft.client_write_ff(Request { at, commands }).await;
+        // The proposers are answered by whichever comes first: the state machine as it applies the entry on this node
+        // (the entry in memory carries them), or Raft's answer to the proposal (a proposal refused, leadership lost, or
+        // an entry applied after it was read back from the store).
+        let waiting = Waiting::new(Proposers { replies, in_flight: permit });
+        let committed = raft.client_write_ff(Request { at, commands, waiting: waiting.clone() }).await;
         tokio::spawn(async move {
-            let answers: Vec<ProposeResult> = match committed {
-                Err(fatal) => vec![Err(ProposeError::Raft(fatal.to_string())); n_commands],
-                Ok(answer) => match answer.await {
-                    Ok(Ok(response)) => match response.data {
-                        Response::Applied(results) if results.len() == n_commands => {
-                            results.into_iter().map(Ok).collect()
-                        }
-                        other => {
-                            let error =
-                                ProposeError::Raft(format!("{n_commands} commands were answered with {other:?}"));
-                            vec![Err(error); n_commands]
-                        }
-                    },
-                    Ok(Err(ClientWriteError::ForwardToLeader(forward))) => {
-                        let leader = forward.leader_id.zip(forward.leader_node);
-                        let answers = vec![Err(ProposeError::LeaderChanged { leader }); n_commands];
-                        #[cfg(madsim)]
-                        let answers = stale.map_or(answers, |(commands, replica)| {
-                            let mut replica = replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-                            let mut answers = Vec::with_capacity(commands.len());
-                            for command in commands {
-                                answers.push(Ok(replica.cell.apply(at, command)));
-                                replica.cell.drain_effects().for_each(drop);
-                            }
-                            answers
-                        });
-                        answers
+            let answered = match committed {
+                Err(fatal) => Err(fatal.to_string()),
+                Ok(answer) => Ok(answer.await),
+            };
+            let Some(Proposers { replies, in_flight }) = waiting.take() else { return };
+            drop(in_flight);
+            let answers: Vec<ProposeResult> = match answered {
+                Err(fatal) => vec![Err(ProposeError::Raft(fatal)); n_commands],
+                Ok(Ok(Ok(response))) => match response.data {
+                    Response::Applied(results) if results.len() == n_commands => results.into_iter().map(Ok).collect(),
+                    other => {
+                        let error = ProposeError::Raft(format!("{n_commands} commands were answered with {other:?}"));
+                        vec![Err(error); n_commands]
                     }
-                    Ok(Err(error)) => vec![Err(ProposeError::Raft(error.to_string())); n_commands],
-                    Err(_) => vec![Err(ProposeError::Raft("raft stopped before answering".to_string())); n_commands],
                 },
+                Ok(Ok(Err(ClientWriteError::ForwardToLeader(forward)))) => {
+                    let leader = forward.leader_id.zip(forward.leader_node);
+                    let answers = vec![Err(ProposeError::LeaderChanged { leader }); n_commands];
+                    #[cfg(madsim)]
+                    let answers = stale.map_or(answers, |(commands, replica)| {
+                        let mut replica = replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                        let mut answers = Vec::with_capacity(commands.len());
+                        for command in commands {
+                            answers.push(Ok(replica.cell.apply(at, command)));
+                            replica.cell.drain_effects().for_each(drop);
+                        }
+                        answers
+                    });
+                    answers
+                }
+                Ok(Ok(Err(error))) => vec![Err(ProposeError::Raft(error.to_string())); n_commands],
+                Ok(Err(_)) => vec![Err(ProposeError::Raft("raft stopped before answering".to_string())); n_commands],
             };
             for (reply, answer) in replies.into_iter().zip(answers) {
                 // A proposer that stopped waiting does not need its answer.
                 let _ = reply.send(answer);
             }
-            drop(permit);
         });
     }
 }

@@ -10,7 +10,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
-use cellog_core::{Body, BodyRef, Cell, Command, Effect, Record, SNAPSHOT_VERSION, SnapshotError};
+use cellog_core::{Body, BodyRef, Cell, Command, Effect, Outcome, Record, Rejection, SNAPSHOT_VERSION, SnapshotError};
 use openraft::storage::RaftStateMachine;
 use openraft::{
     EntryPayload, OptionalSend, RaftSnapshotBuilder, Snapshot, SnapshotMeta, StorageIOError, StoredMembership,
@@ -24,7 +24,7 @@ use crate::snapshot_transfer::{Incoming, Outgoing, SnapshotData};
 use crate::storage::{Batch, MetaKey, Space, Storage, StorageError};
 use crate::stored_snapshot::{self, SNAPSHOT_CHUNK_BYTES};
 use crate::transition;
-use crate::types::{Entry, LogId, NodeAddrs, NodeId, RaftStorageError, Response, TypeConfig};
+use crate::types::{Entry, LogId, NodeAddrs, NodeId, ProposeError, Proposers, RaftStorageError, Response, TypeConfig};
 
 /// A panic interrupted applying entries on this node: its replica may hold part of an entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -370,6 +370,22 @@ impl<S: Storage + Clone> RaftSnapshotBuilder<TypeConfig> for StateMachineStore<S
     }
 }
 
+/// Answers each proposer waiting on this node with its command's result, in order, and lets the next entry be
+/// proposed. A proposer that stopped waiting does not need its answer.
+fn answer(Proposers { replies, in_flight }: Proposers, results: Vec<Result<Outcome, Rejection>>) {
+    drop(in_flight);
+    if replies.len() != results.len() {
+        let error = format!("{} commands were answered with {} results", replies.len(), results.len());
+        for reply in replies {
+            let _ = reply.send(Err(ProposeError::Raft(error.clone())));
+        }
+        return;
+    }
+    for (reply, result) in replies.into_iter().zip(results) {
+        let _ = reply.send(Ok(result));
+    }
+}
+
 impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
     type SnapshotBuilder = Self;
 
@@ -390,6 +406,8 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
         let replica = &mut *replica;
         let mut work = BodyWork::default();
         let mut responses = Vec::new();
+        // The answers for proposers waiting on this node, sent once the entries' bodies are written.
+        let mut answers = Vec::new();
         for entry in entries {
             replica.last_applied = Some(entry.log_id);
             let traced = transition::tracing_entries();
@@ -398,6 +416,7 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
             let response = match entry.payload {
                 EntryPayload::Blank => Response::Empty,
                 EntryPayload::Normal(request) => {
+                    let waiting = request.waiting.take();
                     let kinds: Vec<&'static str> =
                         if traced { request.commands.iter().map(Command::kind).collect() } else { Vec::new() };
                     let mut results = Vec::with_capacity(request.commands.len());
@@ -414,7 +433,13 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
                     if traced {
                         transition::applied(entry.log_id.index, request.at, &kinds, &results);
                     }
-                    Response::Applied(results)
+                    match waiting {
+                        Some(proposers) => {
+                            answers.push((proposers, results));
+                            Response::Answered
+                        }
+                        None => Response::Applied(results),
+                    }
                 }
                 EntryPayload::Membership(membership) => {
                     transition::membership(entry.log_id.index, &membership);
@@ -431,6 +456,9 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
         // them durable before it is stored). Not durable here: the log holds these bodies until a snapshot covers
         // them (see `crate::bodies`).
         self.bodies.write(work).map_err(state_error)?;
+        for (replies, results) in answers {
+            answer(replies, results);
+        }
         self.applied.notify_waiters();
         Ok(responses)
     }

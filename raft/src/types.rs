@@ -1,7 +1,10 @@
 //! The openraft type configuration of a cell: what a log entry carries and what applying it answers.
 
+use std::sync::{Arc, Mutex};
+
 use cellog_core::{Command, Millis, Outcome, Rejection};
 use serde::{Deserialize, Serialize};
+use tokio::sync::{OwnedSemaphorePermit, oneshot};
 
 /// A node's id within a cell.
 pub type NodeId = u64;
@@ -38,6 +41,58 @@ pub struct Request {
     pub at: Millis,
     /// The commands, applied in order.
     pub commands: Vec<Command>,
+    /// Who waits for the answers, on the node that proposed the entry: in memory only, never stored nor sent.
+    #[serde(skip)]
+    pub(crate) waiting: Waiting,
+}
+
+impl Request {
+    /// The entry of `commands` stamped `at`, with nobody waiting for its answers.
+    pub fn new(at: Millis, commands: Vec<Command>) -> Self {
+        Request { at, commands, waiting: Waiting::default() }
+    }
+}
+
+/// The proposers of an entry, waiting on the node that proposed it for each command's answer, in order. The entry
+/// keeps them (shared by its clones) while it is in memory, so the state machine answers them as it applies the entry,
+/// without the hops through Raft's responder; whatever takes them first answers them (see `node::pack_proposals`).
+/// An entry read back from the store, or received from a leader, has nobody waiting.
+#[derive(Clone, Default)]
+pub(crate) struct Waiting(Option<Arc<Mutex<Option<Proposers>>>>);
+
+/// Who proposed an entry, and its place among the entries in flight.
+pub(crate) struct Proposers {
+    /// Where each command's answer goes, in order.
+    pub(crate) replies: Vec<oneshot::Sender<ProposeResult>>,
+    /// Held until the proposers are answered: the next entry is proposed once this one is applied.
+    pub(crate) in_flight: OwnedSemaphorePermit,
+}
+
+impl Waiting {
+    pub(crate) fn new(proposers: Proposers) -> Self {
+        Waiting(Some(Arc::new(Mutex::new(Some(proposers)))))
+    }
+
+    /// The proposers, unless another holder of this entry took them already.
+    pub(crate) fn take(&self) -> Option<Proposers> {
+        let slot = self.0.as_ref()?;
+        slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take()
+    }
+}
+
+/// Who waits is not what the entry says: two entries are equal whoever waits for them.
+impl PartialEq for Waiting {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Waiting {}
+
+impl std::fmt::Debug for Waiting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Waiting" } else { "Nobody" })
+    }
 }
 
 /// What applying an entry answers the proposers.
@@ -47,6 +102,8 @@ pub enum Response {
     Empty,
     /// The cell's answer to each command, in order.
     Applied(Vec<Result<Outcome, Rejection>>),
+    /// The cell's answers went to the proposers waiting on this node as the entry was applied (see [`Waiting`]).
+    Answered,
 }
 
 openraft::declare_raft_types!(
@@ -70,3 +127,51 @@ pub type Entry = openraft::Entry<TypeConfig>;
 pub type LogId = openraft::LogId<NodeId>;
 /// openraft's storage error for this config.
 pub type RaftStorageError = openraft::StorageError<NodeId>;
+
+/// Why a proposal got no answer from the cell.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum ProposeError {
+    /// This node is not the leader (the leader's id and address, when known).
+    #[error("not the leader; the leader is {leader:?}")]
+    NotLeader {
+        /// The leader, if this node knows it.
+        leader: Option<(NodeId, NodeAddrs)>,
+    },
+    /// The command was handed to Raft, and leadership moved before it committed. The next leader may still commit
+    /// it: the outcome is unknown (the new leader's id and address, when known).
+    #[error(
+        "leadership moved while the command was being committed; it may still be applied. The leader is {leader:?}"
+    )]
+    LeaderChanged {
+        /// The new leader, if this node knows it.
+        leader: Option<(NodeId, NodeAddrs)>,
+    },
+    /// Raft stopped or failed; the outcome of the proposal is unknown.
+    #[error("raft: {0}")]
+    Raft(String),
+}
+
+/// A proposal's answer: the cell's, or why there is none.
+pub(crate) type ProposeResult = Result<Result<Outcome, Rejection>, ProposeError>;
+
+pub(crate) fn stopping() -> ProposeError {
+    ProposeError::Raft("the node is stopping".to_string())
+}
+
+/// The answer to a submitted command, once its entry is committed and applied.
+#[must_use = "the answer says whether the command was applied"]
+pub struct Answer(pub(crate) oneshot::Receiver<ProposeResult>);
+
+impl Answer {
+    /// An answer known already.
+    pub(crate) fn ready(result: ProposeResult) -> Self {
+        let (reply, answer) = oneshot::channel();
+        let _ = reply.send(result);
+        Answer(answer)
+    }
+
+    /// Waits for the answer.
+    pub async fn wait(self) -> ProposeResult {
+        self.0.await.map_err(|_| stopping())?
+    }
+}

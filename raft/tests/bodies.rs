@@ -16,7 +16,7 @@ const BODY_BYTES: usize = 1_000;
 fn entry(index: u64, command: Command) -> Entry {
     Entry {
         log_id: openraft::LogId::new(openraft::CommittedLeaderId::new(1, 1), index),
-        payload: EntryPayload::Normal(Request { at: Millis(index), commands: vec![command] }),
+        payload: EntryPayload::Normal(Request::new(Millis(index), vec![command])),
     }
 }
 

@@ -52,7 +52,7 @@ fn entry() -> Entry {
         Command::Publish(publish),
         Command::Tick,
     ];
-    Entry { log_id: log_id(3, 7), payload: EntryPayload::Normal(Request { at: Millis(1_700_000_000_000), commands }) }
+    Entry { log_id: log_id(3, 7), payload: EntryPayload::Normal(Request::new(Millis(1_700_000_000_000), commands)) }
 }
 
 #[test]
