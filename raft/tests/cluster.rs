@@ -12,8 +12,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cellog_raft::storage::{Batch, DiskFaults, MetaKey, Space, Storage};
-use cellog_raft::{NodeAddrs, NodeId};
+use cellog_raft::storage::{Batch, DiskFaults, MetaKey, SimDisk, Space, Storage};
+use cellog_raft::{CellNode, NodeAddrs, NodeId, Past};
 use common::{TIMEOUT, TestCell};
 use openraft::Config;
 use openraft::raft::VoteRequest;
@@ -253,17 +253,7 @@ async fn a_node_that_dropped_only_its_state_votes_for_a_log_that_reaches_the_one
 /// publish.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_stopped_by_a_damaged_body_while_a_follower_repairs_votes_the_third_node_in() {
-    use cellog_raft::Past;
-    use cellog_raft::storage::SimDisk;
-
-    let mut cell = TestCell::new(20);
-    cell.bootstrap(&[1, 2, 3]).await;
-    cell.create_stream().await;
-    cell.publish("history", 80).await;
-    let leader = cell.wait_leader(&[1, 2, 3]).await;
-    wait_purged(&cell, leader).await;
-    let mut others = [1, 2, 3].into_iter().filter(|id| *id != leader);
-    let (lost, keeper) = (others.next().unwrap(), others.next().unwrap());
+    let (mut cell, leader, lost, keeper) = with_a_purged_leader().await;
     // The keeper holds everything the leader does before the lost node's disk goes. Otherwise a publish committed by
     // the leader and the lost node alone would then live on the leader only, and its floor would rightly refuse the
     // keeper: the cell waits for it rather than lose an acknowledged publish.
@@ -274,20 +264,9 @@ async fn a_leader_stopped_by_a_damaged_body_while_a_follower_repairs_votes_the_t
         .metrics(|m| m.last_log_index >= held, "the keeper holds the leader's log")
         .await
         .expect("the keeper catches up");
-    let bodies = cell.disks[&leader].keys(Space::Bodies);
-    assert!(cell.disks[&leader].flip_bit(Space::Bodies, bodies[0], 99));
-
-    cell.stop(lost, true).await;
-    cell.disks.insert(lost, SimDisk::new(99));
-    let lost_node = cell.start_as(lost, Past::Member).await;
-    assert!(lost_node.is_repairing() && lost_node.recovery().vote_floor.is_none());
-    let reason = tokio::time::timeout(TIMEOUT, cell.node(leader).wait_fatal()).await.expect("the leader stops");
-    assert!(reason.contains("body"), "{reason}");
-
-    cell.stop(leader, false).await;
-    let restarted = cell.start(leader).await;
+    let (restarted, lost_node) = damage_a_body_and_lose_a_disk(&mut cell, leader, lost).await;
+    assert!(lost_node.recovery().vote_floor.is_none());
     let recovery = restarted.recovery();
-    assert!(recovery.bodies_damaged && recovery.snapshot_dropped && restarted.is_repairing(), "{recovery:?}");
     assert!(recovery.vote_floor.is_some(), "its log verified whole: {recovery:?}");
     assert_eq!(cell.wait_leader(&[1, 2, 3]).await, keeper, "only the third node holds everything");
     cell.publish("after", 20).await;
@@ -296,15 +275,9 @@ async fn a_leader_stopped_by_a_damaged_body_while_a_follower_repairs_votes_the_t
     cell.converge().await;
 }
 
-/// As above, but the publishes the keeper lacks were committed by the leader and the node whose disk then goes: once
-/// it has gone, the restarted leader's log is their only copy, and the keeper's log does not reach the leader's floor.
-/// The cell must elect nobody rather than the keeper, which would lose acknowledged publishes: the leader refuses it
-/// its vote, and the node without a disk votes for nobody while it repairs. It waits for an operator instead.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_leader_stopped_by_a_damaged_body_refuses_its_vote_to_a_follower_that_lacks_acknowledged_publishes() {
-    use cellog_raft::Past;
-    use cellog_raft::storage::SimDisk;
-
+/// A cell with 80 messages and snapshots every 20 entries, whose leader has snapshotted and purged its log: the cell,
+/// its leader, and its two followers.
+async fn with_a_purged_leader() -> (TestCell, NodeId, NodeId, NodeId) {
     let mut cell = TestCell::new(20);
     cell.bootstrap(&[1, 2, 3]).await;
     cell.create_stream().await;
@@ -313,12 +286,19 @@ async fn a_leader_stopped_by_a_damaged_body_refuses_its_vote_to_a_follower_that_
     wait_purged(&cell, leader).await;
     let mut others = [1, 2, 3].into_iter().filter(|id| *id != leader);
     let (lost, keeper) = (others.next().unwrap(), others.next().unwrap());
-    cell.isolate(keeper);
-    cell.publish("without-the-keeper", 10).await;
-    let keeper_held = cell.node(keeper).raft().metrics().borrow().last_log_index.expect("the keeper holds a log");
+    (cell, leader, lost, keeper)
+}
+
+/// Damages a body on the leader's disk, then replaces `lost`'s disk with an empty one: the leader stops when it reads
+/// the body for the snapshot `lost` needs, and is restarted, dropping its state to repair. The restarted leader and
+/// the node that lost its disk, both repairing.
+async fn damage_a_body_and_lose_a_disk(
+    cell: &mut TestCell,
+    leader: NodeId,
+    lost: NodeId,
+) -> (Arc<CellNode<SimDisk>>, Arc<CellNode<SimDisk>>) {
     let bodies = cell.disks[&leader].keys(Space::Bodies);
     assert!(cell.disks[&leader].flip_bit(Space::Bodies, bodies[0], 99));
-
     cell.stop(lost, true).await;
     cell.disks.insert(lost, SimDisk::new(99));
     let lost_node = cell.start_as(lost, Past::Member).await;
@@ -327,6 +307,22 @@ async fn a_leader_stopped_by_a_damaged_body_refuses_its_vote_to_a_follower_that_
     assert!(reason.contains("body"), "{reason}");
     cell.stop(leader, false).await;
     let restarted = cell.start(leader).await;
+    let recovery = restarted.recovery();
+    assert!(recovery.bodies_damaged && recovery.snapshot_dropped && restarted.is_repairing(), "{recovery:?}");
+    (restarted, lost_node)
+}
+
+/// As above, but the publishes the keeper lacks were committed by the leader and the node whose disk then goes: once
+/// it has gone, the restarted leader's log is their only copy, and the keeper's log does not reach the leader's floor.
+/// The cell must elect nobody rather than the keeper, which would lose acknowledged publishes: the leader refuses it
+/// its vote, and the node without a disk votes for nobody while it repairs. It waits for an operator instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_stopped_by_a_damaged_body_refuses_its_vote_to_a_follower_that_lacks_acknowledged_publishes() {
+    let (mut cell, leader, lost, keeper) = with_a_purged_leader().await;
+    cell.isolate(keeper);
+    cell.publish("without-the-keeper", 10).await;
+    let keeper_held = cell.node(keeper).raft().metrics().borrow().last_log_index.expect("the keeper holds a log");
+    let (restarted, lost_node) = damage_a_body_and_lose_a_disk(&mut cell, leader, lost).await;
     let floor = restarted.recovery().vote_floor.expect("its log verified whole");
     assert!(floor.index > keeper_held, "the keeper lacks entries the leader held: {floor} against {keeper_held}");
 
