@@ -890,38 +890,30 @@ async fn pack_proposals(raft: Raft, mut queue: mpsc::Receiver<Proposal>, #[cfg(m
                 Err(fatal) => Err(fatal.to_string()),
                 Ok(answer) => Ok(answer.await),
             };
-            let Some(Proposers { replies, in_flight }) = waiting.take() else { return };
-            drop(in_flight);
-            let answers: Vec<ProposeResult> = match answered {
-                Err(fatal) => vec![Err(ProposeError::Raft(fatal)); n_commands],
+            let Some(proposers) = waiting.take() else { return };
+            match answered {
+                Err(fatal) => proposers.fail(ProposeError::Raft(fatal)),
                 Ok(Ok(Ok(response))) => match response.data {
-                    Response::Applied(results) if results.len() == n_commands => results.into_iter().map(Ok).collect(),
-                    other => {
-                        let error = ProposeError::Raft(format!("{n_commands} commands were answered with {other:?}"));
-                        vec![Err(error); n_commands]
-                    }
+                    Response::Applied(results) => proposers.answer(results),
+                    other => proposers
+                        .fail(ProposeError::Raft(format!("{n_commands} commands were answered with {other:?}"))),
                 },
                 Ok(Ok(Err(ClientWriteError::ForwardToLeader(forward)))) => {
-                    let leader = forward.leader_id.zip(forward.leader_node);
-                    let answers = vec![Err(ProposeError::LeaderChanged { leader }); n_commands];
                     #[cfg(madsim)]
-                    let answers = stale.map_or(answers, |(commands, replica)| {
+                    if let Some((commands, replica)) = stale {
                         let mut replica = replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-                        let mut answers = Vec::with_capacity(commands.len());
+                        let mut results = Vec::with_capacity(commands.len());
                         for command in commands {
-                            answers.push(Ok(replica.cell.apply(at, command)));
+                            results.push(replica.cell.apply(at, command));
                             replica.cell.drain_effects().for_each(drop);
                         }
-                        answers
-                    });
-                    answers
+                        return proposers.answer(results);
+                    }
+                    let leader = forward.leader_id.zip(forward.leader_node);
+                    proposers.fail(ProposeError::LeaderChanged { leader });
                 }
-                Ok(Ok(Err(error))) => vec![Err(ProposeError::Raft(error.to_string())); n_commands],
-                Ok(Err(_)) => vec![Err(ProposeError::Raft("raft stopped before answering".to_string())); n_commands],
-            };
-            for (reply, answer) in replies.into_iter().zip(answers) {
-                // A proposer that stopped waiting does not need its answer.
-                let _ = reply.send(answer);
+                Ok(Ok(Err(error))) => proposers.fail(ProposeError::Raft(error.to_string())),
+                Ok(Err(_)) => proposers.fail(ProposeError::Raft("raft stopped before answering".to_string())),
             }
         });
     }

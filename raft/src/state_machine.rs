@@ -10,7 +10,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
-use cellog_core::{Body, BodyRef, Cell, Command, Effect, Outcome, Record, Rejection, SNAPSHOT_VERSION, SnapshotError};
+use cellog_core::{Body, BodyRef, Cell, Command, Effect, Record, SNAPSHOT_VERSION, SnapshotError};
 use openraft::storage::RaftStateMachine;
 use openraft::{
     EntryPayload, OptionalSend, RaftSnapshotBuilder, Snapshot, SnapshotMeta, StorageIOError, StoredMembership,
@@ -24,7 +24,7 @@ use crate::snapshot_transfer::{Incoming, Outgoing, SnapshotData};
 use crate::storage::{Batch, MetaKey, Space, Storage, StorageError};
 use crate::stored_snapshot::{self, SNAPSHOT_CHUNK_BYTES};
 use crate::transition;
-use crate::types::{Entry, LogId, NodeAddrs, NodeId, ProposeError, Proposers, RaftStorageError, Response, TypeConfig};
+use crate::types::{Entry, LogId, NodeAddrs, NodeId, RaftStorageError, Response, TypeConfig};
 
 /// A panic interrupted applying entries on this node: its replica may hold part of an entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -370,22 +370,6 @@ impl<S: Storage + Clone> RaftSnapshotBuilder<TypeConfig> for StateMachineStore<S
     }
 }
 
-/// Answers each proposer waiting on this node with its command's result, in order, and lets the next entry be
-/// proposed. A proposer that stopped waiting does not need its answer.
-fn answer(Proposers { replies, in_flight }: Proposers, results: Vec<Result<Outcome, Rejection>>) {
-    drop(in_flight);
-    if replies.len() != results.len() {
-        let error = format!("{} commands were answered with {} results", replies.len(), results.len());
-        for reply in replies {
-            let _ = reply.send(Err(ProposeError::Raft(error.clone())));
-        }
-        return;
-    }
-    for (reply, result) in replies.into_iter().zip(results) {
-        let _ = reply.send(Ok(result));
-    }
-}
-
 impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
     type SnapshotBuilder = Self;
 
@@ -456,8 +440,8 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
         // them durable before it is stored). Not durable here: the log holds these bodies until a snapshot covers
         // them (see `crate::bodies`).
         self.bodies.write(work).map_err(state_error)?;
-        for (replies, results) in answers {
-            answer(replies, results);
+        for (proposers, results) in answers {
+            proposers.answer(results);
         }
         self.applied.notify_waiters();
         Ok(responses)

@@ -68,6 +68,35 @@ pub(crate) struct Proposers {
     pub(crate) in_flight: OwnedSemaphorePermit,
 }
 
+impl Proposers {
+    /// Answers each proposer with its command's result, in order, and lets the next entry be proposed. A proposer
+    /// that stopped waiting does not need its answer.
+    pub(crate) fn answer(self, results: Vec<Result<Outcome, Rejection>>) {
+        let Proposers { replies, in_flight } = self;
+        drop(in_flight);
+        if replies.len() != results.len() {
+            let error = format!("{} commands were answered with {} results", replies.len(), results.len());
+            return Proposers::fail_all(replies, &ProposeError::Raft(error));
+        }
+        for (reply, result) in replies.into_iter().zip(results) {
+            let _ = reply.send(Ok(result));
+        }
+    }
+
+    /// Tells every proposer why there is no answer, and lets the next entry be proposed.
+    pub(crate) fn fail(self, error: ProposeError) {
+        let Proposers { replies, in_flight } = self;
+        drop(in_flight);
+        Proposers::fail_all(replies, &error);
+    }
+
+    fn fail_all(replies: Vec<oneshot::Sender<ProposeResult>>, error: &ProposeError) {
+        for reply in replies {
+            let _ = reply.send(Err(error.clone()));
+        }
+    }
+}
+
 impl Waiting {
     pub(crate) fn new(proposers: Proposers) -> Self {
         Waiting(Some(Arc::new(Mutex::new(Some(proposers)))))
