@@ -9,7 +9,7 @@
 //! ci/chaos --moves --seeds 0..20       # the sweep across cells: a stream moved between two cells under faults
 //! ci/chaos --planted [--max-seeds 200]  # every planted bug: seeds until caught; writes chaos/PLANTED.md
 //! ci/chaos --regressions               # every kept failing schedule in chaos/regressions/; non-zero if any fails
-//! ci/chaos --regression FILE           # one of them, with its verdicts
+//! ci/chaos --regression FILE           # one of them, with its verdicts (and --trace FILE, --history FILE)
 //! ```
 
 #[cfg(madsim)]
@@ -27,7 +27,7 @@ mod runner {
     use strum::IntoEnumIterator;
 
     const USAGE: &str = "usage: chaos [--moves] [--mutant NAME] (--seeds A..B | --seed N [--drop I,J] [--shrink] [--trace FILE] \
-                         [--history FILE]) | --planted [--max-seeds N] | --regressions | --regression FILE";
+                         [--history FILE]) | --planted [--max-seeds N] | --regressions | --regression FILE [--trace FILE] [--history FILE]";
 
     fn usage() -> ! {
         eprintln!("{USAGE}");
@@ -145,13 +145,14 @@ mod runner {
     }
 
     /// Replays one regression with its verdicts.
-    fn regression(path: &Path) {
+    fn regression(path: &Path, trace: Option<String>, history: Option<String>) {
         let regression = Regression::read(path).unwrap_or_else(|error| {
             eprintln!("{error}");
             std::process::exit(2)
         });
         println!("{}\nfailed before: {}\nfix: {}", path.display(), regression.failed, regression.fix);
         let report = regression.run(path);
+        write_out(trace, &report.trace, history, &report.history);
         for violation in &report.violations {
             println!("VIOLATED {}: {}", violation.property, violation.found);
         }
@@ -161,6 +162,15 @@ mod runner {
         println!("trace_hash={}", cellog_sim::trace::hash(&report.trace));
         if !report.violations.is_empty() || report.liveness.is_some() {
             std::process::exit(1);
+        }
+    }
+
+    /// Writes a run's trace and history where `--trace` and `--history` asked.
+    fn write_out(trace: Option<String>, trace_text: &str, history: Option<String>, history_text: &str) {
+        for (path, text) in [(trace, trace_text), (history, history_text)] {
+            if let Some(path) = path {
+                std::fs::write(&path, text).unwrap_or_else(|error| panic!("writing {path}: {error}"));
+            }
         }
     }
 
@@ -180,11 +190,7 @@ mod runner {
             }
         };
         println!("acknowledged={}", report.acknowledged);
-        for (path, text) in [(trace, &report.trace), (history, &report.history)] {
-            if let Some(path) = path {
-                std::fs::write(&path, text).unwrap_or_else(|error| panic!("writing {path}: {error}"));
-            }
-        }
+        write_out(trace, &report.trace, history, &report.history);
         for violation in &report.violations {
             println!("VIOLATED {}: {}", violation.property, violation.found);
         }
@@ -317,7 +323,7 @@ mod runner {
             return regressions();
         }
         if let Some(path) = one_regression {
-            return regression(Path::new(&path));
+            return regression(Path::new(&path), trace, history);
         }
         cellog_planted::set(plant);
         match (seeds, seed) {
