@@ -13,16 +13,18 @@
 //!
 //! Bodies are read by the node that answers a client, after the apply and outside the replica's lock
 //! ([`StoredBodies::read`]). Reads are verified twice: the record's frame (crc32c over space, key and bytes) and the
-//! body's own length and crc32c, which the cell's [`BodyRef`] carries. A body that fails either is never served, and
+//! body's own length and crc32c, which the cell's [`BodyRef`] carries. A body that fails either is never served. A
+//! running node repairs it from a peer's copy ([`crate::body_repair`]); where that cannot be done,
 //! [`StoredBodies::mark_damaged`] records the damage in [`MetaKey::BodiesDamaged`], so that the node's next start
 //! drops its state and takes a whole snapshot from the leader.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use bytes::Bytes;
 use cellog_core::{BodyRef, Effect};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::snapshot_transfer::{BodySource, Hold, Holds};
 use crate::storage::{Batch, MetaKey, Space, Storage, StorageError};
@@ -48,9 +50,10 @@ pub enum BodyReadError {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum BodyError {
     /// This node's copy of the body is missing or does not verify against its length and crc32c. It is never served;
-    /// another replica, or this one after the repair its next start makes, serves it.
+    /// another replica serves it, or this one once it has repaired it from a peer's copy (or, when no peer has one,
+    /// from the leader's snapshot at its next start).
     #[error(
-        "message {partition}/{seq}: this node's copy of the body does not verify ({reason}); it repairs at its next start"
+        "message {partition}/{seq}: this node's copy of the body does not verify ({reason}); it is being repaired from a peer"
     )]
     Unreadable {
         /// The partition.
@@ -69,6 +72,35 @@ pub enum BodyError {
         /// The sequence.
         seq: u64,
     },
+}
+
+/// Why the body is still needed once a peer's copy comes back.
+#[derive(Clone, Debug)]
+pub(crate) enum Need {
+    /// A snapshot being sent holds it: it cannot have been deleted.
+    Held,
+    /// A client's read of this message found it damaged: needed while the message still refers to it.
+    Record {
+        /// The stored stream.
+        stream: String,
+        /// The partition.
+        partition: u32,
+        /// The sequence.
+        seq: u64,
+    },
+}
+
+/// A damaged body handed to the node's repairs ([`crate::body_repair`]).
+#[derive(Debug)]
+pub(crate) struct Damaged {
+    /// The reference this node's state holds.
+    pub body: BodyRef,
+    /// Why it is still needed.
+    pub need: Need,
+    /// What was wrong with this node's copy.
+    pub reason: String,
+    /// Told the repaired body, or why there is none.
+    pub answer: oneshot::Sender<Result<Bytes, String>>,
 }
 
 /// The body work of one apply call: bodies to write, in key order. Filled while the replica is held and written
@@ -90,6 +122,21 @@ pub struct StoredBodies<S> {
     marked: AtomicBool,
     /// Snapshots being sent from these bodies.
     holds: Holds,
+    /// The running node's repairs, once it has started.
+    repairs: OnceLock<RepairQueue>,
+}
+
+/// The queue to a node's repairs, and what starts the task that takes from it: started with the first damage found,
+/// so that a node whose disk damages nothing runs no task for it (and a simulated run schedules none).
+struct RepairQueue {
+    queue: mpsc::Sender<Damaged>,
+    start: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl std::fmt::Debug for RepairQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RepairQueue").field("queue", &self.queue).finish_non_exhaustive()
+    }
 }
 
 impl<S: Storage> StoredBodies<S> {
@@ -101,6 +148,46 @@ impl<S: Storage> StoredBodies<S> {
             n_unreadable: AtomicU64::new(0),
             marked: AtomicBool::new(false),
             holds: Holds::default(),
+            repairs: OnceLock::new(),
+        }
+    }
+
+    /// Hands the damage reads find from now on to the node's repairs, through `queue`; `start` starts the task that
+    /// takes from it, when the first damage is found.
+    pub(crate) fn repair_through(&self, queue: mpsc::Sender<Damaged>, start: Box<dyn FnOnce() + Send>) {
+        let _ = self.repairs.set(RepairQueue { queue, start: Mutex::new(Some(start)) });
+    }
+
+    /// Damage a read found in `body`, which is still needed as `need` says: counted, and handed to the node's
+    /// repairs, whose answer comes on the returned receiver. Without repairs (a store opened alone), or with their
+    /// queue closed, the damage is marked for the next start and `None` returned; with their queue full, a read
+    /// leaves it to a later read, and `None` is returned too.
+    pub(crate) fn found_damaged(
+        &self,
+        body: BodyRef,
+        need: Need,
+        reason: &str,
+    ) -> Option<oneshot::Receiver<Result<Bytes, String>>> {
+        let Some(repairs) = self.repairs.get() else {
+            self.mark_damaged(body.key, reason);
+            return None;
+        };
+        self.n_unreadable.fetch_add(1, Ordering::Relaxed);
+        let waits = matches!(need, Need::Held);
+        let (answer, answered) = oneshot::channel();
+        match repairs.queue.try_send(Damaged { body, need, reason: reason.to_string(), answer }) {
+            Ok(()) => {
+                tracing::warn!(key = body.key, reason, "a message body does not verify; repairing it from a peer");
+                if let Some(start) = repairs.start.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take() {
+                    start();
+                }
+                Some(answered)
+            }
+            Err(mpsc::error::TrySendError::Full(_)) if !waits => None,
+            Err(_) => {
+                self.mark(body.key, reason);
+                None
+            }
         }
     }
 
@@ -224,6 +311,11 @@ impl<S: Storage> StoredBodies<S> {
     /// takes a whole snapshot from the leader.
     pub fn mark_damaged(&self, key: u64, reason: &str) {
         self.n_unreadable.fetch_add(1, Ordering::Relaxed);
+        self.mark(key, reason);
+    }
+
+    /// Marks the damage to the body under `key`, already counted, so that the next start takes a whole snapshot.
+    pub(crate) fn mark(&self, key: u64, reason: &str) {
         tracing::error!(
             key,
             reason,
@@ -244,11 +336,11 @@ impl<S: Storage> BodySource for StoredBodies<S> {
     /// A body a snapshot being sent refers to. The stored snapshot refers to it and it is held, so it cannot have
     /// been deleted: missing is damage, as is anything that does not verify.
     fn body(&self, body: &BodyRef) -> Result<Bytes, String> {
-        self.read(body).map_err(|error| {
-            let reason = error.to_string();
-            self.mark_damaged(body.key, &reason);
-            reason
-        })
+        self.read(body).map_err(|error| error.to_string())
+    }
+
+    fn repair(&self, body: &BodyRef, reason: &str) -> Option<oneshot::Receiver<Result<Bytes, String>>> {
+        self.found_damaged(*body, Need::Held, reason)
     }
 }
 

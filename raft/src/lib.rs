@@ -8,6 +8,7 @@
 //! - [`snapshot_transfer`]: a snapshot streamed from the store to a follower's store, memory bounded whatever the
 //!   bodies add up to.
 //! - [`bodies`]: the cell's message bodies in the storage's bodies space.
+//! - [`body_repair`]: a body the node's disk damaged, repaired from a peer's copy while the node runs.
 //! - [`log_store`] and [`state_machine`]: openraft's storage traits over `Storage`, the latter applying committed
 //!   entries to `cellog-core`.
 //! - [`node`]: a running node: Raft over its storage, and the gate that keeps a repairing node from voting.
@@ -26,6 +27,7 @@
 #![allow(clippy::result_large_err, reason = "openraft's storage and network traits fix their (large) error types")]
 
 pub mod bodies;
+pub mod body_repair;
 pub mod format;
 pub mod identity;
 pub mod log_store;

@@ -11,9 +11,11 @@
 //! checking the name alone; it never learns one, since it holds a log already.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use openraft::error::{NetworkError, PayloadTooLarge, RPCError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -23,6 +25,7 @@ use openraft::raft::{
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::body_repair::{BodiesAnswer, BodiesRequest, CALL_TIMEOUT, FetchBodies, PeerBodies};
 pub use crate::identity::{CellId, CellIdentity};
 use crate::node::CellNode;
 use crate::storage::{Space, Storage, StorageError};
@@ -33,7 +36,7 @@ use crate::types::{NodeAddrs, NodeId, TypeConfig};
 /// with fewer entries); one entry alone never comes near it (see `cellog_core::MAX_COMMAND_BYTES`).
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
-/// The three calls between the nodes of a cell.
+/// The calls between the nodes of a cell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rpc {
     /// Log entries (or a heartbeat) from the leader.
@@ -42,6 +45,8 @@ pub enum Rpc {
     InstallSnapshot,
     /// Leader election.
     Vote,
+    /// Message bodies a node's disk damaged, asked of a peer ([`crate::body_repair`]).
+    Bodies,
 }
 
 /// One Raft message on the wire: a request, or the receiver's result.
@@ -169,6 +174,30 @@ pub trait Links: Send + Sync + 'static {
 
     /// A connection to peer `target`, reached at `addrs` (made lazily: an unusable address fails its calls).
     fn link(&mut self, target: NodeId, addrs: &NodeAddrs) -> Self::Link;
+}
+
+/// Bodies fetched from peers over the links of a transport.
+struct LinkBodies<L> {
+    cell: CellIdentity,
+    links: std::sync::Mutex<L>,
+}
+
+impl<L: Links> FetchBodies for LinkBodies<L> {
+    fn fetch(&self, target: NodeId, addrs: &NodeAddrs, request: BodiesRequest) -> BoxFuture<'static, BodiesAnswer> {
+        let mut link = self.links.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).link(target, addrs);
+        let cell = self.cell.clone();
+        Box::pin(async move {
+            let frame = frame_message(&cell, &request).map_err(|error| error.to_string())?;
+            let answer = link.call(Rpc::Bodies, frame, CALL_TIMEOUT).await.map_err(|error| error.to_string())?;
+            unframe_message::<BodiesAnswer>(&cell, &answer).map_err(|error| error.to_string())?
+        })
+    }
+}
+
+impl<L: Links + Clone> PeerBodies for Network<L> {
+    fn fetch_bodies(&self) -> Arc<dyn FetchBodies> {
+        Arc::new(LinkBodies { cell: self.cell.clone(), links: std::sync::Mutex::new(self.links.clone()) })
+    }
 }
 
 /// openraft's network over the links of a transport.
@@ -339,6 +368,10 @@ impl<S: Storage + Clone> CellNode<S> {
             Rpc::Vote => {
                 let request: VoteRequest<NodeId> = unframe_message(cell, frame)?;
                 frame_message(cell, &self.vote(request).await)
+            }
+            Rpc::Bodies => {
+                let request: BodiesRequest = unframe_message(cell, frame)?;
+                frame_message(cell, &self.answer_bodies(&request))
             }
         };
         framed.map_err(AnswerError::Unencodable)

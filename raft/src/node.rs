@@ -16,6 +16,7 @@ use openraft::network::RaftNetworkFactory;
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, VoteRequest, VoteResponse};
 
 use crate::bodies::{BodyError, StoredBodies};
+use crate::body_repair::{self, BodiesAnswer, BodiesRequest, PeerBodies, Repairs};
 use crate::identity::{CellId, CellIdentity};
 use crate::log_store::{LogSizes, read_meta};
 use crate::recovery::{Recovery, clear_repair_target, open_stores};
@@ -290,7 +291,7 @@ impl<S: Storage + Clone> CellNode<S> {
         clock: Arc<dyn Clock>,
     ) -> Result<Self, StartError>
     where
-        N: RaftNetworkFactory<TypeConfig>,
+        N: RaftNetworkFactory<TypeConfig> + PeerBodies,
     {
         let identity = CellIdentity::new(config.cluster_name.as_str());
         Self::start_with(id, config, storage, network, clock, Past::Unknown, identity).await
@@ -310,7 +311,7 @@ impl<S: Storage + Clone> CellNode<S> {
         identity: CellIdentity,
     ) -> Result<Self, StartError>
     where
-        N: RaftNetworkFactory<TypeConfig>,
+        N: RaftNetworkFactory<TypeConfig> + PeerBodies,
     {
         // The format first, so that the mark below does not make a new store look like an old, unmarked one.
         let format = crate::format::check_format(&storage)?;
@@ -343,9 +344,25 @@ impl<S: Storage + Clone> CellNode<S> {
             None => config,
         };
         let log_sizes = log_store.sizes();
+        let fetch = network.fetch_bodies();
         let raft = Raft::new(id, config, network, log_store, state_machine)
             .await
             .map_err(|error| StartError::Raft(error.to_string()))?;
+        let (damage, queue) = mpsc::channel(body_repair::QUEUE);
+        let repairs = Repairs {
+            me: id,
+            raft: raft.clone(),
+            fetch,
+            storage: storage.clone(),
+            bodies: Arc::downgrade(&bodies),
+            replica: replica.clone(),
+        };
+        bodies.repair_through(
+            damage,
+            Box::new(move || {
+                tokio::spawn(repairs.run(queue));
+            }),
+        );
         let repairing = Arc::new(AtomicBool::new(false));
         let learned_commit = Arc::new(AtomicU64::new(0));
         let stopped = Arc::new(AtomicBool::new(false));
@@ -607,8 +624,8 @@ impl<S: Storage + Clone> CellNode<S> {
 
     /// A record's payload for an answer: its body read from this node's storage and verified (empty for a
     /// tombstone). Called after the apply or read that produced the record, outside the replica's lock. A body that
-    /// does not verify is never served, and marks this node for repair; one that is missing because retention
-    /// removed its message since the record was taken is reported as such.
+    /// does not verify is never served, and is repaired from a peer (see [`crate::body_repair`]); one that is missing
+    /// because retention removed its message since the record was taken is reported as such.
     pub fn payload(&self, stream: &str, record: &Record) -> Result<Bytes, BodyError> {
         crate::state_machine::payload(&self.bodies, &self.replica, stream, record)
     }
@@ -617,6 +634,12 @@ impl<S: Storage + Clone> CellNode<S> {
     /// batched read (a fetch's or a read's many messages cost one lookup, not one each).
     pub fn payloads(&self, stream: &str, records: &[&Record]) -> Vec<Result<Bytes, BodyError>> {
         crate::state_machine::payloads(&self.bodies, &self.replica, stream, records)
+    }
+
+    /// Answers a peer that asks for bodies its disk damaged: this node's copy of each, where it verifies against the
+    /// peer's reference (see [`crate::body_repair`]).
+    pub fn answer_bodies(&self, request: &BodiesRequest) -> BodiesAnswer {
+        body_repair::answer(&self.bodies, request)
     }
 
     /// The digest of the applied state and the index it was taken at.

@@ -15,7 +15,11 @@
 //! everything. A message body that failed to read back while the node ran ([`MetaKey::BodiesDamaged`])
 //! counts as a damaged snapshot: the state and every body are dropped, and the node gets them again from the log or
 //! from the leader's snapshot. Bodies are otherwise verified when read, not here, so that a restart does not read
-//! every retained byte.
+//! every retained byte, unless the start found damage to a record the node had written (a log entry that was synced,
+//! the vote, a repair or purge record): a disk that damaged one record may have damaged others the node has not read
+//! since, and a body of the kept state damaged unseen would stop the node later, when it leads and sends a snapshot,
+//! and perhaps while another node repairs. So that start verifies every body the kept state refers to, and one that
+//! is missing or does not verify counts as a body found damaged while the node ran.
 
 use crate::log_store::{LogSizes, LogStore, decode_entry, read_meta};
 use crate::state_machine::StateMachineStore;
@@ -157,6 +161,20 @@ pub fn open_stores<S: Storage + Clone>(
     Err(StorageError::Io { reason: format!("storage still needs repair after {MAX_REPAIR_PASSES} passes") })
 }
 
+/// Bodies read per batch while a start verifies them all.
+const SCRUB_CHUNK: usize = 1024;
+
+/// The first body the state kept in `state_machine` refers to that is missing or does not verify, and why.
+fn first_damaged_body<S: Storage + Clone>(state_machine: &StateMachineStore<S>) -> Option<(u64, String)> {
+    let refs = state_machine.replica().lock().map(|replica| replica.cell.body_refs()).unwrap_or_default();
+    let bodies = state_machine.bodies();
+    refs.chunks(SCRUB_CHUNK).find_map(|chunk| {
+        let chunk: Vec<_> = chunk.iter().collect();
+        let reads = bodies.read_many(&chunk);
+        chunk.iter().zip(reads).find_map(|(body, read)| read.err().map(|error| (body.key, error.to_string())))
+    })
+}
+
 /// Verification passes before a node gives up on its storage.
 const MAX_REPAIR_PASSES: usize = 8;
 
@@ -203,6 +221,13 @@ fn repair_pass<S: Storage + Clone>(
     let synced: Option<u64> = meta_or_damaged(&storage, MetaKey::SyncedLog, &mut synced_damaged)?;
     let mut purged_damaged = false;
     let mut last_purged: Option<LogId> = meta_or_damaged(&storage, MetaKey::LastPurged, &mut purged_damaged)?;
+    // Damage to a record the node wrote (not a start that lost only what was never synced): the disk is suspect.
+    let mut disk_damaged = recovery.vote_dropped
+        || target_damaged
+        || floor_damaged
+        || committed_damaged
+        || synced_damaged
+        || purged_damaged;
     // Without a purge record the log must start at index 0. One that starts later lost that record (its write went
     // astray or was torn after the entries it covered were deleted), or never had it (a snapshot installed, and the
     // purge it implies not yet recorded): either way it is handled as a damaged purge record.
@@ -311,8 +336,19 @@ fn repair_pass<S: Storage + Clone>(
             let never_synced = !synced_damaged && synced.is_some_and(|synced| index > synced);
             if !(scan.torn_tail && never_synced) {
                 repair_target = Some(repair_target.unwrap_or(0).max(last + 1));
+                disk_damaged = true;
             }
         }
+    }
+    if disk_damaged
+        && !recovery.bodies_damaged
+        && let Some(state_machine) = &opened
+        && let Some((key, reason)) = first_damaged_body(state_machine)
+    {
+        // See the module doc: the damage found may not be all there is. A body of the kept state that does not
+        // verify is marked as one found damaged while the node ran, and the next pass drops the state for it.
+        tracing::error!(key, reason, "a message body does not verify; the state is dropped and taken from the leader");
+        batch.put(Space::Meta, MetaKey::BodiesDamaged as u64, &key.to_le_bytes());
     }
 
     if !wipe && floor_known && !recovery.snapshot_dropped && recovery.log_cut_from.is_none() {

@@ -10,7 +10,8 @@
 //!
 //! The file is the stored snapshot file as the sender stored it: the cell's state without bodies (versioned and
 //! checksummed on its own), its last log id and its membership. The sender reads each body from its store when the
-//! stream reaches it, checked against the reference the state holds (key, length, crc32c). The receiver learns the
+//! stream reaches it, checked against the reference the state holds (key, length, crc32c); one that does not verify
+//! is repaired from a peer's copy while the stream waits ([`BodySource::repair`]), or fails the stream. The receiver learns the
 //! references from the file before any body arrives, checks each body against its reference as it arrives, and writes
 //! the bodies to its own store in batches of about [`TRANSFER_BATCH_BYTES`], unsynced. Only when every body is in
 //! does the state machine install the state, and that install is what it syncs.
@@ -36,6 +37,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use cellog_core::BodyRef;
 use tokio::io::{AsyncRead, AsyncSeek, AsyncWrite, ReadBuf};
+use tokio::sync::oneshot;
 
 use crate::storage::{Batch, MetaKey, Space, Storage};
 
@@ -86,10 +88,17 @@ impl Drop for Hold {
     }
 }
 
-/// Where a sender reads bodies from: each one checked against its reference, damage reported by the source.
+/// The answer to a repair: the repaired body, or why there is none.
+pub type Repaired = oneshot::Receiver<Result<Bytes, String>>;
+
+/// Where a sender reads bodies from: each one checked against its reference.
 pub trait BodySource: Send + Sync {
-    /// The body `body` refers to, verified, or why it cannot be read.
+    /// The body `body` refers to, verified, or why it cannot be read (damage).
     fn body(&self, body: &BodyRef) -> Result<Bytes, String>;
+
+    /// Damage [`BodySource::body`] found (`reason`): a repair whose answer the stream waits for, or `None` when there
+    /// is none to wait for (the source has recorded the damage, and the stream fails).
+    fn repair(&self, body: &BodyRef, reason: &str) -> Option<Repaired>;
 }
 
 /// The data of a snapshot as openraft hands it around.
@@ -128,6 +137,10 @@ pub struct Outgoing {
     current: Option<(usize, u64, Vec<u8>)>,
     /// A record's index and where it starts, so that reading forward walks from there.
     walk: (usize, u64),
+    /// The repair of a damaged body the stream has reached: its key, and the answer to come.
+    repairing: Option<(u64, Repaired)>,
+    /// A repaired body, by key, for the record being read.
+    repaired: Option<(u64, Bytes)>,
     _hold: Hold,
 }
 
@@ -143,7 +156,18 @@ impl Outgoing {
         head.extend_from_slice(file);
         let len = head.len() as u64 + bodies.iter().map(record_len).sum::<u64>();
         let walk = (0, head.len() as u64);
-        Outgoing { head, bodies, source, len, pos: 0, current: None, walk, _hold: hold }
+        Outgoing {
+            head,
+            bodies,
+            source,
+            len,
+            pos: 0,
+            current: None,
+            walk,
+            repairing: None,
+            repaired: None,
+            _hold: hold,
+        }
     }
 
     /// The stream's length in bytes.
@@ -156,10 +180,38 @@ impl Outgoing {
         self.len == 0
     }
 
-    /// Reads from the current position into `out`; 0 at the end.
-    fn read_into(&mut self, out: &mut [u8]) -> io::Result<usize> {
+    /// Reads from the current position into `out`: how much (0 at the end), or pending while a damaged body the
+    /// stream has reached is repaired.
+    fn poll_read_into(&mut self, cx: &mut Context<'_>, out: &mut [u8]) -> Poll<io::Result<usize>> {
+        loop {
+            if let Some((key, answer)) = &mut self.repairing {
+                let key = *key;
+                let repaired = match Pin::new(answer).poll(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Ok(repaired)) => repaired,
+                    Poll::Ready(Err(_)) => Err("the node's repairs stopped".to_string()),
+                };
+                self.repairing = None;
+                match repaired {
+                    Ok(bytes) => self.repaired = Some((key, bytes)),
+                    Err(reason) => {
+                        return Poll::Ready(Err(io::Error::other(format!("the snapshot's body {key}: {reason}"))));
+                    }
+                }
+            }
+            match self.read_into(out) {
+                Ok(Some(n)) => return Poll::Ready(Ok(n)),
+                Ok(None) => {}
+                Err(error) => return Poll::Ready(Err(error)),
+            }
+        }
+    }
+
+    /// Reads from the current position into `out`: how much (0 at the end), or `None` when a damaged body is to be
+    /// repaired first (`repairing` is set).
+    fn read_into(&mut self, out: &mut [u8]) -> io::Result<Option<usize>> {
         if self.pos >= self.len || out.is_empty() {
-            return Ok(0);
+            return Ok(Some(0));
         }
         let head_len = self.head.len() as u64;
         if self.pos < head_len {
@@ -167,7 +219,7 @@ impl Outgoing {
             let n = from.len().min(out.len());
             out[..n].copy_from_slice(&from[..n]);
             self.pos += n as u64;
-            return Ok(n);
+            return Ok(Some(n));
         }
         let covers =
             |&(_, start, ref bytes): &(usize, u64, Vec<u8>)| start <= self.pos && self.pos < start + bytes.len() as u64;
@@ -180,10 +232,19 @@ impl Outgoing {
             }
             let (index, start) = self.walk;
             let body = self.bodies[index];
-            let bytes = self
-                .source
-                .body(&body)
-                .map_err(|reason| io::Error::other(format!("the snapshot's body {}: {reason}", body.key)))?;
+            let bytes = match self.repaired.take() {
+                Some((key, bytes)) if key == body.key => bytes,
+                _ => match self.source.body(&body) {
+                    Ok(bytes) => bytes,
+                    Err(reason) => match self.source.repair(&body, &reason) {
+                        Some(answer) => {
+                            self.repairing = Some((body.key, answer));
+                            return Ok(None);
+                        }
+                        None => return Err(io::Error::other(format!("the snapshot's body {}: {reason}", body.key))),
+                    },
+                },
+            };
             let mut record = Vec::with_capacity(BODY_HEADER_BYTES + bytes.len());
             record.extend_from_slice(&body.key.to_le_bytes());
             record.extend_from_slice(&body.len.to_le_bytes());
@@ -195,7 +256,7 @@ impl Outgoing {
         let n = from.len().min(out.len());
         out[..n].copy_from_slice(&from[..n]);
         self.pos += n as u64;
-        Ok(n)
+        Ok(Some(n))
     }
 }
 
@@ -411,10 +472,14 @@ impl Incoming {
 
     /// Takes the whole of `stream` from where it stands, as if it came over the network, and ends it: a snapshot
     /// handed over within a process still goes through the same checks and the same bounded batches.
+    /// A damaged body is not waited for here: the stream fails, and its repair goes on.
     pub fn take_all(&mut self, stream: &mut Outgoing) -> io::Result<()> {
         let mut chunk = vec![0; 64 * 1024];
         loop {
-            let n = stream.read_into(&mut chunk)?;
+            let n = stream.read_into(&mut chunk)?.ok_or_else(|| {
+                let key = stream.repairing.as_ref().map_or(0, |(key, _)| *key);
+                io::Error::other(format!("the snapshot's body {key} is damaged, and being repaired"))
+            })?;
             if n == 0 {
                 return self.finish();
             }
@@ -429,13 +494,14 @@ impl Incoming {
 }
 
 impl AsyncRead for SnapshotData {
-    fn poll_read(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        let result = match self.get_mut() {
-            SnapshotData::Empty => Ok(()),
-            SnapshotData::Outgoing(out) => out.read_into(buf.initialize_unfilled()).map(|n| buf.advance(n)),
-            SnapshotData::Incoming(_) => Err(io::Error::other("a snapshot being received is not read")),
-        };
-        Poll::Ready(result)
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            SnapshotData::Empty => Poll::Ready(Ok(())),
+            SnapshotData::Outgoing(out) => {
+                out.poll_read_into(cx, buf.initialize_unfilled()).map(|read| read.map(|n| buf.advance(n)))
+            }
+            SnapshotData::Incoming(_) => Poll::Ready(Err(io::Error::other("a snapshot being received is not read"))),
+        }
     }
 }
 

@@ -18,7 +18,7 @@ use openraft::{
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, watch};
 
-use crate::bodies::{self, BodyError, BodyReadError, BodyWork, StoredBodies};
+use crate::bodies::{self, BodyError, BodyReadError, BodyWork, Need, StoredBodies};
 use crate::runtime::{id_key, off_the_workers};
 use crate::snapshot_transfer::{Incoming, Outgoing, SnapshotData};
 use crate::storage::{Batch, MetaKey, Space, Storage, StorageError};
@@ -85,9 +85,9 @@ fn snapshot_id(last_applied: Option<LogId>) -> String {
 }
 
 /// A record's payload for an answer: its body read and verified (empty for a tombstone). Called after the apply
-/// or read that produced the record, with `replica` not held, over the node's `bodies`. A body that does not verify is never served, and
-/// marks this node for repair; one that is missing because its message was removed since the record was taken is
-/// [`BodyError::Removed`].
+/// or read that produced the record, with `replica` not held, over the node's `bodies`. A body that does not verify is
+/// never served, and is repaired (see [`crate::body_repair`]); one that is missing because its message was removed
+/// since the record was taken is [`BodyError::Removed`].
 pub fn payload<S: Storage>(
     bodies: &StoredBodies<S>,
     replica: &Mutex<Replica>,
@@ -153,7 +153,9 @@ fn checked<S: Storage>(
         }
         Err(BodyReadError::Damaged { reason }) => reason,
     };
-    bodies.mark_damaged(body.key, &reason);
+    // The client is told now; the repair goes on without it, and the delivery comes again.
+    let need = Need::Record { stream: stream.to_string(), partition, seq };
+    drop(bodies.found_damaged(*body, need, &reason));
     Err(BodyError::Unreadable { partition, seq, reason })
 }
 

@@ -235,6 +235,12 @@ pub fn kept_log_over_budget(up_to: u64, budget: u64) {
     tracing::debug!(target: TARGET, up_to, budget, "kept-log-over-budget");
 }
 
+/// A message body this node's disk damaged was written again from peer `from`'s copy, which verified against the
+/// reference in this node's state.
+pub fn body_repaired(key: u64, from: NodeId) {
+    tracing::info!(target: TARGET, key, from, "body-repaired");
+}
+
 /// The log applied since the snapshot passed its byte budget: the node asked for a snapshot at `applied`.
 pub fn snapshot_asked_for(applied: u64, budget: u64) {
     tracing::debug!(target: TARGET, applied, budget, "snapshot-asked-for");

@@ -365,3 +365,51 @@ async fn bodies_being_sent_stay_while_newer_snapshots_are_stored() {
     leader.build_snapshot().await.unwrap();
     assert_eq!(n_bodies(&disk), 5);
 }
+
+#[tokio::test]
+async fn a_start_that_finds_damage_verifies_every_body() {
+    // A body damaged unseen, and the restart that follows: with nothing else damaged, the restart reads no body, and
+    // the body is found when it is read. Beside damage the start finds elsewhere (the commit record, or a synced log
+    // entry), the start verifies every body the kept state refers to, and drops the state for one that fails.
+    type Damage = fn(&SimDisk, u64);
+    let flipped: Damage = |disk, key| assert!(disk.flip_bit(Space::Bodies, key, 999));
+    let missing: Damage = |disk, key| {
+        let mut batch = cellog_raft::storage::Batch::new();
+        batch.delete_range(Space::Bodies, key..key + 1);
+        disk.write(batch).unwrap();
+    };
+    let committed = Some((Space::Meta, MetaKey::Committed as u64));
+    let log = Some((Space::Log, 0));
+    let cases = [
+        ("a flipped body alone", flipped, None),
+        ("a flipped body and the commit record", flipped, committed),
+        ("a missing body and the commit record", missing, committed),
+        ("a flipped body and a log entry", flipped, log),
+    ];
+    for (case, damage, elsewhere) in cases {
+        let (disk, state_machine) = snapshotted(31).await;
+        drop(state_machine);
+        let key = disk.keys(Space::Bodies)[3];
+        damage(&disk, key);
+        if let Some((space, key)) = elsewhere {
+            let mut batch = cellog_raft::storage::Batch::new();
+            batch.put(space, key, b"a record the disk damages");
+            disk.write(batch).unwrap();
+            disk.sync().unwrap();
+            assert!(disk.flip_bit(space, key, 3));
+        }
+        disk.sync().unwrap();
+        disk.crash();
+        let (_, state_machine, recovery) = open_stores(disk.clone()).expect("reopens");
+        let found_elsewhere = elsewhere.is_some();
+        assert_eq!(recovery.bodies_damaged, found_elsewhere, "{case}: {recovery:?}");
+        assert_eq!(recovery.snapshot_dropped, found_elsewhere, "{case}: {recovery:?}");
+        if found_elsewhere {
+            assert!(disk.keys(Space::Bodies).is_empty(), "{case}: every body goes with the state");
+            assert!(state_machine.replica().lock().unwrap().cell.stream_info("orders").is_err(), "{case}");
+        } else {
+            let unreadable = read(&state_machine).iter().filter(|payload| payload.is_err()).count();
+            assert_eq!(unreadable, 1, "{case}: found when read");
+        }
+    }
+}

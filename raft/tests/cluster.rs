@@ -157,6 +157,28 @@ async fn wait_purged(cell: &TestCell, id: NodeId) {
         .expect("the node purges");
 }
 
+/// Waits until node `id`'s disk holds the damage mark: no peer could repair a body its disk damaged.
+async fn wait_marked(cell: &TestCell, id: NodeId) {
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while cell.disks[&id].get(Space::Meta, MetaKey::BodiesDamaged as u64).unwrap().is_none() {
+        assert!(tokio::time::Instant::now() < deadline, "node {id} did not mark the damage");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// How many of the messages node `id` holds it refuses to serve, reading every one.
+fn n_unreadable(cell: &TestCell, id: NodeId) -> usize {
+    let node = cell.node(id);
+    let records: Vec<_> = {
+        let replica = node.replica().unwrap();
+        (0..2).flat_map(|partition| replica.cell.read_from("orders", partition, 0, 1_000).unwrap()).collect()
+    };
+    records
+        .iter()
+        .filter(|record| matches!(node.payload("orders", record), Err(cellog_raft::BodyError::Unreadable { .. })))
+        .count()
+}
+
 /// A cell with 80 messages and snapshots every 20 entries, and a follower that has snapshotted and purged its log.
 async fn with_a_purged_follower() -> (TestCell, NodeId) {
     let mut cell = TestCell::new(20);
@@ -195,15 +217,10 @@ async fn a_node_that_dropped_only_its_state_votes_for_a_log_that_reaches_the_one
     let metrics = cell.node(victim).raft().metrics();
     let bodies = cell.disks[&victim].keys(Space::Bodies);
     assert!(cell.disks[&victim].flip_bit(Space::Bodies, bodies[0], 99));
-    let node = cell.node(victim);
-    let records: Vec<_> = {
-        let replica = node.replica().unwrap();
-        (0..2).flat_map(|partition| replica.cell.read_from("orders", partition, 0, 1_000).unwrap()).collect()
-    };
-    let unreadable = records.iter().filter(|record| node.payload("orders", record).is_err()).count();
-    assert_eq!(unreadable, 1, "the damaged body is found");
-    drop(node);
+    // Cut off, the node finds no peer to repair the body from, and marks the damage for its next start.
     cell.isolate(victim);
+    assert_eq!(n_unreadable(&cell, victim), 1, "the damaged body is found");
+    wait_marked(&cell, victim).await;
     cell.stop(victim, false).await;
     // The leader's ticks keep coming until the node is cut off: what it held is what it had when it stopped.
     let last_held = metrics.borrow().last_log_index;
@@ -246,8 +263,8 @@ async fn a_node_that_dropped_only_its_state_votes_for_a_log_that_reaches_the_one
     cell.converge().await;
 }
 
-/// A leader holds a body its disk damaged, unread so far, when a follower that lost its disk needs a snapshot: the
-/// body does not verify, and the leader cannot go on. Restarted, as its supervisor would, it drops its state and
+/// A leader holds a body its disk damaged, unread so far, when a follower that lost its disk needs a snapshot, and the
+/// third node is cut off: the body does not verify, no peer can repair it, and the leader cannot go on. Restarted, as its supervisor would, it drops its state and
 /// repairs, as the follower does; the third node holds everything and must lead. The restarted leader's log
 /// verified whole, so it votes for a log that reaches the one it held, and the cell goes on with every acknowledged
 /// publish.
@@ -264,7 +281,8 @@ async fn a_leader_stopped_by_a_damaged_body_while_a_follower_repairs_votes_the_t
         .metrics(|m| m.last_log_index >= held, "the keeper holds the leader's log")
         .await
         .expect("the keeper catches up");
-    let (restarted, lost_node) = damage_a_body_and_lose_a_disk(&mut cell, leader, lost).await;
+    let (restarted, lost_node) = damage_a_body_and_lose_a_disk(&mut cell, leader, lost, keeper).await;
+    cell.heal();
     assert!(lost_node.recovery().vote_floor.is_none());
     let recovery = restarted.recovery();
     assert!(recovery.vote_floor.is_some(), "its log verified whole: {recovery:?}");
@@ -289,16 +307,19 @@ async fn with_a_purged_leader() -> (TestCell, NodeId, NodeId, NodeId) {
     (cell, leader, lost, keeper)
 }
 
-/// Damages a body on the leader's disk, then replaces `lost`'s disk with an empty one: the leader stops when it reads
-/// the body for the snapshot `lost` needs, and is restarted, dropping its state to repair. The restarted leader and
-/// the node that lost its disk, both repairing.
+/// Damages a body on the leader's disk, cuts the keeper off, then replaces `lost`'s disk with an empty one: the leader
+/// reads the body for the snapshot `lost` needs, finds no peer to repair it from (the keeper cut off, `lost` holding
+/// nothing), and stops. Restarted, it drops its state to repair. The restarted leader and the node that lost its disk,
+/// both repairing; the keeper stays cut off.
 async fn damage_a_body_and_lose_a_disk(
     cell: &mut TestCell,
     leader: NodeId,
     lost: NodeId,
+    keeper: NodeId,
 ) -> (Arc<CellNode<SimDisk>>, Arc<CellNode<SimDisk>>) {
     let bodies = cell.disks[&leader].keys(Space::Bodies);
     assert!(cell.disks[&leader].flip_bit(Space::Bodies, bodies[0], 99));
+    cell.isolate(keeper);
     cell.stop(lost, true).await;
     cell.disks.insert(lost, SimDisk::new(99));
     let lost_node = cell.start_as(lost, Past::Member).await;
@@ -322,7 +343,7 @@ async fn a_leader_stopped_by_a_damaged_body_refuses_its_vote_to_a_follower_that_
     cell.isolate(keeper);
     cell.publish("without-the-keeper", 10).await;
     let keeper_held = cell.node(keeper).raft().metrics().borrow().last_log_index.expect("the keeper holds a log");
-    let (restarted, lost_node) = damage_a_body_and_lose_a_disk(&mut cell, leader, lost).await;
+    let (restarted, lost_node) = damage_a_body_and_lose_a_disk(&mut cell, leader, lost, keeper).await;
     let floor = restarted.recovery().vote_floor.expect("its log verified whole");
     assert!(floor.index > keeper_held, "the keeper lacks entries the leader held: {floor} against {keeper_held}");
 
@@ -370,32 +391,74 @@ async fn a_snapshot_lost_whole_beside_a_purged_log_is_dropped_and_the_node_catch
     a_lost_snapshot(0..u64::MAX).await;
 }
 
+/// A follower's disk damages a body: a read of it is refused, never served changed, and the node repairs it from a
+/// peer's copy while it runs. The next read serves it, and the next start finds nothing to repair.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_damaged_body_is_never_served_and_the_node_takes_a_whole_snapshot_at_its_next_start() {
+async fn a_damaged_body_is_never_served_and_is_repaired_from_a_peer() {
     let (mut cell, victim) = with_a_purged_follower().await;
     let bodies = cell.disks[&victim].keys(Space::Bodies);
     assert!(cell.disks[&victim].flip_bit(Space::Bodies, bodies[bodies.len() / 2], 99));
 
-    // Reading every acknowledged message on the victim: the damaged one is refused, never served changed.
-    let node = cell.node(victim);
-    let records: Vec<_> = {
-        let replica = node.replica().unwrap();
-        (0..2).flat_map(|partition| replica.cell.read_from("orders", partition, 0, 1_000).unwrap()).collect()
-    };
-    let unreadable = records
-        .iter()
-        .filter(|record| matches!(node.payload("orders", record), Err(cellog_raft::BodyError::Unreadable { .. })))
-        .count();
-    assert_eq!(unreadable, 1);
-    assert_eq!(node.bodies().n_unreadable(), 1);
-    drop(node);
+    assert_eq!(n_unreadable(&cell, victim), 1, "the damaged body is refused");
+    assert_eq!(cell.node(victim).bodies().n_unreadable(), 1);
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while n_unreadable(&cell, victim) > 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the body was not repaired");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(cell.disks[&victim].scan(Space::Bodies, 0..u64::MAX, usize::MAX).is_ok(), "every body verifies");
+    assert!(cell.disks[&victim].get(Space::Meta, MetaKey::BodiesDamaged as u64).unwrap().is_none());
+
+    cell.stop(victim, true).await;
+    let node = cell.start(victim).await;
+    assert!(!node.recovery().bodies_damaged && !node.recovery().snapshot_dropped, "{:?}", node.recovery());
+    assert!(!node.is_repairing());
+    cell.publish("after", 20).await;
+    cell.converge().await;
+}
+
+/// The same, with the node cut off from its peers: nobody can send it a copy, so it marks the damage, and its next
+/// start drops its state and takes a whole snapshot from the leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_body_no_peer_can_repair_is_taken_with_a_whole_snapshot_at_the_next_start() {
+    let (mut cell, victim) = with_a_purged_follower().await;
+    let bodies = cell.disks[&victim].keys(Space::Bodies);
+    assert!(cell.disks[&victim].flip_bit(Space::Bodies, bodies[bodies.len() / 2], 99));
+    cell.isolate(victim);
+    assert_eq!(n_unreadable(&cell, victim), 1, "the damaged body is refused");
+    wait_marked(&cell, victim).await;
+    assert_eq!(cell.node(victim).bodies().n_unreadable(), 1, "one read failed, counted once");
+    assert_eq!(n_unreadable(&cell, victim), 1, "still refused: nothing was written over it");
 
     cell.stop(victim, false).await;
+    cell.heal();
     let node = cell.start(victim).await;
     assert!(node.recovery().bodies_damaged && node.recovery().snapshot_dropped);
     assert!(node.is_repairing(), "without its state the node must get it back before voting");
     cell.publish("during-repair", 20).await;
     common::wait_repaired(&node).await;
+    cell.converge().await;
+}
+
+/// A leader holds a body its disk damaged, unread so far, when a follower that lost its disk needs a snapshot. The
+/// stream waits at the body while the leader repairs it from the third node's copy, then goes on: the leader does not
+/// stop, and the follower gets its whole state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_repairs_a_damaged_body_from_a_peer_and_sends_its_snapshot() {
+    let (mut cell, leader, lost, _keeper) = with_a_purged_leader().await;
+    cell.converge().await;
+    let bodies = cell.disks[&leader].keys(Space::Bodies);
+    assert!(cell.disks[&leader].flip_bit(Space::Bodies, bodies[0], 99));
+    cell.stop(lost, true).await;
+    cell.disks.insert(lost, SimDisk::new(99));
+    let lost_node = cell.start_as(lost, Past::Member).await;
+    assert!(lost_node.is_repairing());
+    common::wait_repaired(&lost_node).await;
+    assert_eq!(cell.node(leader).fatal(), None, "the leader went on");
+    assert_eq!(cell.wait_leader(&[1, 2, 3]).await, leader);
+    assert_eq!(cell.node(leader).bodies().n_unreadable(), 1, "the damage was found once");
+    assert!(cell.disks[&leader].get(Space::Meta, MetaKey::BodiesDamaged as u64).unwrap().is_none());
+    cell.publish("after", 20).await;
     cell.converge().await;
 }
 

@@ -42,6 +42,7 @@ pub const LEGEND: &str = "\
 #   cell-id        a node took its cell's id: `how` made (founding the cell) or learned (from a leader's entries)
 #   repairing      a node found a damaged log and will not vote until it holds entries up to `until` again
 #   repaired       ... and now it does
+#   body-repaired  a message body the node's disk damaged was written again from a peer's copy: key, from (the peer)
 #   granted        a principal was created or its grants replaced: principal, publish, subscribe, consume, admin,
 #                  cluster_admin
 #   principal-deleted, token-added, token-revoked   principals and their API tokens (a token named by the first

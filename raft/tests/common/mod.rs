@@ -10,9 +10,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cellog_core::{Command, Outcome, PublishRequest, Rejection, StreamConfig};
+use cellog_raft::body_repair::{BodiesAnswer, BodiesRequest, FetchBodies, PeerBodies};
 use cellog_raft::storage::SimDisk;
 use cellog_raft::types::{NodeAddrs, NodeId, TypeConfig};
 use cellog_raft::{CellNode, Past, ProposeError};
+use futures::future::BoxFuture;
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -56,6 +58,25 @@ impl Router {
             .get(&target)
             .cloned()
             .ok_or_else(|| Unreachable::new(&std::io::Error::other(format!("node {target} is down"))))
+    }
+}
+
+/// Bodies fetched from peers through the router.
+struct RouterBodies {
+    router: Router,
+    from: NodeId,
+}
+
+impl FetchBodies for RouterBodies {
+    fn fetch(&self, target: NodeId, _addrs: &NodeAddrs, request: BodiesRequest) -> BoxFuture<'static, BodiesAnswer> {
+        let node = self.router.reach(self.from, target);
+        Box::pin(async move { node.map_err(|error| error.to_string())?.answer_bodies(&request) })
+    }
+}
+
+impl PeerBodies for NodeNetwork {
+    fn fetch_bodies(&self) -> Arc<dyn FetchBodies> {
+        Arc::new(RouterBodies { router: self.router.clone(), from: self.from })
     }
 }
 
