@@ -36,9 +36,8 @@ struct DiskState {
     durable: Records,
     /// What reads see: `durable` plus the unsynced writes.
     view: Records,
-    /// Writes not yet durable, in order, each with whether it went through the journal: a sync makes the logged ones
-    /// durable, a persist all of them.
-    unsynced: Vec<(Write, bool)>,
+    /// Writes not yet durable: a sync makes the logged ones durable, a persist all of them.
+    unsynced: Unsynced,
     faults: DiskFaults,
     rng: ChaCha8Rng,
     poisoned: bool,
@@ -46,6 +45,72 @@ struct DiskState {
     fail_next: bool,
     n_syncs: u64,
     sync_delay: std::time::Duration,
+}
+
+/// Writes not yet durable, each numbered in the order it was written. The unlogged ones (puts alone) wait through
+/// many syncs until a persist, so they are kept apart and indexed by key: a sync costs its own writes, not a walk of
+/// every put still waiting.
+#[derive(Debug, Default)]
+struct Unsynced {
+    next: u64,
+    /// Through the journal, in order.
+    logged: Vec<(u64, Write)>,
+    /// Without it, by number.
+    unlogged: BTreeMap<u64, Write>,
+    /// The numbers of the unlogged puts on each key.
+    unlogged_keys: BTreeMap<(Space, u64), Vec<u64>>,
+}
+
+impl Unsynced {
+    fn push(&mut self, write: Write, logged: bool) {
+        let at = self.next;
+        self.next += 1;
+        if logged {
+            self.logged.push((at, write));
+            return;
+        }
+        if let Write::Put { space, key, .. } = &write {
+            self.unlogged_keys.entry((*space, *key)).or_default().push(at);
+        }
+        self.unlogged.insert(at, write);
+    }
+
+    /// Drops the unlogged puts written before `at` on the keys of `space` from `first` to `last`: a logged write there
+    /// replaces them, so they never land after it.
+    fn replaced(&mut self, space: Space, first: u64, last: u64, at: u64) {
+        let mut emptied = Vec::new();
+        for (&record, numbers) in self.unlogged_keys.range_mut((space, first)..=(space, last)) {
+            numbers.retain(|&number| {
+                let earlier = number < at;
+                if earlier {
+                    self.unlogged.remove(&number);
+                }
+                !earlier
+            });
+            if numbers.is_empty() {
+                emptied.push(record);
+            }
+        }
+        for record in emptied {
+            self.unlogged_keys.remove(&record);
+        }
+    }
+
+    /// Every write, in the order written.
+    fn take_all(&mut self) -> Vec<Write> {
+        let logged = std::mem::take(&mut self.logged);
+        let mut unlogged = std::mem::take(&mut self.unlogged).into_iter().peekable();
+        self.unlogged_keys.clear();
+        let mut all = Vec::with_capacity(logged.len() + unlogged.len());
+        for (at, write) in logged {
+            while let Some((_, earlier)) = unlogged.next_if(|(number, _)| *number < at) {
+                all.push(earlier);
+            }
+            all.push(write);
+        }
+        all.extend(unlogged.map(|(_, write)| write));
+        all
+    }
 }
 
 /// A simulated disk. Clones share the same disk.
@@ -73,16 +138,6 @@ fn apply(records: &mut Records, write: &Write) {
     }
 }
 
-/// Whether `later` replaces all that `earlier` (a put: unlogged writes only put) wrote.
-fn replaces(later: &Write, earlier: &Write) -> bool {
-    let Write::Put { space, key, .. } = earlier else { return false };
-    match later {
-        Write::Put { space: s, key: k, .. } => (s, k) == (space, key),
-        Write::DeleteRange { space: s, keys } => s == space && keys.contains(key),
-        Write::Refused { .. } => false,
-    }
-}
-
 fn chance(rng: &mut ChaCha8Rng, ppm: u32) -> bool {
     ppm > 0 && rng.gen_range(0..1_000_000) < ppm
 }
@@ -94,7 +149,7 @@ impl SimDisk {
             state: Arc::new(Mutex::new(DiskState {
                 durable: Records::new(),
                 view: Records::new(),
-                unsynced: Vec::new(),
+                unsynced: Unsynced::default(),
                 faults: DiskFaults::default(),
                 rng: ChaCha8Rng::seed_from_u64(seed),
                 poisoned: false,
@@ -122,13 +177,13 @@ impl SimDisk {
         let state = &mut *state;
         let torn = chance(&mut state.rng, state.faults.torn_write_ppm);
         if torn
-            && let Some((Write::Put { space, key, framed }, _)) =
-                state.unsynced.iter().rev().find(|(w, logged)| *logged && matches!(w, Write::Put { .. })).cloned()
+            && let Some((_, Write::Put { space, key, framed })) =
+                state.unsynced.logged.iter().rev().find(|(_, w)| matches!(w, Write::Put { .. })).cloned()
         {
             let keep = state.rng.gen_range(0..framed.len().max(1));
             state.durable.insert((space, key), framed[..keep].to_vec());
         }
-        state.unsynced.clear();
+        state.unsynced = Unsynced::default();
         state.view = state.durable.clone();
         state.poisoned = false;
         state.fail_next = false;
@@ -139,11 +194,12 @@ impl SimDisk {
     pub fn reopen(&self) {
         let mut state = self.lock();
         let state = &mut *state;
-        if state.unsynced.iter().any(|(_, logged)| !logged) {
+        if !state.unsynced.unlogged.is_empty() {
             // The process's memory is gone, and the unlogged writes with it.
-            state.unsynced.retain(|(_, logged)| *logged);
+            state.unsynced.unlogged.clear();
+            state.unsynced.unlogged_keys.clear();
             state.view = state.durable.clone();
-            for (write, _) in &state.unsynced {
+            for (_, write) in &state.unsynced.logged {
                 apply(&mut state.view, write);
             }
         }
@@ -212,7 +268,7 @@ impl DiskState {
         self.check_writable()?;
         for write in batch.writes {
             apply(&mut self.view, &write);
-            self.unsynced.push((write, logged));
+            self.unsynced.push(write, logged);
         }
         Ok(())
     }
@@ -221,41 +277,56 @@ impl DiskState {
     /// may land faulted (misdirected, or with a bit flipped), as the disk's faults say.
     fn make_durable(&mut self, all: bool) {
         let mut faulted = false;
-        let mut pending: Vec<(Write, bool)> = Vec::new();
-        for (write, logged) in std::mem::take(&mut self.unsynced) {
-            if !(logged || all) {
-                pending.push((write, logged));
-                continue;
+        if all {
+            for write in self.unsynced.take_all() {
+                faulted |= self.land(write);
             }
-            // What this write replaces, an unlogged put before it on the same key, is gone: it never lands after it.
-            pending.retain(|(earlier, _)| !replaces(&write, earlier));
-            let write = match write {
-                Write::Put { space, key, mut framed } => {
-                    let mut key = key;
-                    if chance(&mut self.rng, self.faults.misdirected_write_ppm) {
-                        key ^= 1;
-                        faulted = true;
+        } else {
+            for (at, write) in std::mem::take(&mut self.unsynced.logged) {
+                // What this write replaces, an unlogged put before it on the same key, is gone: it never lands
+                // after it.
+                match &write {
+                    Write::Put { space, key, .. } => self.unsynced.replaced(*space, *key, *key, at),
+                    Write::DeleteRange { space, keys } if keys.start < keys.end => {
+                        self.unsynced.replaced(*space, keys.start, keys.end - 1, at);
                     }
-                    if !framed.is_empty() && chance(&mut self.rng, self.faults.bit_flip_ppm) {
-                        let bit = self.rng.gen_range(0..framed.len() * 8);
-                        framed[bit / 8] ^= 1 << (bit % 8);
-                        faulted = true;
-                    }
-                    Write::Put { space, key, framed }
+                    Write::DeleteRange { .. } | Write::Refused { .. } => {}
                 }
-                other => other,
-            };
-            apply(&mut self.durable, &write);
+                faulted |= self.land(write);
+            }
         }
-        self.unsynced = pending;
         if faulted {
             // Reads see what landed, and the writes still pending over it.
             self.view = self.durable.clone();
-            for (write, _) in &self.unsynced {
+            for write in self.unsynced.unlogged.values() {
                 apply(&mut self.view, write);
             }
         }
         self.n_syncs += 1;
+    }
+
+    /// One write reaches the platter, faulted (misdirected, or with a bit flipped) as the disk's faults say: whether
+    /// it was.
+    fn land(&mut self, write: Write) -> bool {
+        let mut faulted = false;
+        let write = match write {
+            Write::Put { space, key, mut framed } => {
+                let mut key = key;
+                if chance(&mut self.rng, self.faults.misdirected_write_ppm) {
+                    key ^= 1;
+                    faulted = true;
+                }
+                if !framed.is_empty() && chance(&mut self.rng, self.faults.bit_flip_ppm) {
+                    let bit = self.rng.gen_range(0..framed.len() * 8);
+                    framed[bit / 8] ^= 1 << (bit % 8);
+                    faulted = true;
+                }
+                Write::Put { space, key, framed }
+            }
+            other => other,
+        };
+        apply(&mut self.durable, &write);
+        faulted
     }
 
     fn check_readable(&mut self, space: Space, key: u64) -> Result<(), StorageError> {
