@@ -116,9 +116,23 @@ impl<S: Storage> Repairs<S> {
             {
                 round.push(more);
             }
-            let found = self.copies_from_peers(&round).await;
             let Some(bodies) = self.bodies.upgrade() else { return };
-            self.finish(&bodies, round, found);
+            // Damage found again while its repair was queued (a consumer's retry) is repaired once: what reads back
+            // whole by now is answered from here.
+            let mut damaged = Vec::with_capacity(round.len());
+            for job in round {
+                match bodies.read(&job.body) {
+                    Ok(bytes) => drop(job.answer.send(Ok(bytes))),
+                    Err(_) => damaged.push(job),
+                }
+            }
+            drop(bodies);
+            if damaged.is_empty() {
+                continue;
+            }
+            let found = self.copies_from_peers(&damaged).await;
+            let Some(bodies) = self.bodies.upgrade() else { return };
+            self.finish(&bodies, damaged, found);
         }
     }
 
@@ -183,9 +197,15 @@ impl<S: Storage> Repairs<S> {
                 batch.put(Space::Bodies, damaged.body.key, bytes);
             }
         }
-        let written = if batch.is_empty() { Ok(()) } else { self.storage.write(batch) };
-        drop(replica);
-        let written = written.and_then(|()| self.storage.sync()).map_err(|error| error.to_string());
+        let written = if batch.is_empty() {
+            drop(replica);
+            Ok(())
+        } else {
+            let written = self.storage.write(batch);
+            drop(replica);
+            written.and_then(|()| self.storage.sync())
+        };
+        let written = written.map_err(|error| error.to_string());
         for (damaged, needed) in round.into_iter().zip(needed) {
             let key = damaged.body.key;
             let result = match (found.get(&key), &written) {
