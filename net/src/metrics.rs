@@ -294,8 +294,8 @@ impl Metrics {
         registry.register("messages", "Messages retained in the cell", metrics.messages.clone());
         registry.register(
             "bodies_unreadable",
-            "Reads of message bodies that did not verify since this node started; above zero, restart the node so it \
-             takes a whole snapshot",
+            "Reads of message bodies that did not verify since this node started; each is repaired from a peer's copy, \
+             or, when no peer holds one (the log says so), by a whole snapshot at the node's next start",
             metrics.bodies_unreadable.clone(),
         );
         registry.register("http_tails", "Live tails open on the HTTP port", metrics.http_tails.clone());

@@ -17,13 +17,13 @@ pub fn invalid_argument(message: impl Into<String>) -> Status {
     failed(Code::InvalidArgument, "INVALID_ARGUMENT", message)
 }
 
-/// This node's copy of a message body does not verify: nothing of it is served. The node takes a whole snapshot at
-/// its next start (its `cellog_bodies_unreadable` gauge says so); a fetched delivery is redelivered after its ack
-/// wait.
+/// This node's copy of a message body does not verify: nothing of it is served. The node repairs it from a peer's copy
+/// (or, when no peer holds one, takes a whole snapshot at its next start; its `cellog_bodies_unreadable` gauge counts
+/// such reads); a fetched delivery is redelivered after its ack wait.
 pub fn body_unreadable(partition: u32, seq: u64, reason: &str) -> Status {
     let message = format!(
         "this node's copy of message {partition}/{seq} does not verify ({reason}), so it is not served; the node \
-         repairs it from the leader's snapshot when restarted"
+         repairs it from a peer's copy (or, when no peer holds one, from the leader's snapshot when restarted)"
     );
     failed(Code::DataLoss, "BODY_UNREADABLE", message)
 }
