@@ -197,14 +197,10 @@ impl<S: Storage> Repairs<S> {
                 batch.put(Space::Bodies, damaged.body.key, bytes);
             }
         }
-        let written = if batch.is_empty() {
-            drop(replica);
-            Ok(())
-        } else {
-            let written = self.storage.write(batch);
-            drop(replica);
-            written.and_then(|()| self.storage.sync())
-        };
+        let wrote = !batch.is_empty();
+        let written = if wrote { self.storage.write(batch) } else { Ok(()) };
+        drop(replica);
+        let written = written.and_then(|()| if wrote { self.storage.sync() } else { Ok(()) });
         let written = written.map_err(|error| error.to_string());
         for (damaged, needed) in round.into_iter().zip(needed) {
             let key = damaged.body.key;

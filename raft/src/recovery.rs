@@ -16,7 +16,7 @@
 //! counts as a damaged snapshot: the state and every body are dropped, and the node gets them again from the log or
 //! from the leader's snapshot. Bodies are otherwise verified when read, not here, so that a restart does not read
 //! every retained byte, unless the start found damage to a record the node had written (a log entry that was synced,
-//! the vote, a repair or purge record): a disk that damaged one record may have damaged others the node has not read
+//! the vote, a repair, commit, sync or purge record): a disk that damaged one record may have damaged others the node has not read
 //! since, and a body of the kept state damaged unseen would stop the node later, when it leads and sends a snapshot,
 //! and perhaps while another node repairs. So that start verifies every body the kept state refers to, and one that
 //! is missing or does not verify counts as a body found damaged while the node ran.
