@@ -1301,19 +1301,26 @@ impl Client {
         self.call(true, producer, |mut c, r| async move { c.abort_transaction(r).await }).await
     }
 
-    /// The status of the node the client talks to (not redirected).
+    /// The status of the node the client talks to (not redirected): its role, term and indexes, the leader and the
+    /// members, without the state's digest (`state_digest` is empty).
     pub async fn cluster_status(&self) -> Result<v1::ClusterStatusResponse, ClientError> {
-        self.status_call(false).await
+        self.status_call(v1::ClusterStatusRequest::default()).await
     }
 
-    /// The same, with the digest of each part of the node's applied state (`digest_parts`), to find where two
+    /// The same, with the digest of the node's applied state (`state_digest`), to compare replicas. The node encodes
+    /// its whole state for it, and applies nothing meanwhile.
+    pub async fn cluster_status_with_digest(&self) -> Result<v1::ClusterStatusResponse, ClientError> {
+        self.status_call(v1::ClusterStatusRequest { state_digest: true, ..Default::default() }).await
+    }
+
+    /// The same, with the digest of each part of the node's applied state as well (`digest_parts`), to find where two
     /// replicas differ.
     pub async fn cluster_status_with_parts(&self) -> Result<v1::ClusterStatusResponse, ClientError> {
-        self.status_call(true).await
+        self.status_call(v1::ClusterStatusRequest { state_digest: true, digest_parts: true }).await
     }
 
-    async fn status_call(&self, digest_parts: bool) -> Result<v1::ClusterStatusResponse, ClientError> {
-        let request = self.request(v1::ClusterStatusRequest { digest_parts });
+    async fn status_call(&self, request: v1::ClusterStatusRequest) -> Result<v1::ClusterStatusResponse, ClientError> {
+        let request = self.request(request);
         Ok(self.current()?.cluster_status(request).await?.into_inner())
     }
 

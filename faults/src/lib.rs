@@ -320,7 +320,7 @@ async fn converge(nodes: &[Node]) -> Result<(), String> {
     while Instant::now() < deadline {
         let mut seen = Vec::new();
         for node in nodes {
-            if let Ok(status) = node.local_client().cluster_status().await {
+            if let Ok(status) = node.local_client().cluster_status_with_digest().await {
                 seen.push((node.host.id, status.applied_index.unwrap_or_default(), status.state_digest));
             }
         }

@@ -464,18 +464,22 @@ impl<S: Storage + Clone> CellogService<S> {
         Ok(Response::new(v1::AckResponse { results }))
     }
 
+    /// The node's status, without the state's digest.
     fn status(&self) -> Result<v1::ClusterStatusResponse, Status> {
-        self.status_with(false)
+        self.status_with(Digest::None)
     }
 
-    /// The node's status, with the digest of each part of its state if `with_parts`.
-    fn status_with(&self, with_parts: bool) -> Result<v1::ClusterStatusResponse, Status> {
+    /// The node's status, with as much of the state's digest as `digest` asks for. A digest encodes the whole state
+    /// under the replica's lock, so only the calls that compare replicas ask for one.
+    fn status_with(&self, digest: Digest) -> Result<v1::ClusterStatusResponse, Status> {
         let view = self.node.cluster_view();
-        let (digest, parts) = if with_parts {
-            let (_, digest, parts) = self.node.digest_parts().map_err(crate::status::interrupted)?;
-            (digest, parts)
-        } else {
-            (self.node.digest().map_err(crate::status::interrupted)?.1, Vec::new())
+        let (digest, parts) = match digest {
+            Digest::None => (None, Vec::new()),
+            Digest::Whole => (Some(self.node.digest().map_err(crate::status::interrupted)?.1), Vec::new()),
+            Digest::Parts => {
+                let (_, digest, parts) = self.node.digest_parts().map_err(crate::status::interrupted)?;
+                (Some(digest), parts)
+            }
         };
         let digest_parts =
             parts.into_iter().map(|(part, digest)| v1::DigestPart { part, digest: hex::encode(digest.0) }).collect();
@@ -501,7 +505,7 @@ impl<S: Storage + Clone> CellogService<S> {
             applied_index: view.applied_index,
             nodes,
             repairing: view.repairing,
-            state_digest: hex::encode(digest.0),
+            state_digest: digest.map(|digest| hex::encode(digest.0)).unwrap_or_default(),
             digest_parts,
         })
     }
@@ -664,6 +668,16 @@ pub(crate) struct StreamOverview {
     pub stream: v1::StreamInfo,
     pub consumers: Vec<v1::ConsumerInfo>,
     pub groups: Vec<v1::GroupInfo>,
+}
+
+/// How much of the applied state's digest a status gives.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Digest {
+    None,
+    /// The whole state's.
+    Whole,
+    /// The whole state's and each part's.
+    Parts,
 }
 
 /// One request of a `PublishBatch` call, handed to Raft and waiting to be answered.
@@ -1297,10 +1311,15 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         request: Request<v1::ClusterStatusRequest>,
     ) -> Result<Response<v1::ClusterStatusResponse>, Status> {
         let actor = self.callers.actor(&request)?;
-        let with_parts = request.into_inner().digest_parts;
+        let request = request.into_inner();
+        let digest = match (request.digest_parts, request.state_digest) {
+            (true, _) => Digest::Parts,
+            (false, true) => Digest::Whole,
+            (false, false) => Digest::None,
+        };
         // The parts name every stream and consumer of the cell, every tenant's included: cluster admin only.
-        self.check(&actor, if with_parts { cluster_admin } else { anyone })?;
-        Ok(Response::new(self.status_with(with_parts)?))
+        self.check(&actor, if digest == Digest::Parts { cluster_admin } else { anyone })?;
+        Ok(Response::new(self.status_with(digest)?))
     }
 
     async fn add_learner(

@@ -149,6 +149,7 @@ async fn every_route_of_the_json_api_answers() {
     let status = ok(addr, "GET", "/v1/cluster?digest_parts=true", None).await;
     assert_eq!((status["node_id"].as_str(), status["state"].as_str()), (Some("1"), Some("Leader")));
     assert!(status["digest_parts"].as_array().is_some_and(|parts| !parts.is_empty()));
+    assert_eq!(status["state_digest"].as_str().map(str::len), Some(64), "{status}");
     let unknown = http(addr, "POST", "/v1/cluster/nodes/9/promote", None).await;
     assert!(unknown.status >= 400, "{}", unknown.body);
     let removed = ok(addr, "DELETE", "/v1/cluster/nodes/9", None).await;

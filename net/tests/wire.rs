@@ -88,7 +88,7 @@ async fn bad_input_gets_typed_errors_and_changes_nothing() {
     client.create_stream("orders", stream_config(&["orders.>"])).await.expect("created");
     client.publish(publish("orders.1", b"first")).await.expect("published");
     let before = client.stream_info("orders").await.expect("info");
-    let digest_before = client.cluster_status().await.expect("status").state_digest;
+    let digest_before = client.cluster_status_with_digest().await.expect("status").state_digest;
 
     // Invalid names and subjects.
     expect_error(
@@ -170,7 +170,9 @@ async fn bad_input_gets_typed_errors_and_changes_nothing() {
     let messages = client.read("orders", 0, 1, 100, false).await.expect("read").messages;
     assert_eq!(messages.len(), 1);
     assert_eq!(messages[0].payload, Bytes::from_static(b"first"));
-    assert_ne!(digest_before, "", "a digest is reported");
+    assert_ne!(digest_before, "", "a digest is reported when asked for");
+    let plain = client.cluster_status().await.expect("status");
+    assert_eq!((plain.state_digest.as_str(), plain.digest_parts.len()), ("", 0), "and only then");
     node.stop().await.expect("a clean stop");
 }
 

@@ -688,7 +688,7 @@ impl Cluster {
             for _ in 0..1200 {
                 let mut seen = Vec::new();
                 for (id, client) in &clients {
-                    if let Ok(status) = client.cluster_status().await {
+                    if let Ok(status) = client.cluster_status_with_digest().await {
                         seen.push((*id, status.applied_index.unwrap_or_default(), status.state_digest));
                     }
                 }

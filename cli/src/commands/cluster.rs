@@ -46,12 +46,10 @@ fn print_status(status: &v1::ClusterStatusResponse) {
         if status.repairing { " (repairing: catching up lost entries)" } else { "" }
     );
     let index = |index: Option<u64>| index.map_or("none".to_string(), |index| index.to_string());
-    println!(
-        "  log index {}, applied {}, state digest {}",
-        index(status.last_log_index),
-        index(status.applied_index),
-        status.state_digest
-    );
+    // A membership change answers without the digest (only `cluster status` asks for it).
+    let digest =
+        if status.state_digest.is_empty() { String::new() } else { format!(", state digest {}", status.state_digest) };
+    println!("  log index {}, applied {}{digest}", index(status.last_log_index), index(status.applied_index));
     let mut table = Table::new(["id", "role", "client", "raft", "matched"]).right([4]);
     for node in &status.nodes {
         table.row([
@@ -71,7 +69,7 @@ pub async fn run(command: ClusterCommand) -> anyhow::Result<()> {
             // Status is about one node, so ask each in turn until one answers.
             let mut last_error = anyhow::anyhow!("no node address given");
             for server in &connect.server {
-                match client_of(&connect, vec![server.clone()])?.cluster_status().await {
+                match client_of(&connect, vec![server.clone()])?.cluster_status_with_digest().await {
                     Ok(status) => {
                         print_status(&status);
                         return Ok(());

@@ -150,7 +150,7 @@ pub async fn wait_converged(nodes: &[NodeProcess]) -> (u64, String) {
     while Instant::now() < deadline {
         let mut seen = Vec::new();
         for node in nodes.iter().filter(|node| node.child.is_some()) {
-            if let Ok(status) = node.client().cluster_status().await {
+            if let Ok(status) = node.client().cluster_status_with_digest().await {
                 seen.push((status.applied_index.unwrap_or_default(), status.state_digest));
             }
         }
