@@ -69,7 +69,8 @@ pub struct NodeArgs {
     /// Log entries between snapshots [default: 50000].
     #[arg(long, env = "CELLOG_SNAPSHOT_EVERY")]
     snapshot_every: Option<u64>,
-    /// MiB of log between snapshots, whatever their count: what a restart replays is bounded by it [default: 64].
+    /// MiB of log between snapshots, whatever their count, or twice the last snapshot's size if that is more: what a
+    /// restart replays is bounded by it [default: 64].
     #[arg(long, env = "CELLOG_SNAPSHOT_EVERY_MIB")]
     snapshot_every_mib: Option<u64>,
     /// Most MiB of log kept behind a snapshot; a follower further behind gets the snapshot [default: 256].

@@ -7,6 +7,7 @@
 //! as it is sent and into the follower's store as it arrives ([`crate::snapshot_transfer`]); installing it stores
 //! the file and deletes the bodies the new state no longer refers to, in one synced write.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
@@ -224,6 +225,8 @@ pub struct StateMachineStore<S> {
     applied: Arc<Notify>,
     /// Set once the node cannot go on (see [`crate::CellNode::wait_fatal`]); applying sets it if it panics.
     fatal_seen: Arc<watch::Sender<bool>>,
+    /// The stored snapshot's size in bytes (0: none), for the node's snapshot budget.
+    snapshot_bytes: Arc<AtomicU64>,
 }
 
 fn state_error(error: impl std::fmt::Display) -> RaftStorageError {
@@ -234,9 +237,9 @@ impl<S: Storage + Clone> StateMachineStore<S> {
     /// The state machine over `storage`, starting from the stored snapshot if there is one.
     pub fn open(storage: S) -> Result<Self, StorageError> {
         let bodies = Arc::new(StoredBodies::new(storage.clone()));
-        let mut replica = match stored_snapshot::get(&storage)? {
-            Some(bytes) => decode(&bytes)?,
-            None => Replica::default(),
+        let (mut replica, snapshot_bytes) = match stored_snapshot::get(&storage)? {
+            Some(bytes) => (decode(&bytes)?, bytes.len() as u64),
+            None => (Replica::default(), 0),
         };
         replica.cell.key_ids(id_key());
         if storage.get(Space::Meta, MetaKey::BodiesUnswept as u64)?.is_some() {
@@ -253,7 +256,8 @@ impl<S: Storage + Clone> StateMachineStore<S> {
         let applied = Arc::new(Notify::new());
         let fatal_seen = Arc::new(watch::Sender::new(false));
         let replica = Arc::new(Mutex::new(replica));
-        Ok(StateMachineStore { storage, bodies, replica, stored, initial_meta, applied, fatal_seen })
+        let snapshot_bytes = Arc::new(AtomicU64::new(snapshot_bytes));
+        Ok(StateMachineStore { storage, bodies, replica, stored, initial_meta, applied, fatal_seen, snapshot_bytes })
     }
 
     fn take_initial_meta(&self) -> Option<SnapshotMeta<NodeId, NodeAddrs>> {
@@ -279,6 +283,11 @@ impl<S: Storage + Clone> StateMachineStore<S> {
     /// Set once the node cannot go on: by applying, if it panics, and by the node's watchdog.
     pub(crate) fn fatal_seen(&self) -> Arc<watch::Sender<bool>> {
         self.fatal_seen.clone()
+    }
+
+    /// The stored snapshot's size in bytes (0: none), kept as snapshots are built and installed.
+    pub(crate) fn snapshot_bytes(&self) -> Arc<AtomicU64> {
+        self.snapshot_bytes.clone()
     }
 
     fn lock(&self) -> MutexGuard<'_, Replica> {
@@ -317,6 +326,7 @@ impl<S: Storage + Clone> StateMachineStore<S> {
         self.storage.sync().map_err(state_error)?;
         self.storage.checkpoint().map_err(state_error)?;
         *stored = meta.last_log_id;
+        self.snapshot_bytes.store(bytes.len() as u64, Ordering::Release);
         Ok(Snapshot { meta, snapshot: Box::new(SnapshotData::Empty) })
     }
 
@@ -528,6 +538,7 @@ impl<S: Storage + Clone> StateMachineStore<S> {
         self.storage.sync().map_err(state_error)?;
         self.storage.checkpoint().map_err(state_error)?;
         *stored = meta.last_log_id;
+        self.snapshot_bytes.store(received.file.len() as u64, Ordering::Release);
         drop(stored);
         current.cell = replica.cell;
         #[cfg(madsim)]

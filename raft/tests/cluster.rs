@@ -899,15 +899,76 @@ async fn a_snapshot_is_taken_once_the_log_after_the_last_passes_its_byte_budget(
                 .iter()
                 .map(|(_, framed)| framed.len() as u64)
                 .sum();
-            if snapshot.is_some() && after <= 2 * EVERY {
+            // The budget is EVERY, or twice the snapshot's size once that is more.
+            let budget = EVERY.max(2 * node.snapshot_bytes());
+            if snapshot.is_some() && after <= 2 * budget {
                 break;
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "node {id} has {after} bytes of log after its snapshot {snapshot:?}, {EVERY} make a snapshot"
+                "node {id} has {after} bytes of log after its snapshot {snapshot:?}, {budget} make a snapshot"
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_waits_for_twice_its_own_size_of_log() {
+    const EVERY: u64 = 1_000;
+    let mut cell = TestCell::new(1_000_000);
+    cell.bootstrap(&[1]).await;
+    cell.node(1).set_snapshot_every_bytes(EVERY);
+    cell.create_stream().await;
+    cell.publish("history", 200).await;
+    cell.converge().await;
+    let state = |cell: &TestCell| {
+        let node = cell.node(1);
+        let (snapshot, applied) = {
+            let metrics = node.raft().metrics();
+            let metrics = metrics.borrow();
+            (metrics.snapshot.map(|id| id.index), metrics.last_applied.expect("applied").index)
+        };
+        let after: u64 = cell.disks[&1]
+            .scan_framed(Space::Log, snapshot.map_or(1, |s| s + 1)..applied + 1, usize::MAX)
+            .expect("the log reads")
+            .iter()
+            .map(|(_, framed)| framed.len() as u64)
+            .sum();
+        (snapshot, node.snapshot_bytes(), after)
+    };
+    // The history's snapshots: the last is far larger than EVERY.
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let (first, size) = loop {
+        let (snapshot, size, after) = state(&cell);
+        if let Some(snapshot) = snapshot
+            && after <= 2 * size
+        {
+            break (snapshot, size);
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no snapshot settled: {snapshot:?}, {after} bytes after it");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(size > 8 * EVERY, "the history's snapshot is {size} bytes");
+    // More than EVERY bytes of log after it, less than twice its size: no snapshot yet.
+    let mut published = 0;
+    while state(&cell).2 <= 3 * EVERY {
+        cell.publish(&format!("more-{published}"), 1).await;
+        published += 1;
+    }
+    let (_, _, after) = state(&cell);
+    assert!(after < 2 * size, "{after} bytes of log after a {size}-byte snapshot");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(state(&cell).0, Some(first), "a snapshot taken at {after} bytes of log, under twice {size}");
+    // Past twice its size: the next one.
+    while state(&cell).2 <= 2 * size {
+        cell.publish(&format!("more-{published}"), 1).await;
+        published += 1;
+    }
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while state(&cell).0 == Some(first) {
+        assert!(tokio::time::Instant::now() < deadline, "no snapshot past twice {size} bytes of log");
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
