@@ -779,9 +779,9 @@ struct LogBudgets {
 }
 
 /// Keeps the log within its byte budgets. When the entries applied since the snapshot pass `snapshot_every` bytes, and
-/// [`SNAPSHOT_GROWTH`] times the snapshot's size, asks openraft for a snapshot (its own policy counts entries only). When a snapshot leaves more than `keep` bytes
-/// behind it, asks openraft to purge up to where what stays fits (openraft waits until no follower is being sent what
-/// it purges).
+/// [`SNAPSHOT_GROWTH`] times the snapshot's size, asks openraft for a snapshot (its own policy counts entries only).
+/// When a snapshot leaves more than `keep` bytes behind it, asks openraft to purge up to where what stays fits
+/// (openraft waits until no follower is being sent what it purges).
 async fn keep_log_within(raft: Raft, sizes: LogSizes, budgets: LogBudgets, stopped: Arc<AtomicBool>) {
     let mut looked_at = None;
     // The snapshot this node had when it last asked for one, and the polls since.
