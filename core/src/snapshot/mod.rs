@@ -141,8 +141,8 @@ fn encode_state(cell: &Cell) -> Vec<u8> {
 }
 
 /// postcard's output into a growing `Vec`, as its own `AllocVec`, except that the short writes (a varint, a short
-/// string: most of a state's writes) are copied at a length the compiler knows rather than through a `memcpy` call,
-/// which took two fifths of encoding a state whose messages carry ids. The bytes are the same.
+/// string: most of a state's writes) are copied at a length the compiler knows rather than through a `memcpy` call
+/// each: encoding 200 000 messages without ids measured 30 % faster. The bytes are the same.
 struct Growing(Vec<u8>);
 
 impl postcard::ser_flavors::Flavor for Growing {
