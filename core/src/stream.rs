@@ -501,6 +501,7 @@ impl Stream {
     }
 
     /// Appends a message and indexes it. The caller has made room, checked everything and stored the body.
+    #[inline]
     pub fn append(&mut self, message: Append<'_>, at: Millis, effects: &mut Vec<Effect>) -> u64 {
         let Append { partition, subject, body, key, msg_id, headers, ttl_ms, deliver_after_ms } = message;
         let (n_messages, n_bytes) = (self.n_messages, self.n_bytes);

@@ -26,7 +26,9 @@ pub(super) fn store_body(effects: &mut Vec<Effect>, next_body: &mut u64, payload
 
 /// Appends a message whose body is stored (`request.payload` is not looked at), and keeps the stream's sweep timer
 /// right: after an append the next sweep can only move earlier through the new message itself (its TTL, its dedup
-/// window, or its age when it is the first of its partition).
+/// window, or its age when it is the first of its partition). Inlined, as [`Stream::append`] is, so that the request
+/// and the [`Append`](crate::stream::Append) it becomes are not copied on the way.
+#[inline]
 pub(super) fn append_message(
     stream: &mut Stream,
     timers: &mut Timers,
