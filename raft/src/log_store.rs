@@ -192,8 +192,11 @@ impl LogSizes {
         let mut sizes = self.sizes();
         // Entries are appended after the last, or after a truncation; one written again in place moves the totals of
         // those after it.
-        let mut after = sizes.split_off(&index);
-        after.remove(&index);
+        let mut after = BTreeMap::new();
+        if sizes.last_key_value().is_some_and(|(&last, _)| last >= index) {
+            after = sizes.split_off(&index);
+            after.remove(&index);
+        }
         let mut total = sizes.last_key_value().map_or_else(|| base(&after), |(_, size)| size.total);
         total = total.saturating_add(bytes);
         sizes.insert(index, Size { bytes, total });
