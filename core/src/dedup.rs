@@ -54,6 +54,11 @@ fn held_hash(held: &Held) -> u64 {
     held.0
 }
 
+/// Whether a held id is `id`, whose hash is `hash`: the hashes first, so that most mismatches read no id.
+fn is(hash: u64, id: &str) -> impl Fn(&Held) -> bool + '_ {
+    move |held| held.0 == hash && *held.1 == *id
+}
+
 impl Default for DedupIndex {
     fn default() -> Self {
         DedupIndex::new(IdKey::default())
@@ -95,12 +100,12 @@ impl DedupIndex {
 
     pub fn get(&self, id: &str) -> Option<&DedupEntry> {
         let hash = self.key.hash(id);
-        self.ids.find(hash, |held| held.0 == hash && *held.1 == *id).map(|(.., entry)| entry)
+        self.ids.find(hash, is(hash, id)).map(|(.., entry)| entry)
     }
 
     pub fn get_mut(&mut self, id: &str) -> Option<&mut DedupEntry> {
         let hash = self.key.hash(id);
-        self.ids.find_mut(hash, |held| held.0 == hash && *held.1 == *id).map(|(.., entry)| entry)
+        self.ids.find_mut(hash, is(hash, id)).map(|(.., entry)| entry)
     }
 
     pub fn contains_key(&self, id: &str) -> bool {
@@ -110,7 +115,7 @@ impl DedupIndex {
     /// Remembers `id` with `entry`, in place of what it was remembered with.
     pub fn insert(&mut self, id: Arc<str>, entry: DedupEntry) {
         let hash = self.key.hash(&id);
-        match self.ids.entry(hash, |held| held.0 == hash && held.1 == id, held_hash) {
+        match self.ids.entry(hash, is(hash, &id), held_hash) {
             hashbrown::hash_table::Entry::Occupied(mut held) => held.get_mut().2 = entry,
             hashbrown::hash_table::Entry::Vacant(vacant) => {
                 vacant.insert((hash, id, entry));
@@ -120,7 +125,7 @@ impl DedupIndex {
 
     pub fn remove(&mut self, id: &str) {
         let hash = self.key.hash(id);
-        if let Ok(held) = self.ids.find_entry(hash, |held| held.0 == hash && *held.1 == *id) {
+        if let Ok(held) = self.ids.find_entry(hash, is(hash, id)) {
             held.remove();
         }
     }

@@ -197,8 +197,8 @@ impl LogSizes {
             after = sizes.split_off(&index);
             after.remove(&index);
         }
-        let mut total = sizes.last_key_value().map_or_else(|| base(&after), |(_, size)| size.total);
-        total = total.saturating_add(bytes);
+        let before = sizes.last_key_value().map_or_else(|| base(&after), |(_, size)| size.total);
+        let mut total = before.saturating_add(bytes);
         sizes.insert(index, Size { bytes, total });
         for (index, size) in after {
             total = total.saturating_add(size.bytes);
