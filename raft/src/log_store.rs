@@ -31,6 +31,19 @@ pub struct LogStore<S> {
     sizes: LogSizes,
     flusher: Flusher,
     recent: Recent,
+    committed: CommittedHint,
+}
+
+/// The commit index Raft last saved, until the next append writes it: a hint (see [`LogStore::save_committed`]) that
+/// rides in the next append's batch rather than costing a write of its own, which on a leader sits between an entry's
+/// commit and its apply, and on a follower in every heartbeat that moves the commit index.
+#[derive(Clone, Debug, Default)]
+struct CommittedHint(Arc<Mutex<Option<Option<LogId>>>>);
+
+impl CommittedHint {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Option<LogId>>> {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }
 
 /// The most bytes of log (as stored) [`Recent`] keeps.
@@ -310,7 +323,13 @@ fn write_error(error: StorageError) -> RaftStorageError {
 impl<S: Storage + Clone> LogStore<S> {
     /// The log store over `storage`, whose log entries have the stored `sizes`.
     pub fn new(storage: S, sizes: LogSizes) -> Self {
-        LogStore { storage, sizes, flusher: Flusher::default(), recent: Recent::default() }
+        LogStore {
+            storage,
+            sizes,
+            flusher: Flusher::default(),
+            recent: Recent::default(),
+            committed: CommittedHint::default(),
+        }
     }
 
     /// The stored size of each entry, shared with the store as it changes.
@@ -329,6 +348,14 @@ impl<S: Storage + Clone> LogStore<S> {
         self.storage.write(batch)?;
         tokio::time::sleep(delay).await;
         self.storage.sync()
+    }
+
+    /// The commit index last saved: the hint the next append writes, or else the one stored (`None` if there is none).
+    fn saved_committed(&self) -> Result<Option<Option<LogId>>, StorageError> {
+        match *self.committed.lock() {
+            Some(committed) => Ok(Some(committed)),
+            None => read_meta(&self.storage, MetaKey::Committed),
+        }
     }
 
     /// The id of the last entry in the log, if any.
@@ -420,15 +447,16 @@ impl<S: Storage + Clone> RaftLogStorage<TypeConfig> for LogStore<S> {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), RaftStorageError> {
-        // A hint that lets a restarted node re-apply committed entries at once; it needs no sync of its own, since
-        // it never runs ahead of what the next synced append makes durable.
-        let mut batch = Batch::new();
-        batch.put(Space::Meta, MetaKey::Committed as u64, &encode(&committed));
-        self.storage.write(batch).map_err(write_error)
+        // A hint that lets a restarted node re-apply committed entries at once. It needs no sync of its own, since it
+        // never runs ahead of what the next synced append makes durable, nor a write of its own: the next append
+        // writes it in its batch, so a restart finds it at most one append behind, or not at all (the node then
+        // learns the rest from the leader, as a follower does anyway).
+        *self.committed.lock() = Some(committed);
+        Ok(())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, RaftStorageError> {
-        match read_meta::<_, Option<LogId>>(&self.storage, MetaKey::Committed) {
+        match self.saved_committed() {
             Ok(committed) => Ok(committed.flatten()),
             // Only a hint: without it the node waits for the leader to say what is committed.
             Err(StorageError::Corrupt { .. }) => Ok(None),
@@ -453,6 +481,10 @@ impl<S: Storage + Clone> RaftLogStorage<TypeConfig> for LogStore<S> {
         let first = appended.first().map(|(entry, _)| entry.log_id.index);
         if let Some((last, _)) = appended.last() {
             batch.put(Space::Meta, MetaKey::SyncedLog as u64, &encode(&last.log_id.index));
+        }
+        // Taken before the write: if it fails, the store is poisoned, and a hint is only a hint.
+        if let Some(committed) = self.committed.lock().take() {
+            batch.put(Space::Meta, MetaKey::Committed as u64, &encode(&committed));
         }
         // Written now, so that the entries are readable when this returns; flushed once a sync after the write ends.
         if let Err(error) = self.storage.write(batch) {
@@ -491,7 +523,7 @@ impl<S: Storage + Clone> RaftLogStorage<TypeConfig> for LogStore<S> {
         batch.put(Space::Meta, MetaKey::LastPurged as u64, &encode(&log_id));
         #[cfg(madsim)]
         let up_to = if cellog_planted::active(cellog_planted::Mutant::PurgePastDurable) {
-            let committed = read_meta::<_, Option<LogId>>(&self.storage, MetaKey::Committed).ok().flatten().flatten();
+            let committed = self.saved_committed().ok().flatten().flatten();
             committed.map_or(log_id.index, |committed| committed.index.max(log_id.index))
         } else {
             log_id.index

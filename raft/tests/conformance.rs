@@ -320,6 +320,36 @@ fn appends_waiting_together_share_one_sync_and_are_durable_once_reported_flushed
     assert_eq!(disk.keys(Space::Log), (1..=8).collect::<Vec<u64>>(), "a reported append was lost in a crash");
 }
 
+/// The commit index Raft saves costs no write of its own: the next append writes it in its batch. This node reads it
+/// back at once; after a crash it finds the one the last append wrote, at most one append behind.
+#[cfg(not(madsim))]
+#[test]
+fn the_saved_commit_index_is_written_with_the_next_append() {
+    use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
+    use openraft::{CommittedLeaderId, EntryPayload, LogId};
+
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let disk = SimDisk::new(5);
+    let (mut log_store, _, _) = open_stores(disk.clone()).expect("an empty disk opens");
+    let log_id = |index| LogId::new(CommittedLeaderId::new(1, 1), index);
+    let entry = |index| cellog_raft::Entry { log_id: log_id(index), payload: EntryPayload::Blank };
+    runtime.block_on(async {
+        log_store.save_vote(&openraft::Vote::new_committed(1, 1)).await.expect("voted");
+        log_store.blocking_append([entry(0), entry(1)]).await.expect("appended");
+        log_store.save_committed(Some(log_id(1))).await.expect("saved");
+        assert_eq!(log_store.read_committed().await.unwrap(), Some(log_id(1)));
+        log_store.blocking_append([entry(2)]).await.expect("appended");
+        log_store.save_committed(Some(log_id(2))).await.expect("saved");
+        assert_eq!(log_store.read_committed().await.unwrap(), Some(log_id(2)), "the last saved, as yet unwritten");
+    });
+    disk.crash();
+    disk.reopen();
+    let (mut log_store, _, _) = open_stores(disk.clone()).expect("reopens");
+    runtime.block_on(async {
+        assert_eq!(log_store.read_committed().await.unwrap(), Some(log_id(1)), "the one the last append wrote");
+    });
+}
+
 struct SimBuilder;
 
 impl StoreBuilder<TypeConfig, LogStore<SimDisk>, StateMachineStore<SimDisk>, ()> for SimBuilder {
