@@ -450,7 +450,7 @@ impl<S: Storage + Clone> RaftLogStorage<TypeConfig> for LogStore<S> {
         // A hint that lets a restarted node re-apply committed entries at once. It needs no sync of its own, since it
         // never runs ahead of what the next synced append makes durable, nor a write of its own: the next append
         // writes it in its batch, so a restart finds it at most one append behind, or not at all (the node then
-        // learns the rest from the leader, as a follower does anyway).
+        // learns the rest at the next commit: a follower from its leader, a leader from its own first entry).
         *self.committed.lock() = Some(committed);
         Ok(())
     }
