@@ -47,7 +47,7 @@ pub mod subject;
 pub mod tenant;
 mod time;
 
-pub use auth::{Access, Actor, Grants, ROOT, SENDER_HEADER, TokenHash};
+pub use auth::{Access, Actor, Grants, NODE_HEADER_PREFIX, ROOT, SENDER_HEADER, TokenHash, is_node_header};
 pub use body::BodyRef;
 pub use cell::transaction::{MAX_TRANSACTION_BYTES, MAX_TRANSACTION_MESSAGES};
 pub use cell::{

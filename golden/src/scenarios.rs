@@ -351,9 +351,12 @@ async fn grants_and_tokens(cluster: &Cluster) {
             root.put_principal("bob", grants("orders.us.*", &[])).await.expect("bob");
             root.add_token("bob", token::hash(BOB_TOKEN)).await.expect("bob's token");
 
+            // A header named like the node's, in any case, is refused: the sender is the cell's to stamp.
             let mut forged = message("orders.eu.1", "alice", 0);
-            forged.headers.insert("Cellog-Sender".to_string(), "root".to_string());
-            let ack = alice.publish(forged).await.expect("inside alice's grants");
+            forged.headers.insert("cellog-sender".to_string(), "root".to_string());
+            let refused = alice.publish(forged).await.expect_err("a forged sender");
+            assert_eq!(refused.reason(), Some("PERMISSION_DENIED"));
+            let ack = alice.publish(message("orders.eu.1", "alice", 0)).await.expect("inside alice's grants");
             let refused = bob.publish(message("orders.eu.2", "bob", 0)).await.expect_err("outside bob's grants");
             assert_eq!(refused.reason(), Some("PERMISSION_DENIED"));
             let read = root.read(STREAM, ack.partition, ack.seq, 1, false).await.expect("read");

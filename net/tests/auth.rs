@@ -120,10 +120,15 @@ async fn every_call_runs_as_a_principal_with_its_grants() {
     assert!(refused.to_string().contains("publish on \"orders.eu.1\""), "{refused}");
     assert_eq!(root.stream_info("orders").await.expect("info").messages, 0);
 
-    // A forged sender is overwritten with the publishing principal.
+    // A header named like the node's (`Cellog-*`, in any case) is refused and writes nothing; the sender is
+    // stamped by the cell.
     let mut forged = publish("orders.eu.1");
-    forged.headers.insert("Cellog-Sender".to_string(), "root".to_string());
-    let ack = alice.publish(forged).await.expect("inside alice's grants");
+    forged.headers.insert("cellog-sender".to_string(), "root".to_string());
+    let refused = alice.publish(forged).await.expect_err("a forged sender");
+    assert_eq!(refused.reason(), Some("PERMISSION_DENIED"));
+    assert!(refused.to_string().contains("\"cellog-sender\""), "{refused}");
+    assert_eq!(root.stream_info("orders").await.expect("info").messages, 0);
+    let ack = alice.publish(publish("orders.eu.1")).await.expect("inside alice's grants");
     let stored = alice.read("orders", ack.partition, ack.seq, 1, false).await.expect("alice reads").messages;
     assert_eq!(stored[0].headers.get("Cellog-Sender").map(String::as_str), Some("alice"));
 

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::{Cell, PIN_HEADER};
-use crate::auth::{Access, Actor, Grants, SENDER_HEADER, TokenHash};
+use crate::auth::{Access, Actor, Grants, NODE_HEADER_PREFIX, SENDER_HEADER, TokenHash, is_node_header};
 use crate::command::{Command, Effect, Outcome};
 use crate::error::Rejection;
 use crate::tenant::Scope;
@@ -62,12 +62,15 @@ impl Cell {
                 if let Some(filter) = auth.reserved_for(&request.subject) {
                     return Err(reserved(principal, filter));
                 }
-                if request.headers.contains_key(PIN_HEADER) {
-                    // A pin holds another stream's message against retention and recall: the node's provenance rows
-                    // only, never a principal's message (which could hold what it may not even read).
+                // The sender, a pin (which holds another stream's message against retention and recall) and a dead
+                // letter's origin are the node's to write, in whatever case a reader folds them to.
+                if let Some(name) = request.headers.keys().find(|name| is_node_header(name)) {
                     return Err(Rejection::PermissionDenied {
                         principal: principal.to_string(),
-                        needs: format!("the node's own authority (the {PIN_HEADER} header is the node's)"),
+                        needs: format!(
+                            "the node's own authority (headers named {NODE_HEADER_PREFIX}* in any case, such as \
+                             {PIN_HEADER} and {SENDER_HEADER}, are the node's; the message carries {name:?})"
+                        ),
                     });
                 }
             }
@@ -78,9 +81,23 @@ impl Cell {
                     return Err(reserved(principal, filter));
                 }
             }
-            Command::CreateStream { .. }
-            | Command::UpdateStream { .. }
-            | Command::CreateConsumer { .. }
+            // A stream change never touches the node's subjects: neither what the stream claims before nor after,
+            // nor a dead-letter stream that does (a dead letter is a write into it).
+            Command::CreateStream { name, config } | Command::UpdateStream { name, config } => {
+                auth.authorize(principal, &Access::Admin)?;
+                let claimed = |stream: &str| self.streams.get(stream).map_or(&[][..], |s| &s.config().subjects[..]);
+                let before = match command {
+                    Command::UpdateStream { .. } => claimed(name),
+                    _ => &[],
+                };
+                let dead_letters = config.dead_letter_stream.as_deref().map_or(&[][..], claimed);
+                for subjects in [&config.subjects[..], before, dead_letters] {
+                    if let Some(filter) = auth.reserved_overlap(subjects) {
+                        return Err(reserved(principal, filter));
+                    }
+                }
+            }
+            Command::CreateConsumer { .. }
             | Command::UpdateConsumer { .. }
             | Command::DeleteConsumer { .. }
             | Command::RegisterPeer { .. }
@@ -100,7 +117,19 @@ impl Cell {
             | Command::MemberCommit { stream, group: consumer, .. } => {
                 auth.authorize(principal, &Access::Consume { stream, consumer })?
             }
-            Command::InitProducer { .. } => auth.authorize(principal, &Access::AnyPublish)?,
+            // A transactional id belongs to the principal that registered it: another's registration would fence
+            // the owner and abort its open transaction.
+            Command::InitProducer { transactional_id, .. } => {
+                auth.authorize(principal, &Access::AnyPublish)?;
+                if let Some(&producer_id) = self.transactional_ids.get(transactional_id.as_str()) {
+                    auth.authorize_producer(principal, producer_id).map_err(|_| Rejection::PermissionDenied {
+                        principal: principal.to_string(),
+                        needs: format!(
+                            "ownership of transactional id {transactional_id:?} (another principal registered it)"
+                        ),
+                    })?;
+                }
+            }
             Command::BeginTransaction(r)
             | Command::PrepareTransaction(r)
             | Command::CommitTransaction(r)

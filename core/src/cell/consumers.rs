@@ -153,10 +153,13 @@ impl Cell {
             let original = source.message(letter.partition, letter.seq).cloned();
             let target = source.config().dead_letter_stream.clone();
             let mut copy = None;
-            // A dead-letter stream that moved to another cell gets no copy here (it would fork that stream's log).
+            // A dead-letter stream that moved to another cell gets no copy here (it would fork that stream's log),
+            // nor does one that claims subjects reserved for the node (its streams are written by the node alone;
+            // a principal can name no such stream, but the node may reserve its subjects after it was named).
             if let (Some(message), Some(target)) = (original, target)
                 && super::placement::writable(&self.ownership, &self.mirroring, &target).is_ok()
                 && let Some(dead_letters) = self.streams.get_mut(target.as_str())
+                && self.auth.reserved_overlap(&dead_letters.config().subjects).is_none()
             {
                 let mut headers = message.headers().cloned().unwrap_or_default();
                 for (name, value) in [

@@ -6,7 +6,7 @@ use crate::config::{MAX_DURATION_MS, MAX_PAYLOAD_LIMIT};
 use crate::error::{Cap, NameKind, Rejection};
 use crate::mirror::MAX_RECALLS_READ;
 use crate::placement::{MAX_ADDRESS_BYTES, MAX_CELL_ADDRESSES};
-use crate::subject::{tenant_of, validate_name, validate_subject};
+use crate::subject::{TENANT_SEPARATOR, tenant_of, validate_name, validate_subject};
 use crate::tenant::validate_scoped_name;
 
 /// Most streams in a cell.
@@ -299,6 +299,15 @@ impl Command {
             }
             Command::InitProducer { transactional_id, transaction_timeout_ms } => {
                 check_id(NameKind::TransactionalId, transactional_id)?;
+                // A tenant's ids are stored as `TENANT/ID`: a principal's id holding the separator could name (and
+                // squat on) another tenant's.
+                if author == Author::Principal && transactional_id.contains(TENANT_SEPARATOR) {
+                    return Err(Rejection::InvalidName {
+                        kind: NameKind::TransactionalId,
+                        name: transactional_id.clone(),
+                        reason: format!("contains {TENANT_SEPARATOR:?}, which separates a tenant from its names"),
+                    });
+                }
                 if *transaction_timeout_ms == 0 || *transaction_timeout_ms > MAX_DURATION_MS {
                     return Err(invalid(format!("transaction_timeout_ms must be between 1 and {MAX_DURATION_MS}")));
                 }

@@ -109,16 +109,55 @@ fn an_unknown_or_revoked_token_and_an_unknown_principal_are_unauthenticated() {
 }
 
 #[test]
-fn the_cell_stamps_the_sender_over_any_the_caller_sent() {
+fn the_cell_stamps_the_sender_and_refuses_a_caller_s_node_header_in_any_case() {
     let mut h = cell();
-    let mut request = PublishRequest::new("orders.eu.1", Bytes::from_static(b"x"));
-    request.headers.insert(SENDER_HEADER.to_string(), "root".to_string());
-    let Outcome::Published(ack) = h.ok(as_token(1, Command::Publish(request))) else { panic!("a publish") };
+    let Outcome::Published(ack) = h.ok(as_token(1, publish("orders.eu.1"))) else { panic!("a publish") };
     let record = h.cell.read("orders", ack.partition, ack.seq).unwrap();
     assert_eq!(record.headers.get(SENDER_HEADER).map(String::as_str), Some("alice"));
     // The node's own publish (not run as anyone) is stored as sent.
     let Outcome::Published(ack) = h.ok(publish("orders.eu.2")) else { panic!("a publish") };
     assert_eq!(h.cell.read("orders", ack.partition, ack.seq).unwrap().headers.get(SENDER_HEADER), None);
+    // (header a caller sends, refused): every `Cellog-*` name is the node's, in whatever case a reader folds to.
+    let table = [
+        ("Cellog-Sender", true),
+        ("cellog-sender", true),
+        ("CELLOG-SENDER", true),
+        ("Cellog-Pin", true),
+        ("cellog-dead-letter-stream", true),
+        ("cElLoG-anything", true),
+        ("Cellog-", true),
+        ("Cellog", false),
+        ("Cellogx-Sender", false),
+        ("X-Cellog-Sender", false),
+        ("sender", false),
+    ];
+    for (name, refused) in table {
+        let mut request = PublishRequest::new("orders.eu.3", Bytes::from_static(b"x"));
+        request.headers.insert(name.to_string(), "root".to_string());
+        let command = as_token(1, Command::Publish(request));
+        let before = state_parts(&h.cell);
+        let result = h.apply(command.clone());
+        if refused {
+            let needs = denied(result).unwrap_or_else(|| panic!("a caller's {name:?} header was not refused"));
+            assert!(needs.contains(&format!("{name:?}")), "{name}: {needs}");
+            assert_eq!(state_parts(&h.cell), before, "{name}: a refusal changed the state");
+            // The node refuses it before proposing, with the same answer.
+            assert!(h.cell.authorize_command(&Actor::Token(token(1)), &unwrap_as(command)).is_err(), "{name}");
+        } else {
+            let Ok(Outcome::Published(ack)) = result else { panic!("{name}: {result:?}") };
+            let record = h.cell.read("orders", ack.partition, ack.seq).unwrap();
+            assert_eq!(record.headers.get(name).map(String::as_str), Some("root"), "{name}");
+            assert_eq!(record.headers.get(SENDER_HEADER).map(String::as_str), Some("alice"), "{name}");
+        }
+    }
+}
+
+/// The command inside an `As`.
+fn unwrap_as(command: Command) -> Command {
+    match command {
+        Command::As { command, .. } => *command,
+        other => other,
+    }
 }
 
 #[test]
@@ -140,6 +179,48 @@ fn only_the_principal_that_registered_a_producer_drives_its_transactions() {
     h.ok(as_token(1, stage("orders.eu.1", r)));
     assert!(denied(h.apply(as_token(4, Command::AbortTransaction(r)))).is_some());
     h.ok(as_token(1, Command::CommitTransaction(r)));
+}
+
+/// A transactional id is its registering principal's: another principal's `InitProducer` of it is refused before it
+/// fences the owner or aborts the owner's open transaction, and no principal's id reaches into a tenant's ids.
+#[test]
+fn another_principal_cannot_take_over_a_transactional_id() {
+    let mut h = cell();
+    h.ok(as_token(9, Command::PutPrincipal { name: "carol".into(), grants: grants(&["orders.>"], &[], &[]) }));
+    h.ok(as_token(9, Command::AddToken { principal: "carol".into(), token: token(4) }));
+    h.ok(as_token(9, Command::PutPrincipal { name: "acme/alice".into(), grants: grants(&["orders.>"], &[], &[]) }));
+    h.ok(as_token(9, Command::AddToken { principal: "acme/alice".into(), token: token(5) }));
+    let init = |id: &str| Command::InitProducer { transactional_id: id.into(), transaction_timeout_ms: 10_000 };
+    let Outcome::ProducerInitialized(r) = h.ok(as_token(1, init("t"))) else { panic!("a producer") };
+    h.ok(as_token(1, Command::BeginTransaction(r)));
+    // acme/alice registers `t` in her tenant: stored as `acme/t`, another id than the cell's `t`.
+    let Outcome::ProducerInitialized(tenants) = h.ok(as_token(5, init("t"))) else { panic!("a producer") };
+    assert_ne!(tenants.producer_id, r.producer_id);
+
+    // (who, id, refused with): carol takes neither alice's `t` nor (through a `/`) acme's.
+    let table: Vec<(u8, &str, fn(&Rejection) -> bool)> = vec![
+        (
+            4,
+            "t",
+            |r| matches!(r, Rejection::PermissionDenied { needs, .. } if needs.contains("transactional id \"t\"")),
+        ),
+        (4, "acme/t", |r| matches!(r, Rejection::InvalidName { .. })),
+        (9, "acme/t", |r| matches!(r, Rejection::InvalidName { .. })),
+        (5, "x/t", |r| matches!(r, Rejection::InvalidName { .. })),
+    ];
+    for (who, id, expected) in table {
+        let before = state_parts(&h.cell);
+        let result = h.apply(as_token(who, init(id)));
+        assert!(result.as_ref().is_err_and(expected), "principal with token {who}, id {id:?}: {result:?}");
+        assert_eq!(state_parts(&h.cell), before, "{id}: a refusal changed the state");
+    }
+    // Alice's transaction is still open at her epoch, and she may register her id again (fencing herself).
+    h.ok(as_token(1, Command::CommitTransaction(r)));
+    let Outcome::ProducerInitialized(again) = h.ok(as_token(1, init("t"))) else { panic!("a producer") };
+    assert_eq!(again.producer_id, r.producer_id);
+    // The node's own commands name a tenant's id in full.
+    let Outcome::ProducerInitialized(node) = h.ok(init("acme/t")) else { panic!("a producer") };
+    assert_eq!(node.producer_id, tenants.producer_id);
 }
 
 #[test]
@@ -241,6 +322,75 @@ fn reserved_subjects_are_the_node_s_alone() {
         assert!(needs.starts_with("the node's own authority"), "{description}: {needs}");
     }
     assert_eq!(h.cell.stream_info("mail").unwrap().n_messages, 1);
+}
+
+/// No principal's stream change touches a reserved subject: not what a stream claims after the change, not what it
+/// claimed before (re-subjecting the node's stream to write into it, or weakening its deduplication), and not through
+/// a dead-letter stream. The node changes its own streams.
+#[test]
+fn a_stream_change_never_touches_a_reserved_subject() {
+    let mut h = cell();
+    h.ok(Command::CreateStream { name: "mail".into(), config: StreamConfig::with_subjects(["mail.in.>"]) });
+    h.ok(Command::ReserveSubjects { filter: "mail.>".into() });
+    let config = |subjects: &[&str]| StreamConfig::with_subjects(subjects.iter().copied());
+    let create = |name: &str, config: StreamConfig| Command::CreateStream { name: name.into(), config };
+    let update = |name: &str, config: StreamConfig| Command::UpdateStream { name: name.into(), config };
+    let shorter_window = StreamConfig { duplicate_window_ms: 1, ..config(&["mail.in.>"]) };
+    let into_mail = StreamConfig { dead_letter_stream: Some("mail".into()), ..config(&["x.>"]) };
+    let table = [
+        create("evil", config(&["mail.in.x"])),
+        create("evil", config(&["mail.*.x"])),
+        create("evil", config(&["*.in.>"])),
+        create("evil", into_mail.clone()),
+        update("mail", config(&["evil.>"])),
+        update("mail", shorter_window.clone()),
+        update("orders", config(&["orders.>", "mail.out.>"])),
+        update("orders", StreamConfig { dead_letter_stream: Some("mail".into()), ..config(&["orders.>"]) }),
+    ];
+    for command in table {
+        for who in [3, 9] {
+            let before = state_parts(&h.cell);
+            let description = format!("principal with token {who}: {command:?}");
+            let needs = denied(h.apply(as_token(who, command.clone())))
+                .unwrap_or_else(|| panic!("{description} was not refused"));
+            assert!(needs.contains("mail.> is reserved for the node's own streams"), "{description}: {needs}");
+            assert_eq!(state_parts(&h.cell), before, "{description}: a refusal changed the state");
+        }
+    }
+    // What touches no reserved subject is an admin's to change; the node's own stream is the node's.
+    h.ok(as_token(3, create("x", config(&["x.>"]))));
+    h.ok(as_token(3, update("orders", config(&["orders.>", "more.>"]))));
+    h.ok(update("mail", shorter_window));
+}
+
+/// A dead letter never lands in a stream whose subjects the node reserved after the stream was named the dead-letter
+/// stream: the message is dead-lettered without a copy.
+#[test]
+fn a_dead_letter_is_not_copied_into_a_reserved_stream() {
+    let mut h = Harness::new();
+    h.simple_stream("dlq");
+    h.create_stream(
+        "orders",
+        StreamConfig { dead_letter_stream: Some("dlq".into()), ..StreamConfig::with_subjects(["orders.>"]) },
+    );
+    let consumer = ConsumerConfig { ack_wait_ms: 1_000, max_deliver: Some(1), ..ConsumerConfig::default() };
+    h.create_consumer("orders", "c", consumer);
+    h.ok(Command::ReserveSubjects { filter: "dlq.>".into() });
+    h.publish("orders.eu", "poison").unwrap();
+    assert_eq!(h.fetch("orders", "c", 1).len(), 1);
+    h.take_effects();
+    h.advance(1_000);
+    h.tick();
+    let copies: Vec<_> = h
+        .take_effects()
+        .into_iter()
+        .filter_map(|effect| match effect {
+            cellog_core::Effect::DeadLettered { copy, .. } => Some(copy),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(copies, vec![None]);
+    assert_eq!(h.cell.stream_info("dlq").unwrap().n_messages, 0);
 }
 
 /// At most [`cellog_core::auth::MAX_GRANT_ENTRIES`] filters are reserved; reserving one of them again is still fine.
