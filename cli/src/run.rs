@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use cellog_client::{Client, ClientOptions, ClientTls};
+use cellog_core::TokenHash;
 use cellog_envelope::{CellKey, Keyring};
 use cellog_mail::{MailConfig, RetryPolicy};
 use cellog_net::auth::{Callers, PrincipalRate};
@@ -84,9 +85,14 @@ pub struct NodeArgs {
     /// are then reached over TLS and verified with it; a cell without one is reached in plaintext.
     #[arg(long = "home-ca", env = "CELLOG_HOME_CAS", value_delimiter = ',')]
     home_cas: Vec<String>,
-    /// Serve callers without a credential as the root principal. Only for a node every caller of which is trusted.
+    /// Serve callers without a credential as the root principal, and listen off loopback without TLS. Only for a
+    /// node every caller of which is trusted; never with TLS.
     #[arg(long, env = "CELLOG_INSECURE")]
     insecure: bool,
+    /// A file holding a token that reads /metrics and nothing else (give it to Prometheus as its bearer token; any
+    /// 32+ random characters, e.g. `cellog auth token new` on any cell). A cluster admin's token reads it too.
+    #[arg(long, env = "CELLOG_METRICS_TOKEN_FILE")]
+    metrics_token_file: Option<PathBuf>,
     /// Commands per second each principal but root may send this node (0: unlimited) [default: 20000].
     #[arg(long, env = "CELLOG_PRINCIPAL_RATE")]
     principal_rate: Option<u32>,
@@ -167,6 +173,7 @@ struct FileConfig {
     keepalive_ms: Option<u64>,
     root_token_file: Option<PathBuf>,
     mirror_token_file: Option<PathBuf>,
+    metrics_token_file: Option<PathBuf>,
     tls_ca: Option<PathBuf>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
@@ -294,6 +301,10 @@ impl NodeArgs {
             ..MirrorOptions::default()
         };
         let insecure = self.insecure || file.insecure.unwrap_or(false);
+        let scrape_token = match self.metrics_token_file.or(file.metrics_token_file) {
+            Some(path) => Some(TokenHash(cellog_client::token::hash(&read_token(&path)?))),
+            None => None,
+        };
         let per_second = self.principal_rate.or(file.principal_rate).unwrap_or(PrincipalRate::DEFAULT.per_second);
         let burst = self.principal_burst.or(file.principal_burst).unwrap_or(per_second.saturating_mul(2));
         let rate = (per_second > 0).then_some(PrincipalRate { per_second, burst: burst.max(1) });
@@ -348,23 +359,13 @@ impl NodeArgs {
             mail: None,
             past: Past::Unknown,
             cell_id: None,
-            callers: Callers { insecure, cell: None, rate },
+            callers: Callers { insecure, cell: None, rate, scrape_token },
             root_token,
             tls,
             limits,
             mirrors,
         };
-        // Off loopback, calls and Raft messages cross a network: they go over TLS, or the operator says otherwise.
-        let exposed = [config.client_addr, config.raft_addr].into_iter().find(|addr| !addr.ip().is_loopback());
-        if let Some(addr) = exposed
-            && config.tls.is_none()
-            && !insecure
-        {
-            bail!(
-                "{addr} is not a loopback address: give the node TLS (--tls-ca, --tls-cert, --tls-key; see `cellog \
-                 certs`), or run it --insecure on a network every caller of which is trusted"
-            );
-        }
+        check_doors(&config)?;
         if config.peers.iter().any(|peer| peer.id == config.id) {
             bail!("node {} lists itself among its peers", config.id);
         }
@@ -372,13 +373,38 @@ impl NodeArgs {
     }
 }
 
+/// Every port over TLS or on loopback: off loopback, calls, Raft messages and HTTP cross a network, so they go over
+/// TLS unless the operator says every caller there is trusted (`--insecure`); and `--insecure`, which serves a caller
+/// without a credential as root, never combines with TLS, whose point is that callers prove who they are.
+fn check_doors(config: &NodeConfig) -> anyhow::Result<()> {
+    let insecure = config.callers.insecure;
+    if insecure && config.tls.is_some() {
+        bail!(
+            "--insecure serves callers without a credential as root, which TLS is there to prevent: give the node \
+             TLS or --insecure, not both"
+        );
+    }
+    let ports = [("client", Some(config.client_addr)), ("raft", Some(config.raft_addr)), ("HTTP", config.metrics_addr)];
+    let exposed = ports.into_iter().find_map(|(port, addr)| Some((port, addr.filter(|a| !a.ip().is_loopback())?)));
+    if let Some((port, addr)) = exposed
+        && config.tls.is_none()
+        && !insecure
+    {
+        bail!(
+            "the {port} address {addr} is not a loopback address: give the node TLS (--tls-ca, --tls-cert, \
+             --tls-key; see `cellog certs`), or run it --insecure on a network every caller of which is trusted"
+        );
+    }
+    Ok(())
+}
+
 /// A token from its file, checked.
 fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
-    let text = read_text_bounded(path, MAX_SECRET_BYTES).context("reading the root token")?;
+    let text = read_text_bounded(path, MAX_SECRET_BYTES).context("reading a token file")?;
     let token = text.trim().to_string();
     cellog_client::token::check(&token).map_err(|reason| anyhow::anyhow!("{}: {reason}", path.display()))?;
     if token.len() < 32 {
-        bail!("{}: a root token needs at least 32 characters", path.display());
+        bail!("{}: a token needs at least 32 characters", path.display());
     }
     Ok(token)
 }
@@ -420,7 +446,7 @@ impl DevCerts {
         if !cert.exists() {
             let (ca, _) = certs::load_ca(&self.dir)?;
             let hosts = ["127.0.0.1".to_string(), "localhost".to_string()];
-            let issued = certs::issue_node(&ca, cell, id, &hosts)?;
+            let issued = certs::issue_node(&ca, cell, id, &hosts, certs::NODE_DAYS)?;
             certs::write_new(&key, &issued.key, true)?;
             certs::write_new(&cert, &issued.cert, false)?;
         }
@@ -436,7 +462,7 @@ fn dev_certs(dir: &std::path::Path) -> anyhow::Result<DevCerts> {
         let ca = certs::init(dir, "dev")?;
         for id in 1..=3 {
             let hosts = ["127.0.0.1".to_string(), "localhost".to_string()];
-            let issued = certs::issue_node(&ca, "dev", id, &hosts)?;
+            let issued = certs::issue_node(&ca, "dev", id, &hosts, certs::NODE_DAYS)?;
             certs::write_new(&dir.join(format!("node-{id}.key")), &issued.key, true)?;
             certs::write_new(&dir.join(format!("node-{id}.pem")), &issued.cert, false)?;
         }
@@ -614,14 +640,17 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         ),
     }
     for (node, config) in nodes.iter().zip(cells.iter().flatten()) {
-        let http = node.metrics_addr.map(|addr| format!("http://{addr}/")).unwrap_or_default();
+        // The dev cell serves TLS on every port, HTTP included, with its nodes' certificates of the dev CA.
+        let http = node.metrics_addr.map(|addr| format!("https://{addr}/")).unwrap_or_default();
         let cell = if args.cells == 0 { String::new() } else { format!("{} ", config.cell) };
         println!("  {cell}node {}  client {}  raft {}  http {http}", node.node.id(), node.client_addr, node.raft_addr);
     }
     if let Some(addr) = nodes.first().and_then(|node| node.metrics_addr) {
         println!(
-            "console: http://{addr}/console#token={} (JSON API under http://{addr}/v1/, see /v1/openapi.json)",
-            root_token
+            "console: https://{addr}/console#token={} (JSON API under https://{addr}/v1/, see /v1/openapi.json; \
+             the certificate is the dev CA's, {})",
+            root_token,
+            certs.ca.display()
         );
     }
     let tls = ClientTls { ca_pem: std::fs::read(&certs.ca).context("reading the dev CA")?, identity: None };
@@ -695,10 +724,50 @@ mod tests {
         cellog_fuzz::fuzz(&corpus, "config", |input| {
             let Ok(mut file) = toml::from_str::<FileConfig>(&String::from_utf8_lossy(input)) else { return };
             (file.root_token_file, file.tls_ca, file.tls_cert, file.tls_key) = (None, None, None, None);
-            file.mirror_token_file = None;
+            (file.mirror_token_file, file.metrics_token_file) = (None, None);
             file.home_cas.clear();
             let _ = no_flags().resolve_with(file);
         });
+    }
+
+    /// Every port over TLS or on loopback, unless `--insecure`; and `--insecure` never with TLS. Each row: the
+    /// client, raft and HTTP addresses, TLS, insecure, and what is refused (a part of the error), or `None`.
+    #[test]
+    fn every_port_is_over_tls_or_on_loopback_and_insecure_never_with_tls() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n").expect("written");
+        let (local, open) = ("127.0.0.1:7401", "0.0.0.0:7401");
+        let table: [(&str, &str, &str, bool, bool, Option<&str>); 10] = [
+            (local, local, "127.0.0.1:7601", false, false, None),
+            (local, local, "off", false, false, None),
+            (open, local, "127.0.0.1:7601", false, false, Some("the client address 0.0.0.0:7401")),
+            (local, "10.0.0.1:7501", "127.0.0.1:7601", false, false, Some("the raft address 10.0.0.1:7501")),
+            (local, local, "0.0.0.0:7601", false, false, Some("the HTTP address 0.0.0.0:7601")),
+            (local, local, "[::]:7601", false, false, Some("the HTTP address [::]:7601")),
+            (open, open, "0.0.0.0:7601", true, false, None),
+            (open, open, "0.0.0.0:7601", false, true, None),
+            (local, local, "127.0.0.1:7601", true, true, Some("TLS or --insecure, not both")),
+            (open, open, "0.0.0.0:7601", true, true, Some("TLS or --insecure, not both")),
+        ];
+        for (client, raft, http, tls, insecure, refused) in table {
+            let mut file = FileConfig {
+                client_addr: Some(addr(client)),
+                raft_addr: Some(addr(raft.replace("7401", "7501").as_str())),
+                http_addr: Some(http.to_string()),
+                insecure: Some(insecure),
+                ..FileConfig::default()
+            };
+            if tls {
+                (file.tls_ca, file.tls_cert, file.tls_key) = (Some(ca.clone()), Some(ca.clone()), Some(ca.clone()));
+            }
+            let row = format!("client {client}, raft {raft}, HTTP {http}, TLS {tls}, insecure {insecure}");
+            match (no_flags().resolve_with(file), refused) {
+                (Ok(_), None) => {}
+                (Err(error), Some(part)) => assert!(format!("{error:#}").contains(part), "{row}: {error:#}"),
+                (result, _) => panic!("{row}: {:?}", result.map(|_| "started")),
+            }
+        }
     }
 
     #[test]

@@ -17,6 +17,21 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use serde_json::{Value, json};
 
+/// One HTTPS request with a JSON body to the dev cell's HTTP port on `port`, verified with the dev CA `ca` (by curl,
+/// which `ci/install-deps` installs), its answer's status and JSON.
+fn node_request(ca: &std::path::Path, port: u16, method: &str, path: &str, token: &str, body: &Value) -> (u16, Value) {
+    let output = std::process::Command::new("curl")
+        .args(["-s", "--cacert"])
+        .arg(ca)
+        .args(["-X", method, "-H", &format!("Authorization: Bearer {token}"), "-H", "Content-Type: application/json"])
+        .args(["-d", &body.to_string(), "-w", "\n%{http_code}", &format!("https://127.0.0.1:{port}{path}")])
+        .output()
+        .expect("curl runs (ci/install-deps installs it)");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let (body, status) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (status.trim().parse().unwrap_or(0), serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
 /// One HTTP/1.1 request with a JSON body, its answer's status and JSON (connection closed after it).
 fn request(port: u16, method: &str, path: &str, token: Option<&str>, body: Option<&Value>) -> (u16, Value) {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connected");
@@ -150,6 +165,7 @@ fn the_console_shows_a_published_message_in_its_tail_and_counts() {
         .expect("cellog dev prints the console's address")
         .to_string();
     let http_port = base_port + 201;
+    let ca = dir.path().join("certs/ca.pem");
     let token = std::fs::read_to_string(dir.path().join("root.token")).expect("the root token");
     let token = token.trim();
 
@@ -157,7 +173,7 @@ fn the_console_shows_a_published_message_in_its_tail_and_counts() {
     let stream = json!({ "name": "demo", "config": { "subjects": ["demo.>"], "partitions": 2 } });
     let mut created = (0, Value::Null);
     for _ in 0..50 {
-        created = request(http_port, "POST", "/v1/streams", Some(token), Some(&stream));
+        created = node_request(&ca, http_port, "POST", "/v1/streams", token, &stream);
         if created.0 == 200 {
             break;
         }
@@ -167,7 +183,7 @@ fn the_console_shows_a_published_message_in_its_tail_and_counts() {
     let http_port = match created.1["error"]["leader_addr"].as_str() {
         Some(leader) => {
             let client_port: u16 = leader.rsplit(':').next().and_then(|port| port.parse().ok()).expect("a port");
-            let answer = request(client_port + 200, "POST", "/v1/streams", Some(token), Some(&stream));
+            let answer = node_request(&ca, client_port + 200, "POST", "/v1/streams", token, &stream);
             assert_eq!(answer.0, 200, "{}", answer.1);
             client_port + 200
         }
@@ -183,7 +199,7 @@ fn the_console_shows_a_published_message_in_its_tail_and_counts() {
         ("/v1/streams/demo/groups/billing/join", json!({ "member": "worker-1", "session_timeout_ms": "600000" })),
     ];
     for (path, body) in made {
-        let answer = request(http_port, "POST", path, Some(token), Some(&body));
+        let answer = node_request(&ca, http_port, "POST", path, token, &body);
         assert_eq!(answer.0, 200, "{path}: {}", answer.1);
     }
 
@@ -191,7 +207,9 @@ fn the_console_shows_a_published_message_in_its_tail_and_counts() {
     for _ in 0..50 {
         let capabilities = json!({ "capabilities": { "alwaysMatch": { "browserName": "chrome", "goog:chromeOptions": {
             "binary": "/usr/bin/chromium",
-            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1200"]
+            // The dev cell serves HTTPS with certificates of its own CA, which this browser profile does not hold.
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1200",
+                     "--ignore-certificate-errors"]
         } } } });
         session = std::panic::catch_unwind(|| request(driver_port, "POST", "/session", None, Some(&capabilities)))
             .unwrap_or((0, Value::Null));

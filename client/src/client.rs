@@ -27,8 +27,8 @@ use crate::limits::{MAX_CLIENT_MESSAGE, MAX_PUBLISH_BATCH, PUBLISH_BATCH_BYTES};
 use crate::status::{detail_of, from_item_error};
 use crate::token;
 
-/// How a client behaves.
-#[derive(Clone, Debug)]
+/// How a client behaves. (`Debug` shows whether it has a token, never the token.)
+#[derive(Clone)]
 pub struct ClientOptions {
     /// How long one call keeps retrying before it gives up.
     pub retry_for: Duration,
@@ -54,13 +54,48 @@ pub struct ClientOptions {
 }
 
 /// TLS toward a cell: the cell CA's certificate to verify nodes with, and optionally a client certificate naming the
-/// caller's principal (`cellog://CELL/principal/NAME`, made by `cellog certs issue client`), all PEM.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// caller's principal (`cellog://CELL/principal/NAME`, made by `cellog certs issue client`), all PEM. (`Debug` shows
+/// whether it has an identity, never its key.)
+#[derive(Clone, PartialEq, Eq)]
 pub struct ClientTls {
     /// The cell CA's certificate.
     pub ca_pem: Vec<u8>,
     /// The caller's certificate and key, if it authenticates by certificate.
     pub identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for ClientOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ClientOptions {
+            retry_for,
+            attempt_timeout,
+            backoff,
+            discover,
+            discover_every,
+            retry_backpressure,
+            token,
+            tls,
+        } = self;
+        f.debug_struct("ClientOptions")
+            .field("retry_for", retry_for)
+            .field("attempt_timeout", attempt_timeout)
+            .field("backoff", backoff)
+            .field("discover", discover)
+            .field("discover_every", discover_every)
+            .field("retry_backpressure", retry_backpressure)
+            .field("token", &crate::token::redacted(token))
+            .field("tls", tls)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientTls")
+            .field("ca_pem", &format_args!("{} bytes", self.ca_pem.len()))
+            .field("identity", &crate::token::redacted(&self.identity))
+            .finish()
+    }
 }
 
 impl Default for ClientOptions {
@@ -281,9 +316,18 @@ pub struct Client {
     bearer: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
 }
 
+/// A channel to the node at `addr`, which is `host:port`: the scheme follows from `tls` alone, so that an address (from
+/// a flag, a membership answer or a leader hint) can never turn a TLS client into a plaintext one.
 fn connect(addr: &str, tls: Option<&ClientTls>) -> Result<Channel, ClientError> {
+    if addr.contains("://") {
+        return Err(ClientError::Address {
+            addr: addr.to_string(),
+            reason: "an address is host:port, without a scheme (TLS is on when a CA is given, and only then)"
+                .to_string(),
+        });
+    }
     let scheme = if tls.is_some() { "https" } else { "http" };
-    let uri = if addr.contains("://") { addr.to_string() } else { format!("{scheme}://{addr}") };
+    let uri = format!("{scheme}://{addr}");
     let bad =
         |error: tonic::transport::Error| ClientError::Address { addr: addr.to_string(), reason: error.to_string() };
     let endpoint = Endpoint::from_shared(uri).map_err(bad)?;
@@ -1362,6 +1406,41 @@ mod tests {
 
     fn error(code: Code, reason: &str) -> ClientError {
         ClientError::Status { code, detail: v1::ErrorDetail { reason: reason.to_string(), ..Default::default() } }
+    }
+
+    /// An address is `host:port`: a scheme in it is refused, so `http://` never turns a TLS client into a plaintext
+    /// one, nor `https://` a plaintext client into one that verifies nothing.
+    #[tokio::test]
+    async fn an_address_with_a_scheme_is_refused() {
+        let tls = ClientTls { ca_pem: b"-----BEGIN CERTIFICATE-----".to_vec(), identity: None };
+        for addr in ["http://127.0.0.1:7401", "https://127.0.0.1:7401", "HTTP://127.0.0.1:7401", "unix://x"] {
+            for tls in [None, Some(&tls)] {
+                let refused = connect(addr, tls).map(|_| ()).expect_err(addr);
+                assert!(
+                    matches!(&refused, ClientError::Address { reason, .. } if reason.contains("host:port")),
+                    "{refused}"
+                );
+            }
+        }
+        assert!(connect("127.0.0.1:7401", None).is_ok());
+    }
+
+    /// `Debug` output of options shows that a token and a key are there, never what they are.
+    #[test]
+    fn debug_output_shows_no_secret() {
+        let options = ClientOptions {
+            token: Some("cellog_the-token-itself-0123456789abcdef".to_string()),
+            tls: Some(ClientTls {
+                ca_pem: b"the CA".to_vec(),
+                identity: Some((b"the certificate".to_vec(), b"the private key".to_vec())),
+            }),
+            ..ClientOptions::default()
+        };
+        let shown = format!("{options:?} {options:#?}");
+        for secret in ["the-token-itself", "private key", "112, 114, 105"] {
+            assert!(!shown.contains(secret), "{secret:?} in {shown}");
+        }
+        assert!(shown.contains("token: Some(\"<redacted>\")"), "{shown}");
     }
 
     #[test]

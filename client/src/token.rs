@@ -53,3 +53,8 @@ mod tests {
         assert!(check(&"x".repeat(MAX_TOKEN_BYTES + 1)).is_err());
     }
 }
+
+/// How `Debug` output shows a secret (a token, a key): whether there is one, never what it is.
+pub fn redacted<T>(secret: &Option<T>) -> Option<&'static str> {
+    secret.as_ref().map(|_| "<redacted>")
+}

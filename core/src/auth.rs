@@ -368,6 +368,11 @@ impl Auth {
         }
     }
 
+    /// The principal holding `token`, if one does.
+    pub fn holder(&self, token: &TokenHash) -> Option<&Arc<str>> {
+        self.by_token.get(token)
+    }
+
     /// Refuses `access` unless `principal`'s grants allow it.
     pub fn authorize(&self, principal: &str, access: &Access<'_>) -> Result<(), Rejection> {
         let allowed = self.principals.get(principal).is_some_and(|p| access.allowed_by(p.effective()));

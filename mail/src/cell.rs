@@ -48,7 +48,12 @@ pub trait MailCell: Send + Sync + 'static {
     }
 
     /// The subject filters of `stream`, if it exists.
-    fn stream_subjects(&self, stream: &str) -> Option<Vec<String>>;
+    fn stream_subjects(&self, stream: &str) -> Option<Vec<String>> {
+        self.stream_config(stream).map(|config| config.subjects)
+    }
+
+    /// The config of `stream`, if it exists.
+    fn stream_config(&self, stream: &str) -> Option<cellog_core::StreamConfig>;
 
     /// Whether some principal of this cell belongs to `tenant`.
     fn has_tenant(&self, tenant: &str) -> bool;

@@ -164,17 +164,38 @@ impl Mailroom {
         hex::encode(bytes)
     }
 
-    /// Creates the mail streams that do not exist yet (an operator may have changed an existing one's limits; that
-    /// is kept), and reserves their subjects for the node: no principal may write, recall or delete them.
+    /// Reserves the mail streams' subjects for the node (no principal may write, recall or delete them, nor change
+    /// a stream onto them), creates the mail streams that do not exist yet, and verifies those that do: a stream of a
+    /// mail stream's name that claims other subjects is not the node's (mail stops with `MAIL_STREAMS` until an
+    /// operator removes it), and a deduplication window shorter than the schema's (from before the subjects were
+    /// reserved) is raised to it, so that a replayed envelope is never taken twice. An existing stream's other limits
+    /// are the operator's and are kept.
     pub async fn ensure_streams(&self, cell: &impl MailCell) -> Result<(), Status> {
         if !cell.is_reserved(RESERVED) {
             cell.propose(Command::ReserveSubjects { filter: RESERVED.to_string() }).await?;
         }
         for (name, config) in stream_configs() {
-            if cell.has_stream(name) {
+            let Some(existing) = cell.stream_config(name) else {
+                create_stream(cell, name, config, &format!("the mail stream {name:?}")).await?;
                 continue;
+            };
+            if existing.subjects != config.subjects {
+                return Err(failed(
+                    Code::FailedPrecondition,
+                    "MAIL_STREAMS",
+                    format!(
+                        "the stream {name:?} is not the mail stream: it claims {:?}, not {:?}; remove it, and the node \
+                         makes the mail stream",
+                        existing.subjects, config.subjects
+                    ),
+                ));
             }
-            create_stream(cell, name, config, &format!("the mail stream {name:?}")).await?;
+            if existing.duplicate_window_ms < config.duplicate_window_ms {
+                let window = config.duplicate_window_ms;
+                tracing::warn!(stream = name, window_ms = window, "raising a mail stream's deduplication window");
+                let config = cellog_core::StreamConfig { duplicate_window_ms: window, ..existing };
+                cell.propose(Command::UpdateStream { name: name.to_string(), config }).await?;
+            }
         }
         Ok(())
     }

@@ -24,6 +24,9 @@ pub struct Callers {
     pub cell: Option<String>,
     /// How many commands each principal but root may send this node, if limited.
     pub rate: Option<PrincipalRate>,
+    /// The hash of a token that reads `/metrics` and nothing else (a Prometheus server's), if the node has one; a
+    /// cluster admin's token reads it too.
+    pub scrape_token: Option<TokenHash>,
 }
 
 /// How many commands a principal may send one node: a token bucket of `burst` refilled at `per_second`.
@@ -140,5 +143,42 @@ impl Callers {
         Err(unauthenticated(format!(
             "the call carries no credential; send `{AUTHORIZATION}: {BEARER}TOKEN` (cellog --token or CELLOG_TOKEN)"
         )))
+    }
+}
+
+/// The client port's door for the cell's API, run on a call's headers before its message is decoded:
+/// the credential must name a principal of this node's replica (a known token, a certificate's principal, or root on
+/// an insecure node). A stranger's call costs the node its headers and one lookup, never the decoding of up to its
+/// message limit. (Health and reflection, which hold no data, are not behind it, nor is sealed mail, which another
+/// cell delivers on an envelope's signature.) What the principal may do is
+/// decided later, by the cell.
+#[cfg(not(madsim))]
+pub(crate) struct ClientDoor<S> {
+    node: Arc<cellog_raft::CellNode<S>>,
+    callers: Callers,
+}
+
+#[cfg(not(madsim))]
+impl<S> Clone for ClientDoor<S> {
+    fn clone(&self) -> Self {
+        ClientDoor { node: self.node.clone(), callers: self.callers.clone() }
+    }
+}
+
+#[cfg(not(madsim))]
+impl<S: cellog_raft::storage::Storage + Clone> ClientDoor<S> {
+    /// The door of `node`'s client port for `callers`.
+    pub(crate) fn new(node: Arc<cellog_raft::CellNode<S>>, callers: Callers) -> Self {
+        ClientDoor { node, callers }
+    }
+}
+
+#[cfg(not(madsim))]
+impl<S: cellog_raft::storage::Storage + Clone> tonic::service::Interceptor for ClientDoor<S> {
+    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
+        let actor = self.callers.actor(&request)?;
+        let replica = self.node.replica().map_err(crate::status::interrupted)?;
+        replica.cell.authenticate(&actor).map_err(|rejection| crate::status::from_rejection(&rejection))?;
+        Ok(request)
     }
 }

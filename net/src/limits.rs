@@ -1,19 +1,25 @@
 //! Bounds on what callers hold open on one node: connections to the client port, concurrent calls on one connection,
 //! subscriptions, how long one call may take before it answers, and keep-alive probes that find dead clients.
 
-use std::collections::BTreeSet;
-use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tonic::{Code, Status};
 
+/// Longest a TLS handshake may take on any port: a caller that opens a connection and sends nothing holds it no
+/// longer.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Longest a request's head may take to arrive on the HTTP port (its line and headers, the first or the next on a
+/// kept-alive connection).
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The bounds, with the defaults documented on each field.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
-    /// Connections open on the client port at once: a connection past it is answered `RESOURCE_EXHAUSTED
-    /// TOO_MANY_CONNECTIONS` on every call until enough others close. Default 4 096.
+    /// Connections open on the client port at once, and on the HTTP port: a connection past it is closed as it is
+    /// accepted, before a byte of it is read. Default 4 096.
     pub max_connections: usize,
     /// Calls (HTTP/2 streams) open on one connection at once: past it, the client's next call waits for one to end.
     /// Default 256.
@@ -46,50 +52,27 @@ impl Default for Limits {
     }
 }
 
-/// The connections open on the client port, and which of them came past the limit. (In simulation the node has no
-/// client port of its own to count.)
+/// The connections open on a port. (In simulation the node has no client port of its own to count.)
 #[derive(Debug)]
 #[cfg_attr(madsim, allow(dead_code))]
 pub(crate) struct Connections {
     max: usize,
     open: AtomicUsize,
-    over: Mutex<BTreeSet<SocketAddr>>,
 }
 
 #[cfg_attr(madsim, allow(dead_code))]
 impl Connections {
     pub(crate) fn new(max: usize) -> Arc<Self> {
-        Arc::new(Connections { max, open: AtomicUsize::new(0), over: Mutex::default() })
+        Arc::new(Connections { max, open: AtomicUsize::new(0) })
     }
 
-    fn over(&self) -> std::sync::MutexGuard<'_, BTreeSet<SocketAddr>> {
-        self.over.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Counts a connection from `peer` until the returned slot is dropped (when the connection closes).
-    pub(crate) fn open(self: &Arc<Self>, peer: Option<SocketAddr>) -> Slot {
-        let open = self.open.fetch_add(1, Ordering::AcqRel) + 1;
-        let over = match peer {
-            Some(peer) if open > self.max => self.over().insert(peer).then_some(peer),
-            _ => None,
-        };
-        Slot { connections: self.clone(), over }
-    }
-
-    /// Refuses a call on a connection that came past the limit.
-    pub(crate) fn admit(&self, peer: Option<SocketAddr>) -> Result<(), Status> {
-        match peer {
-            Some(peer) if self.over().contains(&peer) => Err(cellog_client::status::failed(
-                Code::ResourceExhausted,
-                "TOO_MANY_CONNECTIONS",
-                format!(
-                    "this node serves at most {} client connections at once; this one came past them (close \
-                     another, or retry later)",
-                    self.max
-                ),
-            )),
-            _ => Ok(()),
-        }
+    /// Counts a connection until the returned slot is dropped (when the connection closes), or `None` when `max` are
+    /// open: the caller closes it.
+    pub(crate) fn try_open(self: &Arc<Self>) -> Option<Slot> {
+        self.open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| (open < self.max).then_some(open + 1))
+            .ok()
+            .map(|_| Slot { connections: self.clone() })
     }
 }
 
@@ -98,15 +81,11 @@ impl Connections {
 #[cfg_attr(madsim, allow(dead_code))]
 pub(crate) struct Slot {
     connections: Arc<Connections>,
-    over: Option<SocketAddr>,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
         self.connections.open.fetch_sub(1, Ordering::AcqRel);
-        if let Some(peer) = self.over {
-            self.connections.over().remove(&peer);
-        }
     }
 }
 
@@ -187,22 +166,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_connection_past_the_limit_is_refused_until_it_closes() {
+    fn a_connection_past_the_cap_gets_no_slot_until_another_closes() {
         let connections = Connections::new(2);
-        let addr = |port: u16| Some(SocketAddr::from(([127, 0, 0, 1], port)));
-        let first = connections.open(addr(1));
-        let _second = connections.open(addr(2));
-        let third = connections.open(addr(3));
-        assert!(connections.admit(addr(1)).is_ok());
-        let refused = connections.admit(addr(3)).expect_err("the third is past two");
-        assert_eq!(refused.code(), Code::ResourceExhausted);
-        assert_eq!(cellog_client::status::detail_of(&refused).reason, "TOO_MANY_CONNECTIONS");
-        // Closing an admitted connection does not admit one already past the limit; a new one comes in under it.
+        let first = connections.try_open().expect("one of two");
+        let _second = connections.try_open().expect("two of two");
+        assert!(connections.try_open().is_none(), "a third is past two");
         drop(first);
-        assert!(connections.admit(addr(3)).is_err());
-        drop(third);
-        let _fourth = connections.open(addr(4));
-        assert!(connections.admit(addr(4)).is_ok());
-        assert!(connections.admit(addr(3)).is_ok(), "a closed connection's address is forgotten");
+        let _third = connections.try_open().expect("one closed, so one more");
+        assert!(connections.try_open().is_none());
     }
 }

@@ -60,6 +60,12 @@ pub(crate) struct Services<S: Storage + Clone> {
     pub api: CellogService<Metered<S>>,
     pub mail: served::Mail<S>,
     pub raft: served::Raft<S>,
+    /// What the peer port checks before a call's body is read.
+    #[cfg(not(madsim))]
+    pub raft_door: crate::transport::PeerDoor<Metered<S>>,
+    /// What the client port checks before a call's message is decoded.
+    #[cfg(not(madsim))]
+    pub client_door: crate::auth::ClientDoor<Metered<S>>,
 }
 
 /// Resolves once the node is told to stop.
@@ -118,6 +124,7 @@ impl Listeners {
         limits: &Limits,
     ) -> Result<Vec<JoinHandle<()>>, String> {
         use futures::StreamExt;
+        use tonic::service::interceptor::InterceptedService;
         use tonic::transport::Server;
         use tonic::transport::server::TcpIncoming;
 
@@ -129,28 +136,41 @@ impl Listeners {
             .http2_keepalive_interval(keepalive)
             .http2_keepalive_timeout(keepalive);
         // Peers are members of the cell: their calls (a snapshot sent in chunks among them) are not timed out.
-        let mut raft_server = Server::builder().http2_keepalive_interval(keepalive).http2_keepalive_timeout(keepalive);
+        let mut raft_server = Server::builder()
+            .http2_keepalive_interval(keepalive)
+            .http2_keepalive_timeout(keepalive)
+            .max_concurrent_streams(limits.max_calls_per_connection);
         if let Some(tls) = tls {
             client_server = client_server.tls_config(tls.client_port()).map_err(refused)?;
             raft_server = raft_server.tls_config(tls.peer_port()).map_err(refused)?;
         }
-        let Services { client: client_service, api, mail: mail_service, raft: raft_service } = services;
+        let Services { client: client_service, api, mail: mail_service, raft: raft_service, raft_door, client_door } =
+            services;
+        // Sealed mail is not behind it: another cell delivers (`Deliver`) without a credential of this cell, on the
+        // envelope's signature, and its other calls authorize their callers themselves.
+        let client_service = InterceptedService::new(client_service, client_door);
+        // A peer's certificate is checked before its message is read (a message may be 64 MiB).
+        let mut raft_server = raft_server.layer(tonic::service::InterceptorLayer::new(raft_door));
         let mut servers = Vec::new();
         let client_stopped = stopped.clone();
-        // Every connection to the client port is counted while open; calls on one past the limit are refused.
+        // Every connection to the client port is counted while open; one past the cap is closed as it is accepted,
+        // before its handshake or a byte of it is read.
         let connections = Connections::new(limits.max_connections);
-        let admission = connections.clone();
-        let mut client_server =
-            client_server.layer(tonic::service::InterceptorLayer::new(move |request: tonic::Request<()>| {
-                admission.admit(request.remote_addr()).map(|()| request)
-            }));
-        let client =
-            TcpIncoming::from(self.client).with_nodelay(Some(true)).with_keepalive(keepalive).map(move |accepted| {
-                accepted.map(|stream| {
-                    let slot = connections.open(stream.peer_addr().ok());
-                    Counted { stream, _slot: slot }
-                })
-            });
+        let client = TcpIncoming::from(self.client).with_nodelay(Some(true)).with_keepalive(keepalive).filter_map(
+            move |accepted| {
+                let admitted = match accepted {
+                    Ok(stream) => match connections.try_open() {
+                        Some(slot) => Some(Ok(Counted { stream, _slot: slot })),
+                        None => {
+                            tracing::debug!(peer = ?stream.peer_addr().ok(), "closed a connection past the cap");
+                            None
+                        }
+                    },
+                    Err(error) => Some(Err(error)),
+                };
+                std::future::ready(admitted)
+            },
+        );
         let (watched, watch_stopped) = (node.clone(), stopped.clone());
         servers.push(tokio::spawn(async move {
             let (health, health_service) = tonic_health::server::health_reporter();
@@ -208,24 +228,17 @@ impl Listeners {
             }
         }));
         if let Some(listener) = self.metrics {
+            let door = crate::http::serve::Door {
+                tls: tls.map(crate::tls::NodeTls::http_acceptor).transpose()?,
+                max_connections: limits.max_connections,
+                handshake_timeout: crate::limits::HANDSHAKE_TIMEOUT,
+                header_timeout: crate::limits::HEADER_TIMEOUT,
+            };
             let router = crate::http::router(api, node, metrics, limits, tls.map(|tls| tls.ca_pem().to_vec()));
-            servers.push(serve_http(listener, router, stopped));
+            servers.push(crate::http::serve::serve(listener, router, door, stopped));
         }
         Ok(servers)
     }
-}
-
-#[cfg(not(madsim))]
-fn serve_http(
-    listener: tokio::net::TcpListener,
-    router: axum::Router,
-    stopped: watch::Receiver<bool>,
-) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        if let Err(error) = axum::serve(listener, router).with_graceful_shutdown(until_stopped(stopped)).await {
-            tracing::error!(%error, "HTTP server failed");
-        }
-    })
 }
 
 /// The addresses of a node on madsim's network.

@@ -83,8 +83,8 @@ impl<S: Storage + Clone + Send + Sync + 'static> MailCell for NodeCell<S> {
         self.replica().is_ok_and(|replica| replica.cell.is_reserved(filter))
     }
 
-    fn stream_subjects(&self, stream: &str) -> Option<Vec<String>> {
-        self.replica().ok()?.cell.stream_info(stream).ok().map(|info| info.config.subjects)
+    fn stream_config(&self, stream: &str) -> Option<cellog_core::StreamConfig> {
+        self.replica().ok()?.cell.stream_info(stream).ok().map(|info| info.config)
     }
 
     fn has_tenant(&self, tenant: &str) -> bool {

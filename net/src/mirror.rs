@@ -37,8 +37,8 @@ use crate::convert;
 /// How often a node whose cell has no mirror (or that does not lead) looks for one.
 const IDLE_POLL: Duration = Duration::from_secs(1);
 
-/// How a node runs its cell's mirrors.
-#[derive(Clone, Debug)]
+/// How a node runs its cell's mirrors. (`Debug` shows whether it has a token, never the token.)
+#[derive(Clone)]
 pub struct MirrorOptions {
     /// Messages the source may hold past a mirror before it catches up by snapshot rather than incrementally.
     pub snapshot_lag: u64,
@@ -60,6 +60,35 @@ pub struct MirrorOptions {
     pub token: Option<String>,
     /// TLS toward sources; `None`: plaintext.
     pub tls: Option<ClientTls>,
+}
+
+impl std::fmt::Debug for MirrorOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let MirrorOptions {
+            snapshot_lag,
+            incremental_read,
+            snapshot_chunk,
+            poll,
+            backoff,
+            max_backoff,
+            probe_every,
+            attempt_timeout,
+            token,
+            tls,
+        } = self;
+        f.debug_struct("MirrorOptions")
+            .field("snapshot_lag", snapshot_lag)
+            .field("incremental_read", incremental_read)
+            .field("snapshot_chunk", snapshot_chunk)
+            .field("poll", poll)
+            .field("backoff", backoff)
+            .field("max_backoff", max_backoff)
+            .field("probe_every", probe_every)
+            .field("attempt_timeout", attempt_timeout)
+            .field("token", &cellog_client::token::redacted(token))
+            .field("tls", tls)
+            .finish()
+    }
 }
 
 impl Default for MirrorOptions {

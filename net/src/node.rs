@@ -63,8 +63,8 @@ impl std::fmt::Display for Peer {
     }
 }
 
-/// Everything a node needs to start.
-#[derive(Clone, Debug)]
+/// Everything a node needs to start. (`Debug` shows whether it has a root token, never the token.)
+#[derive(Clone)]
 pub struct NodeConfig {
     /// The cell's name; nodes refuse Raft messages from another cell.
     pub cell: String,
@@ -106,6 +106,53 @@ pub struct NodeConfig {
     pub limits: Limits,
     /// How this node runs its cell's mirrors while it leads: thresholds, backoff, and the credential toward sources.
     pub mirrors: MirrorOptions,
+}
+
+impl std::fmt::Debug for NodeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let NodeConfig {
+            cell,
+            id,
+            data_dir,
+            client_addr,
+            raft_addr,
+            advertise_client_addr,
+            advertise_raft_addr,
+            metrics_addr,
+            peers,
+            bootstrap,
+            timing,
+            mail,
+            past,
+            cell_id,
+            callers,
+            tls,
+            root_token,
+            limits,
+            mirrors,
+        } = self;
+        f.debug_struct("NodeConfig")
+            .field("cell", cell)
+            .field("id", id)
+            .field("data_dir", data_dir)
+            .field("client_addr", client_addr)
+            .field("raft_addr", raft_addr)
+            .field("advertise_client_addr", advertise_client_addr)
+            .field("advertise_raft_addr", advertise_raft_addr)
+            .field("metrics_addr", metrics_addr)
+            .field("peers", peers)
+            .field("bootstrap", bootstrap)
+            .field("timing", timing)
+            .field("mail", &mail.as_ref().map(|_| "<mail: the cell key, keyring and homes>"))
+            .field("past", past)
+            .field("cell_id", cell_id)
+            .field("callers", callers)
+            .field("tls", tls)
+            .field("root_token", &cellog_client::token::redacted(root_token))
+            .field("limits", limits)
+            .field("mirrors", mirrors)
+            .finish()
+    }
 }
 
 impl NodeConfig {
@@ -307,6 +354,8 @@ impl<S: Storage + Clone> RunningNode<S> {
             let token = TokenHash(cellog_client::token::hash(token));
             tasks.push(tokio::spawn(install_root_token(node.clone(), token, stopped.clone())));
         }
+        #[cfg(not(madsim))]
+        let client_door = crate::auth::ClientDoor::new(node.clone(), callers.clone());
         let api = CellogService::new(node.clone(), metrics.clone(), callers, &config.limits);
         let client_service = CellogServer::new(api.clone())
             .max_decoding_message_size(MAX_CLIENT_MESSAGE)
@@ -318,7 +367,16 @@ impl<S: Storage + Clone> RunningNode<S> {
         let raft_service = RaftServer::new(RaftService::new(node.clone(), metrics.clone(), tls_cell))
             .max_decoding_message_size(MAX_RAFT_MESSAGE)
             .max_encoding_message_size(MAX_RAFT_MESSAGE);
-        let services = Services { client: client_service, api, mail: mail_service, raft: raft_service };
+        let services = Services {
+            client: client_service,
+            api,
+            mail: mail_service,
+            raft: raft_service,
+            #[cfg(not(madsim))]
+            raft_door: crate::transport::PeerDoor::new(node.clone(), tls.as_ref().map(|_| config.cell.clone())),
+            #[cfg(not(madsim))]
+            client_door,
+        };
         let mut servers = listeners
             .serve(services, node.clone(), metrics.clone(), stopped, tls.as_ref(), &config.limits)
             .map_err(NodeError::Config)?;

@@ -1317,9 +1317,21 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
             (false, true) => Digest::Whole,
             (false, false) => Digest::None,
         };
-        // The parts name every stream and consumer of the cell, every tenant's included: cluster admin only.
-        self.check(&actor, if digest == Digest::Parts { cluster_admin } else { anyone })?;
-        Ok(Response::new(self.status_with(digest)?))
+        // A digest encodes the whole state under the replica's lock (applying waits), and the parts name every stream
+        // and consumer of the cell, every tenant's included: cluster admin only. Anyone else learns the members'
+        // client addresses (a client routes by them) but not the peer port's.
+        let admin = self.check(&actor, cluster_admin);
+        if digest != Digest::None {
+            admin.clone()?;
+        }
+        self.check(&actor, anyone)?;
+        let mut status = self.status_with(digest)?;
+        if admin.is_err() {
+            for node in &mut status.nodes {
+                node.raft_addr.clear();
+            }
+        }
+        Ok(Response::new(status))
     }
 
     async fn add_learner(
@@ -1478,14 +1490,18 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         request: Request<v1::LocateStreamRequest>,
     ) -> Result<Response<v1::StreamLocation>, Status> {
         let actor = self.callers.actor(&request)?;
-        let stream = request.into_inner().stream;
+        // A tenant's principal locates its own tenant's streams, by the names it uses for them: never another's.
+        let principal = self.principal(&actor)?;
+        let scope = Scope::of(&principal);
+        let named = request.into_inner().stream;
+        let stream = scope.name_in(&named);
         let location = self
-            .read(&actor, anyone, |cell| {
+            .read_in(scope, &actor, anyone, |cell| {
                 let directory = cell.directory();
                 let placement =
                     directory.placement(&stream).ok_or_else(|| Rejection::NotPlaced { stream: stream.clone() })?;
                 let addresses = directory.cell(&placement.cell).map(<[String]>::to_vec).unwrap_or_default();
-                Ok(v1::StreamLocation { placement: Some(convert::placement_to_wire(&stream, placement)), addresses })
+                Ok(v1::StreamLocation { placement: Some(convert::placement_to_wire(&named, placement)), addresses })
             })
             .await?;
         Ok(Response::new(location))

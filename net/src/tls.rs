@@ -77,11 +77,36 @@ mod real {
                 .identity(self.identity())
                 .client_ca_root(Certificate::from_pem(&self.ca))
                 .client_auth_optional(true)
+                .timeout(crate::limits::HANDSHAKE_TIMEOUT)
         }
 
         /// The peer port: a certificate of the cell's CA is required.
         pub fn peer_port(&self) -> ServerTlsConfig {
-            ServerTlsConfig::new().identity(self.identity()).client_ca_root(Certificate::from_pem(&self.ca))
+            ServerTlsConfig::new()
+                .identity(self.identity())
+                .client_ca_root(Certificate::from_pem(&self.ca))
+                .timeout(crate::limits::HANDSHAKE_TIMEOUT)
+        }
+
+        /// HTTPS on the HTTP port, with this node's certificate. Callers there authenticate with a token; no client
+        /// certificate is asked for.
+        pub fn http_acceptor(&self) -> Result<tokio_rustls::TlsAcceptor, String> {
+            use tokio_rustls::rustls;
+            use tokio_rustls::rustls::pki_types::pem::PemObject;
+            use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+            let certs = CertificateDer::pem_slice_iter(&self.cert)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|error| format!("the node certificate: {error}"))?;
+            let key = PrivateKeyDer::from_pem_slice(&self.key).map_err(|error| format!("the node key: {error}"))?;
+            // The provider is named here rather than taken from the process's default, which another crate may set.
+            let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+            let mut config = rustls::ServerConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .and_then(|builder| builder.with_no_client_auth().with_single_cert(certs, key))
+                .map_err(|error| format!("the HTTPS configuration is refused: {error}"))?;
+            config.alpn_protocols = vec![b"http/1.1".to_vec()];
+            Ok(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)))
         }
 
         /// The cell's CA certificate (PEM).

@@ -112,57 +112,101 @@ impl Link for GrpcLink {
     }
 }
 
-/// The receiving side: hands each message to the local node.
-pub struct RaftService<S> {
+/// The node a peer's certificate names, verified by the peer port's door ([`PeerDoor`]) before the message was read,
+/// carried to the service in the request's extensions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct VerifiedPeer(pub NodeId);
+
+/// The peer port's door, run on a call's headers before its body is read or decoded: with TLS on, the caller's
+/// certificate must name a node of this cell (a client certificate, which names a principal, does not) that is a
+/// member of it; the node it names goes on to the service, which refuses a message naming another sender. A node
+/// that knows no membership yet (the cell is being founded, or it is a learner about to learn it) takes any node of
+/// its cell. Without TLS (loopback, or `--insecure`) it admits every call.
+#[cfg(not(madsim))]
+pub(crate) struct PeerDoor<S> {
     node: Arc<CellNode<S>>,
-    metrics: Arc<Metrics>,
-    /// With TLS on, the cell a peer's certificate must name (and the node it names must be a member of it).
-    #[cfg_attr(madsim, allow(dead_code, reason = "no TLS in simulation"))]
-    tls_cell: Option<String>,
+    /// With TLS on, the cell a peer's certificate must name.
+    cell: Option<String>,
 }
 
-impl<S: Storage + Clone> RaftService<S> {
-    /// The service of `node`, recording into `metrics`; with `tls_cell`, each message must come with a certificate
-    /// that names a member of that cell.
-    pub fn new(node: Arc<CellNode<S>>, metrics: Arc<Metrics>, tls_cell: Option<String>) -> Self {
-        RaftService { node, metrics, tls_cell }
+#[cfg(not(madsim))]
+impl<S> Clone for PeerDoor<S> {
+    fn clone(&self) -> Self {
+        PeerDoor { node: self.node.clone(), cell: self.cell.clone() }
+    }
+}
+
+#[cfg(not(madsim))]
+impl<S: Storage + Clone> PeerDoor<S> {
+    /// The door of `node`'s peer port; with `tls_cell`, each call must come with a certificate naming a member of
+    /// that cell.
+    pub(crate) fn new(node: Arc<CellNode<S>>, tls_cell: Option<String>) -> Self {
+        PeerDoor { node, cell: tls_cell }
     }
 
-    /// Refuses a message whose certificate names no member of this cell. A node that knows no membership yet (the
-    /// cell is being founded, or it is a learner about to learn it) takes any node of its cell.
-    #[cfg(not(madsim))]
-    fn admit(&self, request: &Request<RaftMessage>) -> Result<(), Status> {
-        let Some(cell) = &self.tls_cell else { return Ok(()) };
+    /// The member `request`'s certificate names, or why the call is refused (what it tells the caller names nothing
+    /// of this cell but what the caller sent).
+    fn admit<T>(&self, request: &Request<T>) -> Result<Option<NodeId>, Status> {
+        let Some(cell) = &self.cell else { return Ok(None) };
         let named = request.peer_certs().and_then(|certs| certs.first().and_then(|cert| crate::tls::node_of(cert)));
         let Some((their_cell, id)) = named else {
             return Err(Status::permission_denied("the peer's certificate names no node of a cell"));
         };
         if their_cell != *cell {
-            return Err(Status::permission_denied(format!(
-                "the peer's certificate names cell {their_cell:?}, not {cell:?}"
-            )));
+            tracing::warn!(node = id, cell = %their_cell, "refused a raft call from another cell's node");
+            return Err(Status::permission_denied("the peer's certificate names no node of this cell"));
         }
         let members = self.node.cluster_view().members;
         if !members.is_empty() && !members.iter().any(|member| member.id == id) {
-            tracing::warn!(node = id, "refused a raft message from a node that is not a member");
-            return Err(Status::permission_denied(format!("node {id} is not a member of cell {cell:?}")));
+            tracing::warn!(node = id, "refused a raft call from a node that is not a member");
+            return Err(Status::permission_denied(format!("node {id} is not a member of this cell")));
         }
-        Ok(())
+        Ok(Some(id))
+    }
+}
+
+#[cfg(not(madsim))]
+impl<S: Storage + Clone> tonic::service::Interceptor for PeerDoor<S> {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        if let Some(id) = self.admit(&request)? {
+            request.extensions_mut().insert(VerifiedPeer(id));
+        }
+        Ok(request)
+    }
+}
+
+/// The receiving side: hands each message to the local node.
+pub struct RaftService<S> {
+    node: Arc<CellNode<S>>,
+    metrics: Arc<Metrics>,
+    /// With TLS on, the cell a peer's certificate must name (checked by the [`PeerDoor`] in front of this service).
+    tls_cell: Option<String>,
+}
+
+impl<S: Storage + Clone> RaftService<S> {
+    /// The service of `node`, recording into `metrics`; with `tls_cell`, each message must have passed a
+    /// [`PeerDoor`] of that cell.
+    pub fn new(node: Arc<CellNode<S>>, metrics: Arc<Metrics>, tls_cell: Option<String>) -> Self {
+        RaftService { node, metrics, tls_cell }
     }
 
-    #[cfg(madsim)]
-    fn admit(&self, _request: &Request<RaftMessage>) -> Result<(), Status> {
-        Ok(())
+    /// The node the door verified a message comes from; with TLS on, a message the door did not see is refused.
+    fn sender(&self, request: &Request<RaftMessage>) -> Result<Option<NodeId>, Status> {
+        match (request.extensions().get::<VerifiedPeer>(), &self.tls_cell) {
+            (Some(VerifiedPeer(id)), _) => Ok(Some(*id)),
+            (None, None) => Ok(None),
+            (None, Some(_)) => Err(Status::permission_denied("the peer's certificate was not verified")),
+        }
     }
 
     #[allow(clippy::disallowed_methods, reason = "times a leader's messages and their answers on the runtime's clock")]
     async fn answer(&self, rpc: Rpc, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        self.admit(&request)?;
+        let sender = self.sender(&request)?;
         let received = tokio::time::Instant::now();
         if rpc == Rpc::AppendEntries {
             self.metrics.leader_message(received);
         }
-        match self.node.answer(rpc, &from_wire(request.into_inner())?).await {
+        match self.node.answer(rpc, &from_wire(request.into_inner())?, sender).await {
             Ok(frame) => {
                 if rpc == Rpc::AppendEntries {
                     self.metrics.raft_append_answer.observe(received.elapsed().as_secs_f64());

@@ -40,7 +40,7 @@ async fn secure_node_with(rate: Option<PrincipalRate>) -> RunningNode<SimDisk> {
         mail: None,
         past: cellog_raft::Past::Unknown,
         cell_id: None,
-        callers: Callers { insecure: false, cell: None, rate },
+        callers: Callers { insecure: false, cell: None, rate, scrape_token: None },
         root_token: Some(ROOT_TOKEN.to_string()),
         tls: None,
         limits: cellog_net::Limits::DEFAULT,
@@ -139,8 +139,15 @@ async fn every_call_runs_as_a_principal_with_its_grants() {
         reason(bob.put_principal("bob", v1::Grants { admin: true, ..Default::default() }).await),
         "PERMISSION_DENIED"
     );
-    // Membership changes need cluster admin.
+    // Membership changes need cluster admin; so do the state's digests (which encode the whole state while applying
+    // waits) and the members' peer addresses. Anyone learns the members' client addresses (a client routes by them).
     assert_eq!(reason(alice.remove_node(1).await), "PERMISSION_DENIED");
+    assert_eq!(reason(alice.cluster_status_with_digest().await), "PERMISSION_DENIED");
+    assert_eq!(reason(alice.cluster_status_with_parts().await), "PERMISSION_DENIED");
+    let seen = alice.cluster_status().await.expect("status");
+    assert!(seen.nodes.iter().all(|node| node.raft_addr.is_empty() && !node.client_addr.is_empty()), "{seen:?}");
+    let full = root.cluster_status_with_digest().await.expect("status");
+    assert!(!full.state_digest.is_empty() && full.nodes.iter().all(|node| !node.raft_addr.is_empty()), "{full:?}");
 
     // Only a principal that may consume a consumer acknowledges its deliveries.
     let deliveries = alice.fetch("orders", "billing", "m", 1).await.expect("alice fetches");
@@ -220,6 +227,14 @@ async fn tenants_keep_to_their_own_names() {
     assert_eq!(reason(beta.delete_stream("acme/orders").await), "STREAM_NOT_FOUND");
     // A tenant's principal holds no cluster admin.
     assert_eq!(reason(acme.remove_node(1).await), "PERMISSION_DENIED");
+    // Where a stream lives is looked up in the caller's own tenant: acme finds its `orders` by that name, and beta
+    // finds nothing of acme's.
+    root.put_cell("home", vec!["127.0.0.1:1".to_string()]).await.expect("a cell");
+    root.place_stream("acme/orders", "home").await.expect("placed");
+    let located = acme.locate_stream("orders").await.expect("acme locates its stream");
+    assert_eq!(located.placement.expect("a placement").stream, "orders");
+    assert_eq!(reason(beta.locate_stream("orders").await), "NOT_PLACED");
+    assert_eq!(reason(beta.locate_stream("acme/orders").await), "NOT_PLACED");
 
     // The cell's operator sees both by their stored names, and root's `>` reaches no tenant's subjects.
     let all = listed(root.list_streams().await.expect("listed"));

@@ -227,6 +227,17 @@ async fn bad_requests_get_typed_json_errors() {
     assert_eq!(answer.status, 404, "{}", answer.body);
     let answer = http_with(addr, "GET", "/v1/streams", &[("authorization", "Basic abc")], Vec::new()).await;
     assert_eq!((answer.status, error(&answer)["code"].as_str()), (401, Some("UNAUTHENTICATED")));
+    // A WebSocket tail is not opened from another site's page; the console's page says what it may load.
+    // (The requests name the host `cellog`.)
+    let other = [("origin", "https://elsewhere.example")];
+    let answer = http_with(addr, "GET", "/v1/streams/missing/tail/ws", &other, Vec::new()).await;
+    assert_eq!((answer.status, error(&answer)["reason"].as_str()), (403, Some("CROSS_ORIGIN")), "{}", answer.body);
+    let same = [("origin", "http://cellog")];
+    let answer = http_with(addr, "GET", "/v1/streams/missing/tail/ws", &same, Vec::new()).await;
+    assert_ne!(answer.status, 403, "the node's own origin: {}", answer.body);
+    let page = http(addr, "GET", "/console", None).await;
+    let policy = page.header("content-security-policy").unwrap_or_default();
+    assert!(policy.contains("default-src 'none'") && policy.contains("frame-ancestors 'none'"), "{policy}");
     let _ = node.stop().await;
 }
 
@@ -254,7 +265,7 @@ fn config(id: u64, addrs: &[(SocketAddr, SocketAddr, SocketAddr)]) -> NodeConfig
         mail: None,
         past: cellog_raft::Past::Unknown,
         cell_id: None,
-        callers: cellog_net::auth::Callers { insecure: true, cell: None, rate: None },
+        callers: cellog_net::auth::Callers { insecure: true, cell: None, rate: None, scrape_token: None },
         root_token: None,
         tls: None,
         limits: cellog_net::Limits::DEFAULT,

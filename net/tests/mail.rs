@@ -80,7 +80,12 @@ async fn cell_as(
         }),
         past: cellog_raft::Past::Unknown,
         cell_id: None,
-        callers: cellog_net::auth::Callers { insecure: root_token.is_none(), cell: None, rate: None },
+        callers: cellog_net::auth::Callers {
+            insecure: root_token.is_none(),
+            cell: None,
+            rate: None,
+            scrape_token: None,
+        },
         root_token: root_token.map(str::to_string),
         tls: None,
         limits: cellog_net::Limits::DEFAULT,

@@ -64,7 +64,7 @@ async fn node(
     cert_uri: &str,
     addrs: &[(std::net::SocketAddr, std::net::SocketAddr)],
 ) -> RunningNode<SimDisk> {
-    node_of(CELL, dir, ca, id, cert_uri, addrs, None).await
+    node_of(CELL, dir, ca, id, cert_uri, addrs, None, |_| {}).await
 }
 
 /// Node `id` of `cell` over TLS under `ca`, with `mail`.
@@ -76,6 +76,7 @@ async fn node_of(
     cert_uri: &str,
     addrs: &[(std::net::SocketAddr, std::net::SocketAddr)],
     mail: Option<MailConfig>,
+    edit: impl FnOnce(&mut NodeConfig),
 ) -> RunningNode<SimDisk> {
     let (cert, key) = issue(ca, cert_uri);
     let files = TlsFiles {
@@ -94,7 +95,7 @@ async fn node_of(
             Peer { id: peer, node: NodeAddrs::new(raft.to_string(), client.to_string()) }
         })
         .collect();
-    let config = NodeConfig {
+    let mut config = NodeConfig {
         cell: cell.to_string(),
         id,
         data_dir: std::env::temp_dir(),
@@ -109,12 +110,13 @@ async fn node_of(
         mail,
         past: cellog_raft::Past::Unknown,
         cell_id: None,
-        callers: Callers { insecure: false, cell: None, rate: None },
+        callers: Callers { insecure: false, cell: None, rate: None, scrape_token: None },
         root_token: None,
         tls: Some(files),
         limits: cellog_net::Limits::DEFAULT,
         mirrors: cellog_net::mirror::MirrorOptions::default(),
     };
+    edit(&mut config);
     RunningNode::start(&config, SimDisk::new(id), Arc::new(SystemClock)).await.expect("the node starts")
 }
 
@@ -186,11 +188,66 @@ async fn a_cell_under_mutual_tls() {
     // The peer port: a certificate of this CA that names no member of the cell is refused before its message is
     // even read; a member's gets as far as the message (this one is garbage).
     let raft_addr = addrs[0].1.to_string();
-    let peer_call = |uri: String| {
-        let (cert, key) = issue(&cell_ca, &uri);
-        let ca_pem = cell_ca.pem.clone();
-        let raft_addr = raft_addr.clone();
-        async move {
+    let peer_call =
+        |uri: String| peer_vote(&cell_ca, uri, raft_addr.clone(), cellog_proto::raft::RaftMessage::default());
+    assert_eq!(
+        peer_call(node_uri(CELL, 9)).await.expect_err("refused").code(),
+        tonic::Code::PermissionDenied,
+        "node 9 is no member"
+    );
+    assert_eq!(
+        peer_call(node_uri("other", 2)).await.expect_err("refused").code(),
+        tonic::Code::PermissionDenied,
+        "another cell's node"
+    );
+    assert_eq!(
+        peer_call(principal_uri(CELL, "root")).await.expect_err("refused").code(),
+        tonic::Code::PermissionDenied,
+        "a client certificate"
+    );
+    assert_eq!(
+        peer_call(node_uri(CELL, 2)).await.expect_err("refused").code(),
+        tonic::Code::InvalidArgument,
+        "a member's garbage is read"
+    );
+    // A member speaks for itself only: node 2's certificate with a vote naming node 3 as the candidate is refused;
+    // the same vote naming node 2 is answered (not granted: its term is long past).
+    let forged = vote_message(3);
+    let refused = peer_vote(&cell_ca, node_uri(CELL, 2), raft_addr.clone(), forged).await.expect_err("refused");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    assert!(refused.message().contains("names node 3 as its sender, but comes from node 2"), "{refused:?}");
+    let own = peer_vote(&cell_ca, node_uri(CELL, 2), raft_addr.clone(), vote_message(2)).await;
+    assert!(own.is_ok(), "{own:?}");
+    assert!(root.list_streams().await.is_ok(), "the cell goes on");
+    for node in nodes {
+        node.stop().await.expect("stops");
+    }
+}
+
+/// A vote request framed for cell [`CELL`], naming `candidate`, at term 0.
+fn vote_message(candidate: u64) -> cellog_proto::raft::RaftMessage {
+    let request = openraft::raft::VoteRequest::<u64>::new(openraft::Vote::new(0, candidate), None);
+    let frame =
+        cellog_raft::network::frame_message(&cellog_raft::network::CellIdentity::new(CELL), &request).expect("framed");
+    cellog_proto::raft::RaftMessage {
+        cell: frame.cell,
+        crc32c: frame.crc32c,
+        payload: frame.payload,
+        cell_id: Default::default(),
+    }
+}
+
+/// `message` as a vote to the peer port at `raft_addr`, from a certificate of `ca` naming `uri`.
+async fn peer_vote(
+    ca: &Ca,
+    uri: String,
+    raft_addr: String,
+    message: cellog_proto::raft::RaftMessage,
+) -> Result<tonic::Response<cellog_proto::raft::RaftMessage>, tonic::Status> {
+    let (cert, key) = issue(ca, &uri);
+    let ca_pem = ca.pem.clone();
+    {
+        {
             use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
             let tls = ClientTlsConfig::new()
                 .ca_certificate(Certificate::from_pem(ca_pem))
@@ -203,16 +260,8 @@ async fn a_cell_under_mutual_tls() {
                 .await
                 .expect("connected");
             let mut raft = cellog_proto::raft::raft_client::RaftClient::new(channel);
-            raft.vote(cellog_proto::raft::RaftMessage::default()).await.expect_err("refused").code()
+            raft.vote(message).await
         }
-    };
-    assert_eq!(peer_call(node_uri(CELL, 9)).await, tonic::Code::PermissionDenied, "node 9 is no member");
-    assert_eq!(peer_call(node_uri("other", 2)).await, tonic::Code::PermissionDenied, "another cell's node");
-    assert_eq!(peer_call(principal_uri(CELL, "root")).await, tonic::Code::PermissionDenied, "a client certificate");
-    assert_eq!(peer_call(node_uri(CELL, 2)).await, tonic::Code::InvalidArgument, "a member's garbage is read");
-    assert!(root.list_streams().await.is_ok(), "the cell goes on");
-    for node in nodes {
-        node.stop().await.expect("stops");
     }
 }
 
@@ -251,7 +300,7 @@ async fn mail_reaches_a_cell_under_tls_verified_by_its_ca() {
     let bravo_addrs = [(free_addr(), free_addr())];
     let bravo_mail = mail(&bravo, keyring(&bravo, &alpha), Vec::new(), BTreeMap::new());
     let bravo_node =
-        node_of("bravo", dir.path(), &bravo_ca, 1, &node_uri("bravo", 1), &bravo_addrs, Some(bravo_mail)).await;
+        node_of("bravo", dir.path(), &bravo_ca, 1, &node_uri("bravo", 1), &bravo_addrs, Some(bravo_mail), |_| {}).await;
     let bravo_root = root_of("bravo", &bravo_ca, &bravo_addrs);
     let alpha_ca = ca("alpha's CA");
     let alpha_addrs = [(free_addr(), free_addr())];
@@ -259,7 +308,7 @@ async fn mail_reaches_a_cell_under_tls_verified_by_its_ca() {
     let home_cas = BTreeMap::from([("bravo".to_string(), bravo_ca.pem.as_bytes().to_vec())]);
     let alpha_mail = mail(&alpha, keyring(&alpha, &bravo), homes, home_cas);
     let alpha_node =
-        node_of("alpha", dir.path(), &alpha_ca, 1, &node_uri("alpha", 1), &alpha_addrs, Some(alpha_mail)).await;
+        node_of("alpha", dir.path(), &alpha_ca, 1, &node_uri("alpha", 1), &alpha_addrs, Some(alpha_mail), |_| {}).await;
     let alpha_root = root_of("alpha", &alpha_ca, &alpha_addrs);
 
     let sent = alpha_root
@@ -282,4 +331,124 @@ async fn mail_reaches_a_cell_under_tls_verified_by_its_ca() {
     for node in [alpha_node, bravo_node] {
         node.stop().await.expect("stops");
     }
+}
+
+/// One HTTP/1.1 request over TLS (verified with `ca_pem`) to `addr`, its status and body.
+async fn https(
+    addr: std::net::SocketAddr,
+    ca_pem: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &str,
+) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_rustls::rustls;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).expect("a CA")).expect("a root");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let stream = tokio::net::TcpStream::connect(addr).await.expect("connected");
+    let server = ServerName::IpAddress(addr.ip().into());
+    let mut tls =
+        tokio_rustls::TlsConnector::from(Arc::new(config)).connect(server, stream).await.expect("a handshake");
+    let auth = token.map(|token| format!("Authorization: Bearer {token}\r\n")).unwrap_or_default();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: cellog\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n",
+        body.len()
+    );
+    tls.write_all(head.as_bytes()).await.expect("sent");
+    // A refused call may answer before it reads the body, and close: what it wrote is what counts.
+    let _ = tls.write_all(body.as_bytes()).await;
+    let mut answer = Vec::new();
+    let _ = tls.read_to_end(&mut answer).await;
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let status = answer.split(' ').nth(1).and_then(|code| code.parse().ok()).unwrap_or(0);
+    let body = answer.split_once("\r\n\r\n").map(|(_, body)| body.to_string()).unwrap_or_default();
+    (status, body)
+}
+
+/// The HTTP port of a node with TLS: HTTPS with the node's certificate and nothing in plaintext; every route but
+/// the console's page and the OpenAPI document needs a credential, checked before the body is read; `/metrics`
+/// answers a cluster admin or the scrape token, and the scrape token opens nothing else. Refused calls write
+/// nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_port_under_tls_serves_https_to_credentials_only() {
+    const SCRAPE: &str = "cellog_the-scrape-token-of-this-test-000000000000";
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let cell_ca = ca("the cell's CA");
+    let addrs = [(free_addr(), free_addr())];
+    let http = free_addr();
+    let node = node_of(CELL, dir.path(), &cell_ca, 1, &node_uri(CELL, 1), &addrs, None, |config| {
+        config.metrics_addr = Some(http);
+        config.callers.scrape_token = Some(cellog_core::TokenHash(cellog_client::token::hash(SCRAPE)));
+    })
+    .await;
+    let client_addrs = vec![addrs[0].0.to_string()];
+    let root = client(
+        &client_addrs,
+        &cell_ca.pem,
+        Some(issue(&cell_ca, &principal_uri(CELL, "root"))),
+        Duration::from_secs(20),
+    );
+    let mut formed = false;
+    for _ in 0..400 {
+        if root.cluster_status().await.is_ok_and(|status| status.state == "Leader" && status.applied_index.is_some()) {
+            formed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(formed, "the cell of one formed");
+    let grants = v1::Grants { publish: vec![">".into()], admin: true, ..Default::default() };
+    root.put_principal("ops", grants).await.expect("a principal");
+    let ops = cellog_client::token::from_random([7; 32]);
+    root.add_token("ops", cellog_client::token::hash(&ops)).await.expect("its token");
+
+    // Plaintext to the HTTPS port gets no HTTP answer.
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut plain = tokio::net::TcpStream::connect(http).await.expect("connected");
+        plain.write_all(b"GET /metrics HTTP/1.1\r\nHost: cellog\r\nConnection: close\r\n\r\n").await.expect("sent");
+        let mut answer = Vec::new();
+        let _ = plain.read_to_end(&mut answer).await;
+        assert!(!answer.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&answer));
+    }
+
+    let stream = r#"{"name": "orders", "config": {"subjects": ["orders.>"]}}"#;
+    let huge = format!(r#"{{"name": "orders", "pad": "{}"}}"#, "x".repeat(4 << 20));
+    // (method, path, token, body, status)
+    let table: Vec<(&str, &str, Option<&str>, &str, u16)> = vec![
+        ("GET", "/console", None, "", 200),
+        ("GET", "/v1/openapi.json", None, "", 200),
+        ("GET", "/console/overview", None, "", 401),
+        ("GET", "/metrics", None, "", 401),
+        ("GET", "/metrics", Some("cellog_nobody-knows-this-token-0000000000000000"), "", 401),
+        ("GET", "/metrics", Some(&ops), "", 403),
+        ("GET", "/metrics", Some(SCRAPE), "", 200),
+        ("GET", "/v1/streams", Some(SCRAPE), "", 401),
+        ("POST", "/v1/streams", None, stream, 401),
+        ("POST", "/v1/streams", Some(SCRAPE), stream, 401),
+        ("POST", "/v1/streams", None, &huge, 401),
+        ("GET", "/v1/streams/orders/tail", None, "", 401),
+        ("GET", "/v1/streams", Some(&ops), "", 200),
+    ];
+    for (method, path, token, body, status) in table {
+        let (got, answer) = https(http, &cell_ca.pem, method, path, token, body).await;
+        let shown: String = answer.chars().take(300).collect();
+        assert_eq!(got, status, "{method} {path} with {token:?}: {shown}");
+    }
+    assert!(root.list_streams().await.expect("streams").is_empty(), "a refused call wrote nothing");
+    let (created, answer) = https(http, &cell_ca.pem, "POST", "/v1/streams", Some(&ops), stream).await;
+    assert_eq!(created, 200, "{answer}");
+    assert_eq!(root.list_streams().await.expect("streams").len(), 1);
+    node.stop().await.expect("stops");
 }

@@ -92,6 +92,15 @@ pub enum FrameError {
     /// It does not decode.
     #[error("malformed: {0}")]
     Malformed(#[from] postcard::Error),
+    /// It names another node as its sender (the leader of entries or a snapshot, the candidate of a vote) than the
+    /// node the transport verified it comes from.
+    #[error("the message names node {} as its sender, but comes from node {verified}", named.map_or("none".to_string(), |id| id.to_string()))]
+    WrongSender {
+        /// The node the transport verified (its certificate).
+        verified: NodeId,
+        /// The node the message names.
+        named: Option<NodeId>,
+    },
 }
 
 impl FrameError {
@@ -322,6 +331,16 @@ pub enum AnswerError {
     Storage(#[from] StorageError),
 }
 
+/// Refuses a message whose vote names another node (the leader, or the candidate) than the verified `sender`.
+fn check_sender(sender: Option<NodeId>, vote: &openraft::Vote<NodeId>) -> Result<(), FrameError> {
+    let Some(verified) = sender else { return Ok(()) };
+    let named = vote.leader_id().voted_for();
+    if named == Some(verified) {
+        return Ok(());
+    }
+    Err(FrameError::WrongSender { verified, named })
+}
+
 impl<S: Storage + Clone> CellNode<S> {
     /// Checks the cell id of entries or a snapshot from a leader, before anything in them is looked at: a node that
     /// knows its cell's id takes them only under it.
@@ -348,8 +367,10 @@ impl<S: Storage + Clone> CellNode<S> {
 
     /// Answers a framed Raft message from a peer: checks it, hands it to Raft (a vote to [`CellNode::vote`], which a
     /// repairing node refuses), and frames Raft's result. Entries or a snapshot from a leader are taken only under
-    /// this cell's id, which a node holding nothing learns from them.
-    pub async fn answer(&self, rpc: Rpc, frame: &Frame) -> Result<Frame, AnswerError> {
+    /// this cell's id, which a node holding nothing learns from them. With `sender`, the node the transport verified
+    /// the message comes from (a peer's certificate), a message that names another node as its leader or candidate is
+    /// refused: one member cannot speak for another.
+    pub async fn answer(&self, rpc: Rpc, frame: &Frame, sender: Option<NodeId>) -> Result<Frame, AnswerError> {
         let cell = self.identity();
         if matches!(rpc, Rpc::AppendEntries | Rpc::InstallSnapshot) {
             self.check_leader_frame(frame)?;
@@ -357,16 +378,19 @@ impl<S: Storage + Clone> CellNode<S> {
         let framed = match rpc {
             Rpc::AppendEntries => {
                 let request: AppendEntriesRequest<TypeConfig> = unframe_message(cell, frame)?;
+                check_sender(sender, &request.vote)?;
                 self.learn_cell_id(frame)?;
                 frame_message(cell, &self.append_entries(request).await)
             }
             Rpc::InstallSnapshot => {
                 let request: InstallSnapshotRequest<TypeConfig> = unframe_message(cell, frame)?;
+                check_sender(sender, &request.vote)?;
                 self.learn_cell_id(frame)?;
                 frame_message(cell, &self.raft.install_snapshot(request).await)
             }
             Rpc::Vote => {
                 let request: VoteRequest<NodeId> = unframe_message(cell, frame)?;
+                check_sender(sender, &request.vote)?;
                 frame_message(cell, &self.vote(request).await)
             }
             Rpc::Bodies => {
@@ -418,6 +442,27 @@ mod tests {
             })
             .collect();
         AppendEntriesRequest { vote: Vote::new_committed(1, 1), prev_log_id: None, entries, leader_commit: None }
+    }
+
+    /// A message from a verified sender names that sender as its leader or candidate; without a verified sender (no
+    /// TLS), any is taken. Each row: verified sender, the vote's node, whether it is taken.
+    #[test]
+    fn a_message_naming_another_sender_than_the_verified_one_is_refused() {
+        let table = [
+            (None, Vote::new(3, 2), true),
+            (Some(2), Vote::new(3, 2), true),
+            (Some(2), Vote::new_committed(3, 2), true),
+            (Some(2), Vote::new(3, 3), false),
+            (Some(2), Vote::new_committed(3, 1), false),
+        ];
+        for (sender, vote, taken) in table {
+            let checked = check_sender(sender, &vote);
+            assert_eq!(checked.is_ok(), taken, "sender {sender:?}, vote {vote:?}: {checked:?}");
+            if let Err(error) = checked {
+                assert!(matches!(error, FrameError::WrongSender { verified: 2, .. }), "{error}");
+                assert!(error.to_sender().contains("comes from node 2"), "{error}");
+            }
+        }
     }
 
     #[tokio::test]

@@ -181,7 +181,7 @@ fn config(
         mail,
         past: cellog_raft::Past::Unknown,
         cell_id: None,
-        callers: cellog_net::auth::Callers { insecure: true, cell: None, rate: None },
+        callers: cellog_net::auth::Callers { insecure: true, cell: None, rate: None, scrape_token: None },
         root_token: None,
         tls: None,
         limits: cellog_net::Limits::DEFAULT,

@@ -38,20 +38,35 @@ pub enum IssueCommand {
         /// An address or host name clients and peers reach the node at (repeat).
         #[arg(long = "host", required = true)]
         hosts: Vec<String>,
+        /// Days it is valid for, from now.
+        #[arg(long, default_value_t = NODE_DAYS, value_parser = clap::value_parser!(u32).range(1..=MAX_DAYS))]
+        days: u32,
         /// Where the CA is, and where the files go.
         #[arg(long, default_value = "certs")]
         dir: PathBuf,
     },
     /// A client's certificate naming its principal (NAME.pem, NAME.key; a tenant's TENANT/NAME gets TENANT.NAME.pem).
     Client {
-        /// The principal it authenticates as.
+        /// The principal it authenticates as (not root, which authenticates by a token that can be revoked).
         #[arg(long)]
         principal: String,
+        /// Days it is valid for, from now.
+        #[arg(long, default_value_t = CLIENT_DAYS, value_parser = clap::value_parser!(u32).range(1..=MAX_DAYS))]
+        days: u32,
         /// Where the CA is, and where the files go.
         #[arg(long, default_value = "certs")]
         dir: PathBuf,
     },
 }
+
+/// Days a node's certificate is valid for unless told otherwise.
+pub const NODE_DAYS: u32 = 365;
+/// Days a client's certificate is valid for unless told otherwise: a leaked one ends within a quarter.
+pub const CLIENT_DAYS: u32 = 90;
+/// Days a cell's CA is valid for: every certificate it signs ends before it does.
+pub const CA_DAYS: u32 = 10 * 365;
+/// The longest a certificate it signs may be asked to last.
+pub const MAX_DAYS: i64 = 5 * 365;
 
 /// A certificate and its key, PEM.
 pub struct Issued {
@@ -72,12 +87,28 @@ pub fn make_ca(cell: &str) -> anyhow::Result<Issued> {
     params.distinguished_name.push(DnType::OrganizationName, cell);
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    valid_for(&mut params, CA_DAYS);
     let cert = params.self_signed(&key).map_err(failed)?;
     Ok(Issued { cert: cert.pem(), key: key.serialize_pem() })
 }
 
-/// A certificate signed by `ca` naming `uri`, for `hosts` (a node) or none (a client).
-fn issue(ca: &Issued, common_name: &str, uri: &str, hosts: &[String], server: bool) -> anyhow::Result<Issued> {
+/// Valid from an hour ago (clocks drift) for `days` from now.
+fn valid_for(params: &mut CertificateParams, days: u32) {
+    #[allow(clippy::disallowed_methods, reason = "a certificate's validity starts at the wall clock's now")]
+    let now = time::OffsetDateTime::from(std::time::SystemTime::now());
+    params.not_before = now - time::Duration::hours(1);
+    params.not_after = now + time::Duration::days(i64::from(days));
+}
+
+/// A certificate signed by `ca` naming `uri`, for `hosts` (a node) or none (a client), valid for `days`.
+fn issue(
+    ca: &Issued,
+    common_name: &str,
+    uri: &str,
+    hosts: &[String],
+    server: bool,
+    days: u32,
+) -> anyhow::Result<Issued> {
     let ca_key = KeyPair::from_pem(&ca.key).map_err(failed)?;
     let issuer = Issuer::from_ca_cert_pem(&ca.cert, ca_key).map_err(failed)?;
     let key = KeyPair::generate().map_err(failed)?;
@@ -92,6 +123,7 @@ fn issue(ca: &Issued, common_name: &str, uri: &str, hosts: &[String], server: bo
         params.subject_alt_names.push(san);
     }
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    valid_for(&mut params, days);
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
     if server {
         params.extended_key_usages.push(ExtendedKeyUsagePurpose::ServerAuth);
@@ -100,16 +132,23 @@ fn issue(ca: &Issued, common_name: &str, uri: &str, hosts: &[String], server: bo
     Ok(Issued { cert: cert.pem(), key: key.serialize_pem() })
 }
 
-/// Node `id` of `cell`, reached at `hosts`.
-pub fn issue_node(ca: &Issued, cell: &str, id: u64, hosts: &[String]) -> anyhow::Result<Issued> {
-    issue(ca, &format!("node {id} of cell {cell}"), &node_uri(cell, id), hosts, true)
+/// Node `id` of `cell`, reached at `hosts`, valid for `days`.
+pub fn issue_node(ca: &Issued, cell: &str, id: u64, hosts: &[String], days: u32) -> anyhow::Result<Issued> {
+    issue(ca, &format!("node {id} of cell {cell}"), &node_uri(cell, id), hosts, true, days)
 }
 
-/// A client authenticating as `principal` of `cell`.
-pub fn issue_client(ca: &Issued, cell: &str, principal: &str) -> anyhow::Result<Issued> {
+/// A client authenticating as `principal` of `cell`, valid for `days`. Root gets none: a certificate cannot be
+/// revoked before it ends, and root's reach is the whole cell; root authenticates by a token, which can be.
+pub fn issue_client(ca: &Issued, cell: &str, principal: &str, days: u32) -> anyhow::Result<Issued> {
     cellog_core::tenant::validate_scoped_name(principal)
         .map_err(|reason| anyhow::anyhow!("principal name {principal:?} {reason}"))?;
-    issue(ca, principal, &principal_uri(cell, principal), &[], false)
+    if principal == cellog_core::ROOT {
+        bail!(
+            "no client certificate for {principal}: it authenticates by a token (`--root-token-file`, then `cellog \
+             auth token new root`), which can be revoked; give each operator a principal of its own"
+        );
+    }
+    issue(ca, principal, &principal_uri(cell, principal), &[], false, days)
 }
 
 /// Writes `contents` to `path`, readable by its owner only when `secret`; refuses to overwrite.
@@ -158,22 +197,59 @@ pub fn run(command: CertsCommand) -> anyhow::Result<()> {
                 dir.display()
             );
         }
-        CertsCommand::Issue(IssueCommand::Node { id, hosts, dir }) => {
+        CertsCommand::Issue(IssueCommand::Node { id, hosts, days, dir }) => {
             let (ca, cell) = load_ca(&dir)?;
-            let issued = issue_node(&ca, &cell, id, &hosts)?;
+            let issued = issue_node(&ca, &cell, id, &hosts, days)?;
             write_new(&dir.join(format!("node-{id}.key")), &issued.key, true)?;
             write_new(&dir.join(format!("node-{id}.pem")), &issued.cert, false)?;
             println!("node {id} of cell {cell}: {}/node-{id}.pem and .key, for {}", dir.display(), hosts.join(", "));
         }
-        CertsCommand::Issue(IssueCommand::Client { principal, dir }) => {
+        CertsCommand::Issue(IssueCommand::Client { principal, days, dir }) => {
             // A tenant's principal (`TENANT/NAME`) gets files named `TENANT.NAME`.
             let file = principal.replace(cellog_core::tenant::TENANT_SEPARATOR, ".");
             let (ca, cell) = load_ca(&dir)?;
-            let issued = issue_client(&ca, &cell, &principal)?;
+            let issued = issue_client(&ca, &cell, &principal, days)?;
             write_new(&dir.join(format!("{file}.key")), &issued.key, true)?;
             write_new(&dir.join(format!("{file}.pem")), &issued.cert, false)?;
             println!("principal {principal} of cell {cell}: {}/{file}.pem and .key", dir.display());
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The validity a certificate's PEM gives, as (not before, not after) in seconds since the epoch.
+    fn validity(pem: &str) -> (i64, i64) {
+        let (_, der) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).expect("a PEM");
+        let cert = der.parse_x509().expect("a certificate");
+        (cert.validity().not_before.timestamp(), cert.validity().not_after.timestamp())
+    }
+
+    /// Certificates end: a client's after 90 days, a node's after a year, unless told otherwise; the CA after ten
+    /// years; and root gets no client certificate at all.
+    #[test]
+    fn certificates_end_and_root_has_none() {
+        let ca = make_ca("prod").expect("a CA");
+        let day = 86_400;
+        let (ca_from, ca_until) = validity(&ca.cert);
+        assert!((ca_until - ca_from - i64::from(CA_DAYS) * day - 3_600).abs() < 60, "the CA lasts ten years");
+        // (what, certificate, days it should last)
+        let hosts = ["10.0.0.1".to_string()];
+        let table = [
+            ("a client", issue_client(&ca, "prod", "billing", CLIENT_DAYS).expect("issued"), 90),
+            ("a tenant's client", issue_client(&ca, "prod", "acme/ops", 7).expect("issued"), 7),
+            ("a node", issue_node(&ca, "prod", 1, &hosts, NODE_DAYS).expect("issued"), 365),
+            ("a node for a month", issue_node(&ca, "prod", 2, &hosts, 30).expect("issued"), 30),
+        ];
+        for (what, issued, days) in table {
+            let (from, until) = validity(&issued.cert);
+            assert!((until - from - days * day - 3_600).abs() < 60, "{what}: {from}..{until}, not {days} days");
+            assert!(until <= ca_until, "{what} ends before its CA");
+        }
+        let refused = issue_client(&ca, "prod", "root", CLIENT_DAYS).err().expect("no certificate for root");
+        assert!(format!("{refused:#}").contains("no client certificate for root"), "{refused:#}");
+    }
 }

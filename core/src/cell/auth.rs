@@ -134,6 +134,9 @@ impl Cell {
             | Command::PrepareTransaction(r)
             | Command::CommitTransaction(r)
             | Command::AbortTransaction(r) => auth.authorize_producer(principal, r.producer_id)?,
+            // A principal may revoke a token of its own (one it leaked), whatever its grants; any other needs
+            // cluster admin.
+            Command::RevokeToken { token } if auth.holder(token).is_some_and(|holder| **holder == *principal) => {}
             Command::PutPrincipal { .. }
             | Command::DeletePrincipal { .. }
             | Command::AddToken { .. }

@@ -223,6 +223,31 @@ fn another_principal_cannot_take_over_a_transactional_id() {
     assert_eq!(node.producer_id, tenants.producer_id);
 }
 
+/// A principal revokes a token of its own (a leaked one) without cluster admin, and no other principal's; the revoked
+/// token no longer authenticates.
+#[test]
+fn a_principal_revokes_its_own_token_and_no_other() {
+    let mut h = cell();
+    h.ok(as_token(9, Command::AddToken { principal: "alice".into(), token: token(11) }));
+    // (who, whose token, refused)
+    let table = [(2, 11, true), (2, 9, true), (2, 42, true), (1, 2, true), (1, 11, false), (1, 1, false)];
+    for (who, revoked, refused) in table {
+        let before = state_parts(&h.cell);
+        let result = h.apply(as_token(who, Command::RevokeToken { token: token(revoked) }));
+        let row = format!("token {who} revokes token {revoked}: {result:?}");
+        if refused {
+            assert_eq!(denied(result).as_deref(), Some("cluster admin"), "{row}");
+            assert_eq!(state_parts(&h.cell), before, "{row}: a refusal changed the state");
+        } else {
+            assert!(result.is_ok(), "{row}");
+        }
+    }
+    // Alice revoked the token she acted with last: it authenticates no more; bob's and root's still do.
+    assert!(matches!(h.apply(as_token(1, publish("orders.eu.1"))), Err(Rejection::Unauthenticated { .. })));
+    assert!(matches!(h.apply(as_token(11, publish("orders.eu.1"))), Err(Rejection::Unauthenticated { .. })));
+    h.ok(as_token(9, publish("orders.eu.1")));
+}
+
 #[test]
 fn acks_need_the_consume_grant() {
     let mut h = cell();

@@ -58,22 +58,9 @@ pub(crate) async fn serve<S: Storage + Clone>(
         body_fields(&body)?
     };
     let input = with_path_fields(route.rpc, input, fields)?;
-    let _permit = http.calls.clone().try_acquire_owned().map_err(|_| {
-        ApiError::from(cellog_client::status::failed(
-            Code::ResourceExhausted,
-            "TOO_MANY_CALLS",
-            format!("this node answers at most {} HTTP calls at once; retry shortly", http.max_calls),
-        ))
-    })?;
+    // The door (`super::door`) checked the credential, took the call's permit and times the call.
     let credential = headers.get(axum::http::header::AUTHORIZATION);
-    let call = call(&http.service, &http.forward, route.rpc, credential, input);
-    let answer = tokio::time::timeout(http.request_timeout, call).await.map_err(|_| {
-        ApiError::from(cellog_client::status::failed(
-            Code::DeadlineExceeded,
-            "TIMEOUT",
-            format!("no answer within {} ms", http.request_timeout.as_millis()),
-        ))
-    })??;
+    let answer = call(&http.service, &http.forward, route.rpc, credential, input).await?;
     Ok(axum::Json(answer).into_response())
 }
 

@@ -17,6 +17,7 @@ pub(crate) mod error;
 pub(crate) mod forward;
 pub(crate) mod openapi;
 pub(crate) mod routes;
+pub(crate) mod serve;
 pub(crate) mod tail;
 
 use std::sync::Arc;
@@ -30,7 +31,9 @@ use axum::routing::get;
 use cellog_raft::CellNode;
 use cellog_raft::storage::Storage;
 use tokio::sync::Semaphore;
+use tonic::Status;
 
+use self::error::ApiError;
 use crate::limits::Limits;
 use crate::metrics::{Metered, Metrics};
 use crate::service::CellogService;
@@ -89,7 +92,96 @@ pub(crate) fn router<S: Storage + Clone>(
         .route("/console/{asset}", get(console::asset))
         .fallback(json_api::<S>)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(http.clone(), door::<S>))
         .with_state(http)
+}
+
+/// Paths anyone may read: the console's page, script and style, and the OpenAPI document (static text, no state).
+fn is_public(path: &str) -> bool {
+    matches!(path, "/" | "/console" | "/console/console.js" | "/console/console.css" | "/v1/openapi.json")
+}
+
+/// Whether a request's `Origin`, when it has one (a browser's), is the node's own: a page of another site may not
+/// open a WebSocket tail here.
+fn same_origin(headers: &axum::http::HeaderMap) -> bool {
+    let Some(origin) = headers.get(axum::http::header::ORIGIN) else { return true };
+    let host = headers.get(axum::http::header::HOST).and_then(|host| host.to_str().ok());
+    let origin = origin.to_str().ok().and_then(|origin| origin.split_once("://").map(|(_, rest)| rest));
+    matches!((origin, host), (Some(origin), Some(host)) if origin.eq_ignore_ascii_case(host))
+}
+
+/// Every request but a public one: its credential is checked against this node's replica before its body is read
+/// (a caller without one costs the node its headers only), `/metrics` answers a cluster admin or the scrape token
+/// alone, and a JSON call takes a permit and its time limit here, so that reading its body counts against both.
+async fn door<S: Storage + Clone>(
+    State(http): State<Arc<Http<S>>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let path = request.uri().path();
+    if is_public(path) {
+        return next.run(request).await;
+    }
+    let metrics = path == "/metrics";
+    let tail = path.starts_with("/v1/streams/") && (path.ends_with("/tail") || path.ends_with("/tail/ws"));
+    let credential = request.headers().get(axum::http::header::AUTHORIZATION);
+    let grpc = match api::grpc(credential, ()) {
+        Ok(grpc) => grpc,
+        Err(error) => return error.into_response(),
+    };
+    let actor = match http.service.callers().actor(&grpc) {
+        Ok(actor) => actor,
+        Err(status) => return ApiError::from(status).into_response(),
+    };
+    if metrics && matches!(actor, cellog_core::Actor::Token(hash) if Some(hash) == http.service.callers().scrape_token)
+    {
+        return next.run(request).await;
+    }
+    let principal = match http.service.principal(&actor) {
+        Ok(principal) => principal,
+        Err(status) => return ApiError::from(status).into_response(),
+    };
+    if metrics {
+        let allowed = http.node.replica().map_err(|error| Status::unavailable(error.to_string())).and_then(|replica| {
+            replica
+                .cell
+                .authorize(&principal, &cellog_core::Access::ClusterAdmin)
+                .map_err(|rejection| crate::status::from_rejection(&rejection))
+        });
+        return match allowed {
+            Ok(()) => next.run(request).await,
+            Err(status) => ApiError::from(status).into_response(),
+        };
+    }
+    if tail {
+        if path.ends_with("/ws") && !same_origin(request.headers()) {
+            return ApiError::from(cellog_client::status::failed(
+                tonic::Code::PermissionDenied,
+                "CROSS_ORIGIN",
+                "a WebSocket tail is opened from this node's own pages or without an Origin, not from another site's",
+            ))
+            .into_response();
+        }
+        // A tail holds one of the tails' permits for as long as it is open, and is not timed.
+        return next.run(request).await;
+    }
+    let Ok(_permit) = http.calls.clone().try_acquire_owned() else {
+        return ApiError::from(cellog_client::status::failed(
+            tonic::Code::ResourceExhausted,
+            "TOO_MANY_CALLS",
+            format!("this node answers at most {} HTTP calls at once; retry shortly", http.max_calls),
+        ))
+        .into_response();
+    };
+    match tokio::time::timeout(http.request_timeout, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::from(cellog_client::status::failed(
+            tonic::Code::DeadlineExceeded,
+            "TIMEOUT",
+            format!("no answer within {} ms", http.request_timeout.as_millis()),
+        ))
+        .into_response(),
+    }
 }
 
 async fn render_metrics<S: Storage + Clone>(State(http): State<Arc<Http<S>>>) -> Response {

@@ -53,7 +53,7 @@ pub async fn one_node(cell: &str) -> (RunningNode<SimDisk>, Client) {
         mail: None,
         past: cellog_raft::Past::Unknown,
         cell_id: None,
-        callers: cellog_net::auth::Callers { insecure: true, cell: None, rate: None },
+        callers: cellog_net::auth::Callers { insecure: true, cell: None, rate: None, scrape_token: None },
         root_token: None,
         tls: None,
         limits: cellog_net::Limits::DEFAULT,
