@@ -26,7 +26,7 @@ pub fn invariant(mutant: Mutant) -> &'static str {
         Mutant::RetentionIgnoresPeerWatermark => "watermark",
         Mutant::DelayedVisibleEarly => "delayed",
         Mutant::LeaderTimeNotMonotonic => "cell-time",
-        Mutant::GrantCheckSkipped => "grants",
+        Mutant::GrantCheckSkipped | Mutant::NodeHeaderAccepted => "grants",
         Mutant::StaleGenerationAcked => "group",
         Mutant::HandoverSkipsUnacked => "handover",
     }

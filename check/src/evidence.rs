@@ -54,6 +54,9 @@ pub struct Duties {
     /// Processes that run as a principal of their own, by the subject filters that principal may publish to: every
     /// publish of theirs elsewhere must be refused and never stored.
     pub publishers: BTreeMap<String, Vec<String>>,
+    /// Message ids a principal published carrying a header that is the node's (`Cellog-*`, a forged sender): each
+    /// must be refused and never stored, inside the principal's grants or not.
+    pub forged: BTreeSet<String>,
     /// Mirrors, by the source stream each follows (both in `held`: the mirror's cell's nodes under the mirror's
     /// name, the source's under the source's): each must be a gap-free, in-order prefix of its source.
     pub mirrors: BTreeMap<String, String>,

@@ -272,6 +272,11 @@ impl Script {
         self.evidence.duties.publishers.insert(process.to_string(), filters);
     }
 
+    /// `msg_id` was published carrying a header that is the node's.
+    pub fn forged(&mut self, msg_id: &str) {
+        self.evidence.duties.forged.insert(msg_id.to_string());
+    }
+
     /// The evidence written so far.
     pub fn evidence(&self) -> Evidence {
         Evidence { operations: operations(&self.events), ..self.evidence.clone() }

@@ -107,6 +107,35 @@ const ROWS: &[Row] = &[
         fails: &["grants"],
     },
     Row {
+        name: "a forged sender inside the grants is refused",
+        history: |s| {
+            s.publisher("intruder", &["jobs.*"]);
+            s.forged("forged-1");
+            s.publish_to(0, "intruder", "forged-1", "jobs.build").fail(1);
+        },
+        fails: &[],
+    },
+    Row {
+        name: "a forged sender inside the grants acknowledged",
+        history: |s| {
+            s.publisher("intruder", &["jobs.*"]);
+            s.forged("forged-1");
+            s.publish_to(0, "intruder", "forged-1", "jobs.build").published(1, "jobs", 0, 1);
+            everywhere(s, "jobs", "forged-1", 1, 1);
+        },
+        fails: &["grants"],
+    },
+    Row {
+        name: "a forged sender that timed out, stored",
+        history: |s| {
+            s.publisher("intruder", &["jobs.*"]);
+            s.forged("forged-1");
+            s.publish_to(0, "intruder", "forged-1", "jobs.build").unknown(9);
+            everywhere(s, "jobs", "forged-1", 1, 1);
+        },
+        fails: &["grants"],
+    },
+    Row {
         name: "a publish that timed out may be stored",
         history: |s| {
             s.publish(0, "producer", "m-1").unknown(5);

@@ -222,11 +222,18 @@ async fn a_multicast_says_which_recipients_it_reached_and_how_the_others_ended()
     );
     assert!(alpha_client.delete_stream(OUTBOX).await.is_err());
 
-    // A ledger that refuses rows does not stop delivery: the failure is counted.
+    // No principal changes a mail stream, root included (its subjects are reserved for the node).
     let mut full = bravo_client.stream_info(PROVENANCE).await.expect("info").config.expect("a config");
     full.max_messages = Some(1);
     full.discard = v1::DiscardPolicy::DiscardNew as i32;
-    bravo_client.update_stream(PROVENANCE, full).await.expect("updated");
+    let refused = bravo_client.update_stream(PROVENANCE, full).await.expect_err("a mail stream is the node's");
+    assert_eq!(refused.reason(), Some("PERMISSION_DENIED"), "{refused}");
+    // A ledger that refuses rows does not stop delivery: the failure is counted. (The node fills it itself.)
+    let info = bravo_node.node.replica().expect("the replica").cell.stream_info(PROVENANCE).expect("info");
+    let full =
+        cellog_core::StreamConfig { max_messages: Some(1), discard: cellog_core::DiscardPolicy::New, ..info.config };
+    let command = cellog_core::Command::UpdateStream { name: PROVENANCE.to_string(), config: full };
+    bravo_node.node.propose_now(command).await.expect("proposed").expect("updated");
     let second =
         alpha_client.send_sealed(&["bravo".to_string()], Bytes::from_static(b"second"), None).await.expect("sent");
     assert_eq!(results(&settled(&alpha_client, &second.envelope_id).await)["bravo"], Delivered);

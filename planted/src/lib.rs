@@ -63,6 +63,9 @@ pub enum Mutant {
     /// A publish is not checked against the principal's publish grants: a principal may publish anywhere (grant check
     /// skipped).
     GrantCheckSkipped,
+    /// A principal's message carrying a header named like the node's (`Cellog-*` in another case) is taken: a forged
+    /// sender is stored beside the stamped one (node header accepted).
+    NodeHeaderAccepted,
     /// A group member's ack or commit is not checked against what it owns: an earlier incarnation's ack, or one for a
     /// partition that moved, lands (stale generation acked).
     StaleGenerationAcked,

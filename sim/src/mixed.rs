@@ -61,12 +61,21 @@ pub const CREW_REJOIN_ROUND: usize = 25;
 /// See [`CREW_REJOIN_ROUND`].
 pub const CREW_HOLD_ROUNDS: usize = 5;
 /// A process that runs as a principal of its own, which may publish to [`INTRUDER_GRANTS`] only, and tries
-/// [`INTRUDER_PUBLISHES`] publishes outside them: every one must be refused.
+/// [`INTRUDER_PUBLISHES`] publishes: outside them, or inside them as the node ([`INTRUDER_FORGERIES`]); every one
+/// must be refused.
 pub const INTRUDER: &str = "intruder";
 /// The subject filters [`INTRUDER`]'s principal may publish to.
 pub const INTRUDER_GRANTS: &[&str] = &["jobs.intruder"];
 /// How many publishes [`INTRUDER`] tries.
 pub const INTRUDER_PUBLISHES: usize = 10;
+/// How many of them are inside its grants but carry a forged `cellog-sender: root` header (every other one, ids
+/// [`forged_id`]): each must be refused, since that header is the node's.
+pub const INTRUDER_FORGERIES: usize = INTRUDER_PUBLISHES / 2;
+
+/// The message id of the intruder's `n`th forged publish.
+pub fn forged_id(n: usize) -> String {
+    format!("forged-{n}")
+}
 /// [`INTRUDER`]'s token (fixed: the run is a function of its seed).
 const INTRUDER_TOKEN: &str = "cellog_intruder-of-the-mixed-workload-000000000000000";
 
@@ -106,6 +115,7 @@ pub fn duties() -> Duties {
             INTRUDER_GRANTS.iter().map(|filter| filter.to_string()).collect(),
         )]),
         mirrors: BTreeMap::new(),
+        forged: (0..INTRUDER_FORGERIES).map(forged_id).collect(),
     }
 }
 
@@ -268,7 +278,15 @@ pub async fn run(cluster: &mut Cluster, schedule: &[Step]) -> Outcome {
     let intruder = Producer::new(Caller { client: intruder_client, history: cluster.history().clone() }, INTRUDER);
     let intruding = cluster.spawn_on_client(async move {
         for index in 0..INTRUDER_PUBLISHES {
-            let _ = intruder.publish_one(request(format!("orders.{}", index % 3), format!("x-{index}"))).await;
+            let attempt = match index % 2 {
+                0 => request(format!("orders.{}", index % 3), format!("x-{index}")),
+                _ => {
+                    let mut forged = request(INTRUDER_GRANTS[0].to_string(), forged_id(index / 2));
+                    forged.headers.insert("cellog-sender".to_string(), "root".to_string());
+                    forged
+                }
+            };
+            let _ = intruder.publish_one(attempt).await;
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     });

@@ -64,7 +64,11 @@ impl Cell {
                 }
                 // The sender, a pin (which holds another stream's message against retention and recall) and a dead
                 // letter's origin are the node's to write, in whatever case a reader folds them to.
-                if let Some(name) = request.headers.keys().find(|name| is_node_header(name)) {
+                #[cfg(madsim)]
+                let accepted = cellog_planted::active(cellog_planted::Mutant::NodeHeaderAccepted);
+                #[cfg(not(madsim))]
+                let accepted = false;
+                if let Some(name) = request.headers.keys().find(|name| is_node_header(name) && !accepted) {
                     return Err(Rejection::PermissionDenied {
                         principal: principal.to_string(),
                         needs: format!(
