@@ -738,7 +738,9 @@ mod tests {
         let ca = dir.path().join("ca.pem");
         std::fs::write(&ca, "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n").expect("written");
         let (local, open) = ("127.0.0.1:7401", "0.0.0.0:7401");
-        let table: [(&str, &str, &str, bool, bool, Option<&str>); 10] = [
+        // (client, raft, HTTP, TLS, insecure, refused with)
+        type Row<'a> = (&'a str, &'a str, &'a str, bool, bool, Option<&'a str>);
+        let table: [Row<'_>; 10] = [
             (local, local, "127.0.0.1:7601", false, false, None),
             (local, local, "off", false, false, None),
             (open, local, "127.0.0.1:7601", false, false, Some("the client address 0.0.0.0:7401")),

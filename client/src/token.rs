@@ -36,6 +36,11 @@ pub fn check(token: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// How `Debug` output shows a secret (a token, a key): whether there is one, never what it is.
+pub fn redacted<T>(secret: &Option<T>) -> Option<&'static str> {
+    secret.as_ref().map(|_| "<redacted>")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -52,9 +57,4 @@ mod tests {
         assert!(check("with space").is_err());
         assert!(check(&"x".repeat(MAX_TOKEN_BYTES + 1)).is_err());
     }
-}
-
-/// How `Debug` output shows a secret (a token, a key): whether there is one, never what it is.
-pub fn redacted<T>(secret: &Option<T>) -> Option<&'static str> {
-    secret.as_ref().map(|_| "<redacted>")
 }

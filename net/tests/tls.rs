@@ -64,10 +64,10 @@ async fn node(
     cert_uri: &str,
     addrs: &[(std::net::SocketAddr, std::net::SocketAddr)],
 ) -> RunningNode<SimDisk> {
-    node_of(CELL, dir, ca, id, cert_uri, addrs, None, |_| {}).await
+    node_of(CELL, dir, ca, id, cert_uri, addrs, |_| {}).await
 }
 
-/// Node `id` of `cell` over TLS under `ca`, with `mail`.
+/// Node `id` of `cell` over TLS under `ca`, its config changed by `edit` (mail, an HTTP port).
 async fn node_of(
     cell: &str,
     dir: &std::path::Path,
@@ -75,7 +75,6 @@ async fn node_of(
     id: u64,
     cert_uri: &str,
     addrs: &[(std::net::SocketAddr, std::net::SocketAddr)],
-    mail: Option<MailConfig>,
     edit: impl FnOnce(&mut NodeConfig),
 ) -> RunningNode<SimDisk> {
     let (cert, key) = issue(ca, cert_uri);
@@ -107,7 +106,7 @@ async fn node_of(
         peers,
         bootstrap: true,
         timing: RaftTiming { heartbeat_ms: 50, election_timeout_ms: 300, ..RaftTiming::default() },
-        mail,
+        mail: None,
         past: cellog_raft::Past::Unknown,
         cell_id: None,
         callers: Callers { insecure: false, cell: None, rate: None, scrape_token: None },
@@ -299,16 +298,20 @@ async fn mail_reaches_a_cell_under_tls_verified_by_its_ca() {
     let bravo_ca = ca("bravo's CA");
     let bravo_addrs = [(free_addr(), free_addr())];
     let bravo_mail = mail(&bravo, keyring(&bravo, &alpha), Vec::new(), BTreeMap::new());
-    let bravo_node =
-        node_of("bravo", dir.path(), &bravo_ca, 1, &node_uri("bravo", 1), &bravo_addrs, Some(bravo_mail), |_| {}).await;
+    let bravo_node = node_of("bravo", dir.path(), &bravo_ca, 1, &node_uri("bravo", 1), &bravo_addrs, |config| {
+        config.mail = Some(bravo_mail)
+    })
+    .await;
     let bravo_root = root_of("bravo", &bravo_ca, &bravo_addrs);
     let alpha_ca = ca("alpha's CA");
     let alpha_addrs = [(free_addr(), free_addr())];
     let homes = vec![("bravo".to_string(), bravo_addrs[0].0.to_string())];
     let home_cas = BTreeMap::from([("bravo".to_string(), bravo_ca.pem.as_bytes().to_vec())]);
     let alpha_mail = mail(&alpha, keyring(&alpha, &bravo), homes, home_cas);
-    let alpha_node =
-        node_of("alpha", dir.path(), &alpha_ca, 1, &node_uri("alpha", 1), &alpha_addrs, Some(alpha_mail), |_| {}).await;
+    let alpha_node = node_of("alpha", dir.path(), &alpha_ca, 1, &node_uri("alpha", 1), &alpha_addrs, |config| {
+        config.mail = Some(alpha_mail)
+    })
+    .await;
     let alpha_root = root_of("alpha", &alpha_ca, &alpha_addrs);
 
     let sent = alpha_root
@@ -387,7 +390,7 @@ async fn the_http_port_under_tls_serves_https_to_credentials_only() {
     let cell_ca = ca("the cell's CA");
     let addrs = [(free_addr(), free_addr())];
     let http = free_addr();
-    let node = node_of(CELL, dir.path(), &cell_ca, 1, &node_uri(CELL, 1), &addrs, None, |config| {
+    let node = node_of(CELL, dir.path(), &cell_ca, 1, &node_uri(CELL, 1), &addrs, |config| {
         config.metrics_addr = Some(http);
         config.callers.scrape_token = Some(cellog_core::TokenHash(cellog_client::token::hash(SCRAPE)));
     })

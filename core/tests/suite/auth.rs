@@ -198,7 +198,8 @@ fn another_principal_cannot_take_over_a_transactional_id() {
     assert_ne!(tenants.producer_id, r.producer_id);
 
     // (who, id, refused with): carol takes neither alice's `t` nor (through a `/`) acme's.
-    let table: Vec<(u8, &str, fn(&Rejection) -> bool)> = vec![
+    type Refusal = fn(&Rejection) -> bool;
+    let table: Vec<(u8, &str, Refusal)> = vec![
         (
             4,
             "t",
