@@ -128,6 +128,23 @@ fn client(addrs: &[String], ca_pem: &str, identity: Option<(String, String)>, re
     Client::new(addrs.to_vec(), options).expect("a client")
 }
 
+/// Root's client of the cell at `addrs`, by a certificate of `ca` (a test's own CA may issue one), once a leader has
+/// applied an entry over TLS.
+async fn root_once_formed(addrs: &[String], ca: &Ca) -> Client {
+    let root = client(addrs, &ca.pem, Some(issue(ca, &principal_uri(CELL, "root"))), Duration::from_secs(20));
+    for _ in 0..400 {
+        if root
+            .cluster_status()
+            .await
+            .is_ok_and(|status| !status.leader_addr.is_empty() && status.applied_index.is_some())
+        {
+            return root;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the cell did not form over TLS");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cell_under_mutual_tls() {
     let dir = tempfile::tempdir().expect("a temp dir");
@@ -140,23 +157,8 @@ async fn a_cell_under_mutual_tls() {
     let client_addrs: Vec<String> = addrs.iter().map(|(client, _)| client.to_string()).collect();
 
     // Root by certificate: the cell forms over TLS between its nodes and answers.
-    let root = client(
-        &client_addrs,
-        &cell_ca.pem,
-        Some(issue(&cell_ca, &principal_uri(CELL, "root"))),
-        Duration::from_secs(20),
-    );
-    let mut formed = false;
-    for _ in 0..400 {
-        if root.who_am_i().await.is_ok_and(|me| me.name == "root")
-            && root.cluster_status().await.is_ok_and(|status| status.applied_index.is_some())
-        {
-            formed = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(formed, "the cell formed over TLS, and a root certificate names root");
+    let root = root_once_formed(&client_addrs, &cell_ca).await;
+    assert_eq!(root.who_am_i().await.expect("who").name, "root", "a root certificate names root");
     let config = v1::StreamConfig { subjects: vec!["orders.>".into()], ..Default::default() };
     root.create_stream("orders", config).await.expect("root creates a stream");
 
@@ -395,22 +397,7 @@ async fn the_http_port_under_tls_serves_https_to_credentials_only() {
         config.callers.scrape_token = Some(cellog_core::TokenHash(cellog_client::token::hash(SCRAPE)));
     })
     .await;
-    let client_addrs = vec![addrs[0].0.to_string()];
-    let root = client(
-        &client_addrs,
-        &cell_ca.pem,
-        Some(issue(&cell_ca, &principal_uri(CELL, "root"))),
-        Duration::from_secs(20),
-    );
-    let mut formed = false;
-    for _ in 0..400 {
-        if root.cluster_status().await.is_ok_and(|status| status.state == "Leader" && status.applied_index.is_some()) {
-            formed = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(formed, "the cell of one formed");
+    let root = root_once_formed(&[addrs[0].0.to_string()], &cell_ca).await;
     let grants = v1::Grants { publish: vec![">".into()], admin: true, ..Default::default() };
     root.put_principal("ops", grants).await.expect("a principal");
     let ops = cellog_client::token::from_random([7; 32]);
