@@ -15,7 +15,7 @@ use hyper_util::rt::TokioIo;
 use tokio::time::Instant;
 
 use crate::bench_kit::{Report, Workload, progress, recreate, report_error, request};
-use crate::commands::{client, token};
+use crate::commands::{client, tls, token};
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct TailArgs {
@@ -33,6 +33,71 @@ pub struct TailArgs {
     fanout: bool,
 }
 
+/// The node's HTTP port: over TLS, verified with the cell's CA, when the connection options name one (`--ca`, or the
+/// dev cell's), in plaintext otherwise.
+struct HttpPort {
+    addr: String,
+    tls: Option<tokio_rustls::TlsConnector>,
+}
+
+impl HttpPort {
+    fn new(addr: String, tls: Option<&cellog_client::ClientTls>) -> anyhow::Result<Self> {
+        use tokio_rustls::rustls;
+        use tokio_rustls::rustls::pki_types::CertificateDer;
+        use tokio_rustls::rustls::pki_types::pem::PemObject;
+
+        let Some(tls) = tls else { return Ok(HttpPort { addr, tls: None }) };
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(&tls.ca_pem) {
+            roots.add(cert.context("the CA certificate")?).context("the CA certificate")?;
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Ok(HttpPort { addr, tls: Some(tokio_rustls::TlsConnector::from(Arc::new(config))) })
+    }
+
+    /// Sends `request` on a connection of its own and returns the answer, its body still to read.
+    async fn send(&self, request: hyper::Request<Empty<Bytes>>) -> anyhow::Result<hyper::Response<Incoming>> {
+        let addr = &self.addr;
+        let socket = tokio::net::TcpStream::connect(addr)
+            .await
+            .with_context(|| format!("connecting to {addr} (past ~1000 tails, raise `ulimit -n`)"))?;
+        socket.set_nodelay(true)?;
+        match &self.tls {
+            None => exchange(socket, request).await,
+            Some(connector) => {
+                let host = addr.rsplit_once(':').map_or(addr.as_str(), |(host, _)| host);
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                let name = tokio_rustls::rustls::pki_types::ServerName::try_from(host.to_string())
+                    .with_context(|| format!("{host:?} is not a host name or address"))?;
+                let stream = connector.connect(name, socket).await.with_context(|| format!("TLS to {addr}"))?;
+                exchange(stream, request).await
+            }
+        }
+    }
+}
+
+/// One request over `io`, HTTP/1.1.
+async fn exchange<I>(io: I, request: hyper::Request<Empty<Bytes>>) -> anyhow::Result<hyper::Response<Incoming>>
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
+    tokio::spawn(connection);
+    Ok(sender.send_request(request).await?)
+}
+
+/// `request` with the caller's token, if any.
+fn with_token(request: hyper::http::request::Builder, token: Option<&str>) -> hyper::http::request::Builder {
+    match token {
+        Some(token) => request.header(AUTHORIZATION, format!("{}{token}", cellog_client::token::BEARER)),
+        None => request,
+    }
+}
+
 /// An open server-sent event stream.
 struct Events {
     body: Incoming,
@@ -40,19 +105,10 @@ struct Events {
 }
 
 impl Events {
-    /// Opens the tail at `path` of the node at `addr`.
-    async fn open(addr: &str, path: &str, token: Option<&str>) -> anyhow::Result<Events> {
-        let socket = tokio::net::TcpStream::connect(addr)
-            .await
-            .with_context(|| format!("connecting to {addr} (past ~1000 tails, raise `ulimit -n`)"))?;
-        socket.set_nodelay(true)?;
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(socket)).await?;
-        tokio::spawn(connection);
-        let mut request = hyper::Request::get(path).header(HOST, addr).header(ACCEPT, "text/event-stream");
-        if let Some(token) = token {
-            request = request.header(AUTHORIZATION, format!("{}{token}", cellog_client::token::BEARER));
-        }
-        let answer = sender.send_request(request.body(Empty::<Bytes>::new())?).await?;
+    /// Opens the tail at `path` of the node at `port`.
+    async fn open(port: &HttpPort, path: &str, token: Option<&str>) -> anyhow::Result<Events> {
+        let request = hyper::Request::get(path).header(HOST, &port.addr).header(ACCEPT, "text/event-stream");
+        let answer = port.send(with_token(request, token).body(Empty::<Bytes>::new())?).await?;
         let status = answer.status();
         if !status.is_success() {
             let body = answer.into_body().collect().await.map(|body| body.to_bytes()).unwrap_or_default();
@@ -100,18 +156,21 @@ impl Events {
     }
 }
 
-/// The value of the unlabelled metric `name` on the node's `/metrics`.
-async fn metric(addr: &str, name: &str) -> anyhow::Result<f64> {
-    let socket = tokio::net::TcpStream::connect(addr).await.with_context(|| format!("connecting to {addr}"))?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(socket)).await?;
-    tokio::spawn(connection);
-    let request = hyper::Request::get("/metrics").header(HOST, addr).body(Empty::<Bytes>::new())?;
-    let body = sender.send_request(request).await?.into_body().collect().await?.to_bytes();
+/// The value of the unlabelled metric `name` on the node's `/metrics` (read with the caller's token: a cluster
+/// admin's, as the dev cell's root token is).
+async fn metric(port: &HttpPort, name: &str, token: Option<&str>) -> anyhow::Result<f64> {
+    let request = with_token(hyper::Request::get("/metrics").header(HOST, &port.addr), token);
+    let answer = port.send(request.body(Empty::<Bytes>::new())?).await?;
+    let status = answer.status();
+    let body = answer.into_body().collect().await?.to_bytes();
     let text = String::from_utf8_lossy(&body);
+    if !status.is_success() {
+        bail!("GET {}/metrics: {status}: {text}", port.addr);
+    }
     let value = text
         .lines()
         .find_map(|line| line.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
-        .with_context(|| format!("{addr}/metrics has no {name}"))?;
+        .with_context(|| format!("{}/metrics has no {name}", port.addr))?;
     Ok(value.trim().parse()?)
 }
 
@@ -120,6 +179,7 @@ pub async fn run(args: TailArgs) -> anyhow::Result<Report> {
     let count = workload.count.unwrap_or(2_000);
     let client = client(&workload.connect)?;
     let token = token(&workload.connect)?;
+    let http = HttpPort::new(http, tls(&workload.connect)?.as_ref())?;
     recreate(&client, &workload).await?;
     let head = workload.subject.split_once('.').map_or(workload.subject.as_str(), |(head, _)| head).to_string();
     let filter = if fanout { workload.subject.clone() } else { format!("{head}.idle") };
@@ -127,7 +187,7 @@ pub async fn run(args: TailArgs) -> anyhow::Result<Report> {
 
     // The held tails, each drained by a task of its own that counts the messages it gets.
     const RESIDENT: &str = "cellog_resident_memory_bytes";
-    let before = metric(&http, RESIDENT).await?;
+    let before = metric(&http, RESIDENT, token.as_deref()).await?;
     let bar = progress(tails as u64, "tails");
     let received: Vec<Arc<AtomicU64>> = (0..tails).map(|_| Arc::new(AtomicU64::new(0))).collect();
     let mut drains = Vec::with_capacity(tails);
@@ -144,8 +204,8 @@ pub async fn run(args: TailArgs) -> anyhow::Result<Report> {
     bar.finish_and_clear();
     // Scraped once the node has settled.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let after = metric(&http, RESIDENT).await?;
-    let open = metric(&http, "cellog_http_tails").await?;
+    let after = metric(&http, RESIDENT, token.as_deref()).await?;
+    let open = metric(&http, "cellog_http_tails", token.as_deref()).await?;
     let per_tail = if tails == 0 { 0.0 } else { (after - before) / tails as f64 / 1024.0 };
     println!(
         "tails: {tails} held open (the node counts {open}); node resident {:.1} MiB before, {:.1} MiB after: \
