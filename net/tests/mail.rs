@@ -324,6 +324,42 @@ async fn mail_waits_in_the_outbox_until_its_recipient_comes_up() {
     assert_eq!(&mail[0].payload[..], b"later");
 }
 
+/// The mailroom verifies its streams before it uses them: an outbox whose deduplication window was shortened (before
+/// its subjects were reserved) gets the schema's back, and a stream of a mail stream's name that claims other subjects
+/// stops mail with `MAIL_STREAMS`, having written nothing into it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mail_streams_are_verified_before_they_are_used() {
+    let alpha = key("alpha");
+    let (node, client) = cell(&alpha, &[], BTreeMap::new(), free_addr(), quick_retry(Duration::from_secs(5))).await;
+    client.send_sealed(&["alpha".to_string()], Bytes::from_static(b"first"), None).await.expect("sent");
+    let config_of = |name: &str| {
+        let replica = node.node.replica().expect("the replica");
+        replica.cell.stream_info(name).expect("the stream").config
+    };
+    // What a principal could once do, done here as the node: change a mail stream.
+    let change = |name: &str, config: cellog_core::StreamConfig| {
+        let command = cellog_core::Command::UpdateStream { name: name.to_string(), config };
+        async { node.node.propose_now(command).await.expect("proposed").expect("changed") }
+    };
+    let schema_window = config_of(OUTBOX).duplicate_window_ms;
+    change(OUTBOX, cellog_core::StreamConfig { duplicate_window_ms: 1, ..config_of(OUTBOX) }).await;
+    client.send_sealed(&["alpha".to_string()], Bytes::from_static(b"second"), None).await.expect("sent");
+    assert_eq!(config_of(OUTBOX).duplicate_window_ms, schema_window, "the window is the schema's again");
+
+    let elsewhere = cellog_core::StreamConfig { subjects: vec!["evil.>".to_string()], ..config_of(OUTBOX) };
+    change(OUTBOX, elsewhere).await;
+    let before = config_of(OUTBOX);
+    let messages = node.node.replica().expect("the replica").cell.stream_info(OUTBOX).expect("the stream").n_messages;
+    let refused = client.send_sealed(&["alpha".to_string()], Bytes::from_static(b"third"), None).await;
+    assert!(
+        matches!(&refused, Err(ClientError::Status { code: Code::FailedPrecondition, detail }) if detail.reason == "MAIL_STREAMS"),
+        "{refused:?}"
+    );
+    assert_eq!(config_of(OUTBOX), before);
+    let after = node.node.replica().expect("the replica").cell.stream_info(OUTBOX).expect("the stream").n_messages;
+    assert_eq!(after, messages, "nothing was written into it");
+}
+
 /// On a cell that requires credentials, sending needs publish grants covering the outbox and reading the inbox or the
 /// results subscribe grants covering them; a caller without a token gets nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
