@@ -110,6 +110,10 @@ pub struct NodeArgs {
     /// [default: 4096].
     #[arg(long, env = "CELLOG_MAX_SUBSCRIPTIONS")]
     max_subscriptions: Option<usize>,
+    /// Subscriptions (and, apart, HTTP tails) one principal but root holds open on this node at once; past them, its
+    /// next is refused as TOO_MANY_SUBSCRIPTIONS (TOO_MANY_TAILS) [default: 1024].
+    #[arg(long, env = "CELLOG_MAX_SUBSCRIPTIONS_PER_PRINCIPAL")]
+    max_subscriptions_per_principal: Option<usize>,
     /// Longest a client call may take to answer, in milliseconds; a stream's answer starts at once and is not cut
     /// [default: 30000].
     #[arg(long, env = "CELLOG_REQUEST_TIMEOUT_MS")]
@@ -169,6 +173,7 @@ struct FileConfig {
     max_connections: Option<usize>,
     max_calls_per_connection: Option<u32>,
     max_subscriptions: Option<usize>,
+    max_subscriptions_per_principal: Option<usize>,
     request_timeout_ms: Option<u64>,
     keepalive_ms: Option<u64>,
     root_token_file: Option<PathBuf>,
@@ -316,14 +321,25 @@ impl NodeArgs {
                 .or(file.max_calls_per_connection)
                 .unwrap_or(most.max_calls_per_connection),
             max_subscriptions: self.max_subscriptions.or(file.max_subscriptions).unwrap_or(most.max_subscriptions),
+            max_subscriptions_per_principal: self
+                .max_subscriptions_per_principal
+                .or(file.max_subscriptions_per_principal)
+                .unwrap_or(most.max_subscriptions_per_principal),
             request_timeout: self
                 .request_timeout_ms
                 .or(file.request_timeout_ms)
                 .map_or(most.request_timeout, Duration::from_millis),
             keepalive: self.keepalive_ms.or(file.keepalive_ms).map_or(most.keepalive, Duration::from_millis),
         };
-        if limits.max_connections == 0 || limits.max_calls_per_connection == 0 || limits.max_subscriptions == 0 {
-            bail!("max_connections, max_calls_per_connection and max_subscriptions must be at least 1");
+        if limits.max_connections == 0
+            || limits.max_calls_per_connection == 0
+            || limits.max_subscriptions == 0
+            || limits.max_subscriptions_per_principal == 0
+        {
+            bail!(
+                "max_connections, max_calls_per_connection, max_subscriptions and max_subscriptions_per_principal must \
+                 be at least 1"
+            );
         }
         if limits.request_timeout.is_zero() || limits.keepalive.is_zero() {
             bail!("request_timeout_ms and keepalive_ms must be at least 1");

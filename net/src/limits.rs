@@ -27,6 +27,10 @@ pub struct Limits {
     /// Subscriptions open on this node at once: past it, `Subscribe` is answered `RESOURCE_EXHAUSTED
     /// TOO_MANY_SUBSCRIPTIONS`. Default 4 096.
     pub max_subscriptions: usize,
+    /// Subscriptions (and, apart, HTTP tails) one principal holds open on this node at once, root excepted: past it,
+    /// its next one is answered `RESOURCE_EXHAUSTED TOO_MANY_SUBSCRIPTIONS` (`TOO_MANY_TAILS`), so that one principal
+    /// cannot take every subscription of the node. Default 1 024.
+    pub max_subscriptions_per_principal: usize,
     /// Longest a call may take to answer (a streaming call's answer starts at once; its stream is not cut): past it,
     /// the call is cancelled. Default 30 s.
     pub request_timeout: Duration,
@@ -41,6 +45,7 @@ impl Limits {
         max_connections: 4096,
         max_calls_per_connection: 256,
         max_subscriptions: 4096,
+        max_subscriptions_per_principal: 1024,
         request_timeout: Duration::from_secs(30),
         keepalive: Duration::from_secs(20),
     };
@@ -87,6 +92,66 @@ impl Drop for Slot {
     fn drop(&mut self) {
         self.connections.open.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// How many of something (subscriptions, tails) each principal holds open on this node, against a cap per principal.
+/// Root is not capped: the operator must always reach the node.
+#[derive(Debug)]
+pub(crate) struct PerPrincipal {
+    max: usize,
+    open: std::sync::Mutex<std::collections::BTreeMap<Arc<str>, usize>>,
+}
+
+impl PerPrincipal {
+    pub(crate) fn new(max: usize) -> Arc<Self> {
+        Arc::new(PerPrincipal { max, open: std::sync::Mutex::default() })
+    }
+
+    /// Counts one more for `principal` until the returned hold is dropped, or `None` when it holds `max` already.
+    pub(crate) fn try_open(self: &Arc<Self>, principal: &Arc<str>) -> Option<Held> {
+        if **principal != *cellog_core::ROOT {
+            let mut open = self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let count = open.entry(principal.clone()).or_insert(0);
+            if *count >= self.max {
+                return None;
+            }
+            *count += 1;
+        }
+        Some(Held { counts: self.clone(), principal: principal.clone() })
+    }
+
+    /// The cap.
+    pub(crate) fn max(&self) -> usize {
+        self.max
+    }
+}
+
+/// One counted for a principal, until dropped.
+#[derive(Debug)]
+pub(crate) struct Held {
+    counts: Arc<PerPrincipal>,
+    principal: Arc<str>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut open = self.counts.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = open.get_mut(&self.principal) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.principal);
+            }
+        }
+    }
+}
+
+/// The refusal of a principal's subscription (or tail, `what`) past its cap on this node.
+pub(crate) fn too_many_for_principal(reason: &str, what: &str, principal: &str, max: usize) -> Status {
+    cellog_client::status::failed(
+        Code::ResourceExhausted,
+        reason,
+        format!("principal {principal:?} holds {max} {what} open on this node, its most; close one first"),
+    )
 }
 
 /// The refusal of a subscription past [`Limits::max_subscriptions`].
@@ -164,6 +229,21 @@ mod counted {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_principal_but_root_holds_at_most_its_cap() {
+        let caps = PerPrincipal::new(2);
+        let (alice, bob, root): (Arc<str>, Arc<str>, Arc<str>) = ("alice".into(), "bob".into(), "root".into());
+        let first = caps.try_open(&alice).expect("one of two");
+        let _second = caps.try_open(&alice).expect("two of two");
+        assert!(caps.try_open(&alice).is_none(), "a third is past alice's two");
+        let _bobs = caps.try_open(&bob).expect("bob's count is his own");
+        let roots: Vec<_> = (0..5).map(|_| caps.try_open(&root).expect("root is not capped")).collect();
+        drop(first);
+        let _third = caps.try_open(&alice).expect("one closed, so one more");
+        assert!(caps.try_open(&alice).is_none());
+        drop(roots);
+    }
 
     #[test]
     fn a_connection_past_the_cap_gets_no_slot_until_another_closes() {

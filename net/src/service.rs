@@ -22,7 +22,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::auth::{Callers, Limiter};
 use crate::convert::{self, DEFAULT_TRANSACTION_TIMEOUT_MS};
-use crate::limits::{Limits, too_many_subscriptions};
+use crate::limits::{Limits, PerPrincipal, too_many_for_principal, too_many_subscriptions};
 use crate::metrics::Metrics;
 use crate::status::{self, from_propose, from_rejection, invalid_argument, not_leader};
 
@@ -48,6 +48,8 @@ pub struct CellogService<S> {
     /// A permit per open subscription.
     subscriptions: Arc<Semaphore>,
     max_subscriptions: usize,
+    /// Each principal's open subscriptions.
+    subscriptions_per_principal: Arc<PerPrincipal>,
 }
 
 impl<S> Clone for CellogService<S> {
@@ -59,6 +61,7 @@ impl<S> Clone for CellogService<S> {
             limiter: self.limiter.clone(),
             subscriptions: self.subscriptions.clone(),
             max_subscriptions: self.max_subscriptions,
+            subscriptions_per_principal: self.subscriptions_per_principal.clone(),
         }
     }
 }
@@ -182,7 +185,16 @@ impl<S: Storage + Clone> CellogService<S> {
     pub fn new(node: Arc<CellNode<S>>, metrics: Arc<Metrics>, callers: Callers, limits: &Limits) -> Self {
         let limiter = Arc::new(Limiter::new(callers.rate));
         let subscriptions = Arc::new(Semaphore::new(limits.max_subscriptions));
-        CellogService { node, metrics, callers, limiter, subscriptions, max_subscriptions: limits.max_subscriptions }
+        let subscriptions_per_principal = PerPrincipal::new(limits.max_subscriptions_per_principal);
+        CellogService {
+            node,
+            metrics,
+            callers,
+            limiter,
+            subscriptions,
+            max_subscriptions: limits.max_subscriptions,
+            subscriptions_per_principal,
+        }
     }
 
     /// `command` run as `actor`, if this node's replica finds the actor's credential and grants allow it: a command
@@ -333,6 +345,10 @@ impl<S: Storage + Clone> CellogService<S> {
         fetch: impl Fn(u32) -> Command + Send + 'static,
     ) -> Result<Response<ServerStream<v1::Delivery>>, Status> {
         // Held by the subscription's task, so released when it ends (its subscriber gone, or an error sent).
+        let caps = &self.subscriptions_per_principal;
+        let held = caps
+            .try_open(&principal)
+            .ok_or_else(|| too_many_for_principal("TOO_MANY_SUBSCRIPTIONS", "subscriptions", &principal, caps.max()))?;
         let permit = self
             .subscriptions
             .clone()
@@ -341,7 +357,7 @@ impl<S: Storage + Clone> CellogService<S> {
         let (sender, mut receiver) = mpsc::channel(usize::try_from(window).unwrap_or(256));
         let service = self.clone();
         tokio::spawn(async move {
-            let _permit = permit;
+            let (_permit, _held) = (permit, held);
             let mut skipped_at: Option<tokio::time::Instant> = None;
             loop {
                 let applied = service.node.applied();

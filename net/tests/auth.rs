@@ -24,6 +24,11 @@ async fn secure_node() -> RunningNode<SimDisk> {
 
 /// The same, limiting each principal but root to `rate`.
 async fn secure_node_with(rate: Option<PrincipalRate>) -> RunningNode<SimDisk> {
+    secure_node_limited(rate, cellog_net::Limits::DEFAULT).await
+}
+
+/// The same, with `limits`.
+async fn secure_node_limited(rate: Option<PrincipalRate>, limits: cellog_net::Limits) -> RunningNode<SimDisk> {
     let any = "127.0.0.1:0".parse().expect("an address");
     let config = NodeConfig {
         cell: "auth".to_string(),
@@ -43,7 +48,7 @@ async fn secure_node_with(rate: Option<PrincipalRate>) -> RunningNode<SimDisk> {
         callers: Callers { insecure: false, cell: None, rate, scrape_token: None },
         root_token: Some(ROOT_TOKEN.to_string()),
         tls: None,
-        limits: cellog_net::Limits::DEFAULT,
+        limits,
         mirrors: cellog_net::mirror::MirrorOptions::default(),
     };
     RunningNode::start(&config, SimDisk::new(11), Arc::new(SystemClock)).await.expect("the node starts")
@@ -284,5 +289,53 @@ async fn each_principal_but_root_is_held_to_its_rate() {
     }
     client(&node, Some(&token)).publish(publish("orders.6")).await.expect("admitted after the advised pause");
     assert_eq!(root.stream_info("orders").await.expect("info").messages, 26);
+    node.stop().await.expect("stops");
+}
+
+/// One principal holds at most `max_subscriptions_per_principal` subscriptions on a node: its next is refused (and
+/// proposes nothing), another principal's are its own, root is not capped, and a closed one makes room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_principal_but_root_holds_at_most_its_subscriptions() {
+    let limits = cellog_net::Limits { max_subscriptions_per_principal: 2, ..cellog_net::Limits::DEFAULT };
+    let node = secure_node_limited(None, limits).await;
+    let root = client(&node, Some(ROOT_TOKEN));
+    for _ in 0..200 {
+        if root.who_am_i().await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let config = v1::StreamConfig { subjects: vec!["orders.>".into()], ..Default::default() };
+    root.create_stream("orders", config).await.expect("a stream");
+    let config = v1::ConsumerConfig { ack_wait_ms: Some(60_000), ..Default::default() };
+    root.create_consumer("orders", "billing", config).await.expect("a consumer");
+    let consumer = grants(&[], &["orders.>"], &["orders/billing"]);
+    let (alice, bob) = (principal(&root, "alice", consumer.clone()).await, principal(&root, "bob", consumer).await);
+    let (alice, bob) = (client(&node, Some(&alice)), client(&node, Some(&bob)));
+
+    let first = alice.subscribe("orders", "billing", "a1", 8).await.expect("alice's first");
+    let _second = alice.subscribe("orders", "billing", "a2", 8).await.expect("alice's second");
+    let applied = root.cluster_status().await.expect("status").applied_index;
+    let refused = alice.subscribe("orders", "billing", "a3", 8).await.map(|_| ()).expect_err("alice's third");
+    assert_eq!(refused.reason(), Some("TOO_MANY_SUBSCRIPTIONS"), "{refused}");
+    assert!(refused.to_string().contains("principal \"alice\""), "{refused}");
+    assert_eq!(root.cluster_status().await.expect("status").applied_index, applied, "the refusal proposed nothing");
+    let _bobs = bob.subscribe("orders", "billing", "b1", 8).await.expect("bob's are his own");
+    let mut roots = Vec::new();
+    for n in 0..3 {
+        roots.push(root.subscribe("orders", "billing", &format!("r{n}"), 8).await.expect("root is not capped"));
+    }
+    drop(first);
+    let mut again = None;
+    for _ in 0..100 {
+        match alice.subscribe("orders", "billing", "a4", 8).await {
+            Ok(subscription) => {
+                again = Some(subscription);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+    assert!(again.is_some(), "a closed subscription makes room for another");
     node.stop().await.expect("stops");
 }

@@ -56,6 +56,8 @@ pub(crate) struct Http<S: Storage + Clone> {
     /// A permit per open tail.
     pub tails: Arc<Semaphore>,
     pub max_tails: usize,
+    /// Each principal's open tails.
+    pub tails_per_principal: Arc<crate::limits::PerPrincipal>,
     pub request_timeout: std::time::Duration,
     /// How a call refused as `NOT_LEADER` reaches the leader.
     pub forward: forward::Forward,
@@ -79,6 +81,7 @@ pub(crate) fn router<S: Storage + Clone>(
         max_calls,
         tails: Arc::new(Semaphore::new(max_tails)),
         max_tails,
+        tails_per_principal: crate::limits::PerPrincipal::new(limits.max_subscriptions_per_principal),
         request_timeout: limits.request_timeout,
         forward: forward::Forward::new(ca_pem),
     });

@@ -100,6 +100,8 @@ pub(crate) struct Tail<S: Storage + Clone> {
     next: Vec<u64>,
     max_behind: u64,
     _permit: OwnedSemaphorePermit,
+    /// Its count among its principal's tails.
+    _held: crate::limits::Held,
 }
 
 fn invalid(message: impl Into<String>) -> ApiError {
@@ -182,6 +184,10 @@ impl<S: Storage + Clone> Tail<S> {
                 _ => info.partitions.iter().map(|partition| partition.high_watermark + 1).collect(),
             }
         };
+        let caps = &http.tails_per_principal;
+        let held = caps.try_open(&principal).ok_or_else(|| {
+            ApiError::from(crate::limits::too_many_for_principal("TOO_MANY_TAILS", "tails", &principal, caps.max()))
+        })?;
         let permit = http.tails.clone().try_acquire_owned().map_err(|_| {
             ApiError::from(cellog_client::status::failed(
                 Code::ResourceExhausted,
@@ -189,7 +195,7 @@ impl<S: Storage + Clone> Tail<S> {
                 format!("this node holds at most {} tails at once", http.max_tails),
             ))
         })?;
-        Ok(Tail { service, actor, principal, stream, filter, next, max_behind, _permit: permit })
+        Ok(Tail { service, actor, principal, stream, filter, next, max_behind, _permit: permit, _held: held })
     }
 
     /// The next events, waiting for the replica to apply something when there are none; the last of them ends the
