@@ -99,7 +99,7 @@ pub struct NodeArgs {
     /// Commands each principal may send at once after a quiet spell [default: twice the rate].
     #[arg(long, env = "CELLOG_PRINCIPAL_BURST")]
     principal_burst: Option<u32>,
-    /// Connections open on the client port at once; calls on one past them are refused as TOO_MANY_CONNECTIONS
+    /// Connections open on the client port (and, apart, the HTTP port) at once; one past them is closed unread
     /// [default: 4096].
     #[arg(long, env = "CELLOG_MAX_CONNECTIONS")]
     max_connections: Option<usize>,
