@@ -284,6 +284,10 @@ impl<S: Storage + Clone> CellogService<S> {
         authorize: impl FnOnce(&Cell, &str) -> Result<(), Rejection>,
         read: impl FnOnce(&Cell) -> Result<T, Rejection>,
     ) -> Result<T, Status> {
+        // A read costs the leader a round of its cell (the barrier): it counts against the principal's rate as a
+        // command does, before that round.
+        let principal = self.principal(actor)?;
+        self.limiter.take(&principal)?;
         self.node.read_barrier().await.map_err(from_propose)?;
         let replica = lock(&self.node)?;
         authorized(&replica.cell, actor, authorize)

@@ -282,6 +282,9 @@ async fn each_principal_but_root_is_held_to_its_rate() {
         }
         other => panic!("expected a status, got {other:?}"),
     }
+    // A read costs the leader a round too, and counts against the same rate.
+    let read = shedding.stream_info("orders").await.expect_err("a read over the rate");
+    assert_eq!(read.reason(), Some("RATE_LIMITED"), "{read}");
     assert_eq!(root.stream_info("orders").await.expect("info").messages, 5);
     // Root is never limited, and a client that retries is let through as the bucket refills.
     for n in 0..20 {
