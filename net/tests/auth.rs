@@ -84,6 +84,18 @@ fn publish(subject: &str) -> v1::PublishRequest {
     v1::PublishRequest { subject: subject.to_string(), payload: Bytes::from_static(b"x"), ..Default::default() }
 }
 
+/// Who `root` is, once the node has installed the root token it was given (it does so once it leads), or `None`
+/// if it never did.
+async fn root_token_works(root: &Client) -> Option<v1::Principal> {
+    for _ in 0..200 {
+        if let Ok(principal) = root.who_am_i().await {
+            return Some(principal);
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    None
+}
+
 /// A principal with a fresh token.
 async fn principal(root: &Client, name: &str, grants: v1::Grants) -> String {
     root.put_principal(name, grants).await.expect("a principal");
@@ -97,15 +109,7 @@ async fn every_call_runs_as_a_principal_with_its_grants() {
     let node = secure_node().await;
     let root = client(&node, Some(ROOT_TOKEN));
     // The node installs its root token once it leads.
-    let mut me = None;
-    for _ in 0..200 {
-        if let Ok(principal) = root.who_am_i().await {
-            me = Some(principal);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert_eq!(me.expect("the root token works").name, "root");
+    assert_eq!(root_token_works(&root).await.expect("the root token works").name, "root");
 
     // No credential, a token the cell does not know, a malformed one: UNAUTHENTICATED.
     assert_eq!(reason(client(&node, None).list_streams().await), "UNAUTHENTICATED");
@@ -185,12 +189,7 @@ async fn every_call_runs_as_a_principal_with_its_grants() {
 async fn tenants_keep_to_their_own_names() {
     let node = secure_node().await;
     let root = client(&node, Some(ROOT_TOKEN));
-    for _ in 0..200 {
-        if root.who_am_i().await.is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    root_token_works(&root).await;
     // Two tenants' admins, each with every grant of its tenant, make the same stream and consumer.
     let mut tenants = Vec::new();
     for tenant in ["acme", "beta"] {
@@ -253,12 +252,7 @@ async fn tenants_keep_to_their_own_names() {
 async fn each_principal_but_root_is_held_to_its_rate() {
     let node = secure_node_with(Some(PrincipalRate { per_second: 4, burst: 5 })).await;
     let root = client(&node, Some(ROOT_TOKEN));
-    for _ in 0..200 {
-        if root.who_am_i().await.is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    root_token_works(&root).await;
     let config = v1::StreamConfig { subjects: vec!["orders.>".into()], ..Default::default() };
     root.create_stream("orders", config).await.expect("a stream");
     let token = principal(&root, "busy", grants(&["orders.>"], &["orders.>"], &[])).await;
@@ -302,12 +296,7 @@ async fn each_principal_but_root_holds_at_most_its_subscriptions() {
     let limits = cellog_net::Limits { max_subscriptions_per_principal: 2, ..cellog_net::Limits::DEFAULT };
     let node = secure_node_limited(None, limits).await;
     let root = client(&node, Some(ROOT_TOKEN));
-    for _ in 0..200 {
-        if root.who_am_i().await.is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    root_token_works(&root).await;
     let config = v1::StreamConfig { subjects: vec!["orders.>".into()], ..Default::default() };
     root.create_stream("orders", config).await.expect("a stream");
     let config = v1::ConsumerConfig { ack_wait_ms: Some(60_000), ..Default::default() };
