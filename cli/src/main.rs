@@ -108,6 +108,9 @@ enum Command {
     /// Principals, their grants and API tokens.
     #[command(subcommand)]
     Auth(auth::AuthCommand),
+    /// Quotas: what a tenant, and the cell as a whole, may hold.
+    #[command(subcommand)]
+    Quota(commands::quota::QuotaCommand),
     /// Sealed mail to other cells: send, delivery status, the inbox.
     #[command(subcommand)]
     Mail(mail::MailCommand),
@@ -158,10 +161,11 @@ async fn main() -> std::process::ExitCode {
                 Command::Cluster(command) => cluster::run(command).await,
                 Command::Cells(command) => cells::run(command).await,
                 Command::Auth(command) => auth::run(command).await,
+                Command::Quota(command) => commands::quota::run(command).await,
                 #[cfg(feature = "node")]
                 Command::Keys(command) => commands::keys::run(command),
                 #[cfg(feature = "node")]
-                Command::Certs(command) => commands::certs::run(command),
+                Command::Certs(command) => commands::certs::run(command).await,
                 Command::Mail(command) => mail::run(command).await,
                 Command::Bench(command) => bench::run(command).await,
                 #[cfg(feature = "node")]

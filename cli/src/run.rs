@@ -114,6 +114,10 @@ pub struct NodeArgs {
     /// next is refused as TOO_MANY_SUBSCRIPTIONS (TOO_MANY_TAILS) [default: 1024].
     #[arg(long, env = "CELLOG_MAX_SUBSCRIPTIONS_PER_PRINCIPAL")]
     max_subscriptions_per_principal: Option<usize>,
+    /// The free-disk watermark, in MiB: below it the leader refuses writes that grow the store as STORAGE_FULL and
+    /// keeps serving reads, acks and deletes; 0 turns it off [default: 256].
+    #[arg(long, env = "CELLOG_MIN_FREE_DISK_MIB")]
+    min_free_disk_mib: Option<u64>,
     /// Longest a client call may take to answer, in milliseconds; a stream's answer starts at once and is not cut
     /// [default: 30000].
     #[arg(long, env = "CELLOG_REQUEST_TIMEOUT_MS")]
@@ -174,6 +178,7 @@ struct FileConfig {
     max_calls_per_connection: Option<u32>,
     max_subscriptions: Option<usize>,
     max_subscriptions_per_principal: Option<usize>,
+    min_free_disk_mib: Option<u64>,
     request_timeout_ms: Option<u64>,
     keepalive_ms: Option<u64>,
     root_token_file: Option<PathBuf>,
@@ -330,6 +335,10 @@ impl NodeArgs {
                 .or(file.request_timeout_ms)
                 .map_or(most.request_timeout, Duration::from_millis),
             keepalive: self.keepalive_ms.or(file.keepalive_ms).map_or(most.keepalive, Duration::from_millis),
+            min_free_disk_bytes: self
+                .min_free_disk_mib
+                .or(file.min_free_disk_mib)
+                .map_or(most.min_free_disk_bytes, |mib| mib.saturating_mul(1024 * 1024)),
         };
         if limits.max_connections == 0
             || limits.max_calls_per_connection == 0

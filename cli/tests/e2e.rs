@@ -239,3 +239,56 @@ async fn a_single_node_that_lost_its_disk_does_not_lead_an_empty_cell() {
     assert!(node.log_text().contains("lost disk"), "{}", node.log_text());
     assert!(std::fs::read_to_string(&identity).expect("an identity").contains(cell_id), "the cell's id is kept");
 }
+
+/// The operator's commands for bounds, against a dev cell: a stream's limits and rate changed from the command line,
+/// a tenant's quotas set and listed, and every certificate the CA issued to a principal revoked by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_sets_limits_quotas_and_revokes_certificates_from_the_command_line() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let base_port = 20_000 + u16::try_from((std::process::id() + 7_000) % 20_000).expect("a port");
+    let (mut child, _) = common::dev(dir.path(), base_port);
+    let certs = dir.path().join("certs");
+    let server = format!("127.0.0.1:{}", base_port + 1);
+    let cellog = |args: &[&str]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_cellog"))
+            .args(args)
+            .args(["--server", &server, "--ca", &certs.join("ca.pem").display().to_string()])
+            .args(["--token-file", &dir.path().join("root.token").display().to_string()])
+            .output()
+            .expect("cellog runs");
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(output.status.success(), "cellog {args:?}: {text}{}", String::from_utf8_lossy(&output.stderr));
+        text
+    };
+    cellog(&["stream", "add", "logs", "--subjects", "logs.>"]);
+    let updated = cellog(&["stream", "update", "logs", "--max-msgs", "10", "--rate", "100", "--burst", "200"]);
+    assert!(updated.contains("rate         100/s, burst 200"), "{updated}");
+    let info = cellog(&["stream", "info", "logs"]);
+    assert!(info.contains("max msgs     10"), "{info}");
+    let cleared = cellog(&["stream", "update", "logs", "--clear", "rate,msgs"]);
+    assert!(cleared.contains("rate         none") && cleared.contains("max msgs     none"), "{cleared}");
+
+    let set = cellog(&["quota", "set", "--tenant", "acme", "--max-msgs", "3", "--max-streams", "2"]);
+    assert!(set.contains("quotas of tenant acme set: max streams 2, max msgs 3"), "{set}");
+    let listed = cellog(&["quota", "ls"]);
+    assert!(
+        listed.lines().any(|line| line.trim_start().starts_with("acme") && line.contains("max msgs 3")),
+        "{listed}"
+    );
+
+    let certs_dir = certs.display().to_string();
+    for _ in 0..2 {
+        let issued = std::process::Command::new(env!("CARGO_BIN_EXE_cellog"))
+            .args(["certs", "issue", "client", "--principal", "acme/ops", "--dir", &certs_dir, "--days", "7"])
+            .output()
+            .expect("cellog runs");
+        assert!(issued.status.success(), "{}", String::from_utf8_lossy(&issued.stderr));
+        std::fs::remove_file(certs.join("acme.ops.pem")).expect("issued");
+        std::fs::remove_file(certs.join("acme.ops.key")).expect("issued");
+    }
+    let revoked = cellog(&["certs", "revoke", "--principal", "acme/ops", "--dir", &certs_dir]);
+    assert_eq!(revoked.lines().filter(|line| line.ends_with(") revoked")).count(), 2, "{revoked}");
+    let remembered = cellog(&["certs", "revoked"]);
+    assert_eq!(remembered.lines().filter(|line| line.contains("principal/acme/ops")).count(), 2, "{remembered}");
+    assert!(common::terminate(&mut child).success());
+}

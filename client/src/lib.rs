@@ -16,6 +16,7 @@
 
 pub mod cells;
 pub mod client;
+mod governance;
 pub mod group;
 pub mod limits;
 pub mod status;

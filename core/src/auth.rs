@@ -17,6 +17,7 @@ use crate::subject::{
     TENANT_SEPARATOR, filter_covers, filter_matches, filters_overlap, scoped_name, scoped_subject, tenant_of,
     validate_filter, validate_name, validate_scoped_name,
 };
+use crate::time::Millis;
 
 /// The header every message a principal publishes carries: the principal's name, set by the cell over any value the
 /// caller sent, so that a reader can tell who published it.
@@ -60,6 +61,29 @@ pub enum Actor {
     /// A principal the proposing node vouches for: named by a client certificate it verified, or the root principal of
     /// a node that serves callers without credentials (`--insecure`).
     Vouched(String),
+    /// A principal named by a client certificate the proposing node verified, with the certificate's serial: refused
+    /// once the cell has revoked that certificate, however long it has left.
+    Certified {
+        /// The principal the certificate names.
+        principal: String,
+        /// The certificate's serial number, as its DER encodes it.
+        serial: Vec<u8>,
+    },
+}
+
+/// Longest certificate serial number (RFC 5280 allows 20 octets).
+pub const MAX_SERIAL_BYTES: usize = 20;
+/// Most revoked certificates a cell remembers at once. A revocation is forgotten once its certificate has ended, when
+/// no verifier would take the certificate anyway.
+pub const MAX_REVOKED_CERTIFICATES: usize = 10_000;
+
+/// A revoked certificate: what it named, and when it ends (after which the cell forgets the revocation).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Revoked {
+    /// What the certificate names (a principal's or a node's URI), for listings.
+    pub subject: String,
+    /// When the certificate ends.
+    pub until: Millis,
 }
 
 /// What a principal may do besides what every principal may (nothing).
@@ -281,6 +305,8 @@ pub struct Auth {
     /// Subject filters only the node may publish to (its own streams: sealed mail, results, provenance), whatever a
     /// principal's grants say.
     reserved: BTreeSet<String>,
+    /// Revoked certificates by serial: a call presenting one is refused.
+    revoked: BTreeMap<Vec<u8>, Revoked>,
     /// Which principal holds a token: derived from `principals`, not encoded, rebuilt on decode.
     #[serde(skip)]
     by_token: BTreeMap<TokenHash, Arc<str>>,
@@ -293,6 +319,7 @@ impl Default for Auth {
             principals: BTreeMap::from([(Arc::from(ROOT), root)]),
             producer_owners: BTreeMap::new(),
             reserved: BTreeSet::new(),
+            revoked: BTreeMap::new(),
             by_token: BTreeMap::new(),
         }
     }
@@ -317,7 +344,42 @@ impl Auth {
             .iter()
             .flat_map(|(name, principal)| principal.tokens.iter().map(move |token| (*token, name.clone())))
             .collect();
-        Auth { principals, producer_owners, reserved, by_token }
+        Auth { principals, producer_owners, reserved, revoked: BTreeMap::new(), by_token }
+    }
+
+    /// Puts back the revoked certificates a snapshot held.
+    pub(crate) fn restore_revoked(&mut self, revoked: BTreeMap<Vec<u8>, Revoked>) {
+        self.revoked = revoked;
+    }
+
+    /// The revoked certificates the cell remembers, by serial.
+    pub fn revoked(&self) -> &BTreeMap<Vec<u8>, Revoked> {
+        &self.revoked
+    }
+
+    /// Revokes the certificate with `serial`, which names `subject` and ends at `until`; forgets revocations whose
+    /// certificates ended by `at`. Returns whether it was new.
+    pub(crate) fn revoke_certificate(
+        &mut self,
+        serial: &[u8],
+        subject: &str,
+        until: Millis,
+        at: Millis,
+    ) -> Result<bool, Rejection> {
+        self.revoked.retain(|_, revoked| revoked.until > at);
+        if self.revoked.contains_key(serial) {
+            return Ok(false);
+        }
+        if self.revoked.len() >= MAX_REVOKED_CERTIFICATES {
+            return Err(Rejection::Invalid {
+                reason: format!(
+                    "the cell remembers at most {MAX_REVOKED_CERTIFICATES} revoked certificates until they end; \
+                     issue shorter-lived certificates"
+                ),
+            });
+        }
+        self.revoked.insert(serial.to_vec(), Revoked { subject: subject.to_string(), until });
+        Ok(true)
     }
 
     /// Whether `filter` itself is reserved.
@@ -360,12 +422,26 @@ impl Auth {
                 .get(hash)
                 .cloned()
                 .ok_or_else(|| Rejection::Unauthenticated { reason: "the token is unknown or revoked".to_string() }),
-            Actor::Vouched(name) => self
-                .principals
-                .get_key_value(name.as_str())
-                .map(|(name, _)| name.clone())
-                .ok_or_else(|| Rejection::Unauthenticated { reason: format!("no principal {name:?} in this cell") }),
+            Actor::Vouched(name) => self.named(name),
+            Actor::Certified { principal, serial } => {
+                if self.revoked.contains_key(serial) {
+                    return Err(Rejection::Unauthenticated {
+                        reason: format!(
+                            "the client certificate of {principal:?} (serial {}) is revoked",
+                            hex::encode(serial)
+                        ),
+                    });
+                }
+                self.named(principal)
+            }
         }
+    }
+
+    fn named(&self, name: &str) -> Result<Arc<str>, Rejection> {
+        self.principals
+            .get_key_value(name)
+            .map(|(name, _)| name.clone())
+            .ok_or_else(|| Rejection::Unauthenticated { reason: format!("no principal {name:?} in this cell") })
     }
 
     /// The principal holding `token`, if one does.

@@ -270,6 +270,22 @@ pub enum Command {
         /// The token's hash.
         token: TokenHash,
     },
+    /// Revoke a certificate by its serial: a call presenting it is refused from the next entry on, until it ends.
+    RevokeCertificate {
+        /// The certificate's serial number, as its DER encodes it.
+        serial: Vec<u8>,
+        /// What it names (a principal's or a node's URI), for listings.
+        subject: String,
+        /// When it ends, in milliseconds since the epoch: the cell forgets the revocation then.
+        until_ms: u64,
+    },
+    /// Set the quotas of a tenant (`None`: the cell's own, over every stream). Unlimited quotas drop a tenant's entry.
+    SetQuotas {
+        /// The tenant, or none for the cell.
+        tenant: Option<String>,
+        /// What it may hold.
+        quotas: crate::quota::Quotas,
+    },
     /// Reserve subjects for the node: no principal may publish to them, or recall or delete a stream claiming them
     /// (the node's own streams: sealed mail, results, provenance). The node's own command only.
     ReserveSubjects {
@@ -696,6 +712,13 @@ pub enum Outcome {
     TokenAdded,
     /// The token no longer works.
     TokenRevoked,
+    /// The certificate no longer works; `revoked` is false when it already did not.
+    CertificateRevoked {
+        /// Whether this command revoked it.
+        revoked: bool,
+    },
+    /// The quotas are set.
+    QuotasSet,
     /// The subjects are reserved for the node; `reserved` is false when they already were.
     SubjectsReserved {
         /// Whether this command reserved them.

@@ -20,6 +20,18 @@ pub enum Quota {
     TransactionMessages,
     /// The most bytes one transaction may stage.
     TransactionBytes,
+    /// The tenant's most streams.
+    TenantStreams,
+    /// The tenant's most retained messages, across its streams.
+    TenantMessages,
+    /// The tenant's most retained bytes, across its streams.
+    TenantBytes,
+    /// The cell's most streams.
+    CellStreams,
+    /// The cell's most retained messages, across every stream.
+    CellMessages,
+    /// The cell's most retained bytes, across every stream.
+    CellBytes,
 }
 
 /// Why a command was refused.
@@ -455,6 +467,8 @@ pub enum NameKind {
     Principal,
     /// A cell's name.
     Cell,
+    /// A tenant's name.
+    Tenant,
 }
 
 impl std::fmt::Display for NameKind {
@@ -469,6 +483,7 @@ impl std::fmt::Display for NameKind {
             NameKind::Header => "header",
             NameKind::Principal => "principal name",
             NameKind::Cell => "cell name",
+            NameKind::Tenant => "tenant name",
         })
     }
 }

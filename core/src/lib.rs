@@ -40,6 +40,7 @@ mod memory;
 pub mod mirror;
 mod partition;
 pub mod placement;
+pub mod quota;
 mod route;
 mod snapshot;
 mod stream;

@@ -382,6 +382,16 @@ impl Stream {
         false
     }
 
+    /// How many messages it retains.
+    pub fn n_messages(&self) -> u64 {
+        self.n_messages
+    }
+
+    /// The accounted bytes of the messages it retains.
+    pub fn n_bytes(&self) -> u64 {
+        self.n_bytes
+    }
+
     /// The first pinned message, in (partition, seq) order.
     pub fn first_pinned(&self) -> Option<(u32, u64)> {
         self.pins.keys().next().copied()

@@ -176,6 +176,8 @@ impl<'a> Scope<'a> {
             | Command::DeletePrincipal { .. }
             | Command::AddToken { .. }
             | Command::RevokeToken { .. }
+            | Command::RevokeCertificate { .. }
+            | Command::SetQuotas { .. }
             | Command::ReserveSubjects { .. }
             | Command::PutCell { .. }
             | Command::PlaceStream { .. }

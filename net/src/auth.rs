@@ -128,7 +128,11 @@ impl Callers {
         {
             // The chain was verified against the cell's CA by the TLS handshake: the node vouches for the name.
             return match crate::tls::principal_of(cert) {
-                Some((their_cell, principal)) if their_cell == *cell => Ok(Actor::Vouched(principal)),
+                Some((their_cell, principal)) if their_cell == *cell => {
+                    let serial = crate::tls::serial_of(cert)
+                        .ok_or_else(|| unauthenticated("the client certificate does not parse"))?;
+                    Ok(Actor::Certified { principal, serial })
+                }
                 Some((their_cell, _)) => Err(unauthenticated(format!(
                     "the client certificate names a principal of cell {their_cell:?}, not {cell:?}"
                 ))),

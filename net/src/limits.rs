@@ -37,6 +37,10 @@ pub struct Limits {
     /// How often an idle connection is probed (HTTP/2 pings, and TCP keep-alive), and how long a ping may go
     /// unanswered before the connection is closed: a client that vanished frees what it held. Default 20 s.
     pub keepalive: Duration,
+    /// The free-disk watermark: while the store's device has fewer bytes free, this node (as leader) refuses writes
+    /// that grow the store with `RESOURCE_EXHAUSTED STORAGE_FULL`, and goes on serving reads, acknowledgements, recalls
+    /// and deletes, so a full disk never stops the store. 0 turns it off. Default 256 MiB.
+    pub min_free_disk_bytes: u64,
 }
 
 impl Limits {
@@ -48,6 +52,7 @@ impl Limits {
         max_subscriptions_per_principal: 1024,
         request_timeout: Duration::from_secs(30),
         keepalive: Duration::from_secs(20),
+        min_free_disk_bytes: 256 * 1024 * 1024,
     };
 }
 

@@ -435,6 +435,10 @@ impl<S: Storage> Storage for Metered<S> {
         self.inner.persist()
     }
 
+    fn free_bytes(&self) -> Option<u64> {
+        self.inner.free_bytes()
+    }
+
     fn read_framed(&self, space: Space, key: u64) -> Result<Option<Vec<u8>>, StorageError> {
         self.inner.read_framed(space, key)
     }
@@ -522,6 +526,9 @@ mod tests {
         fn sync(&self) -> Result<(), StorageError> {
             self.syncs.fetch_add(1, Ordering::Relaxed);
             self.disk.sync()
+        }
+        fn free_bytes(&self) -> Option<u64> {
+            None
         }
         fn sync_delay(&self) -> Duration {
             Duration::from_millis(3)

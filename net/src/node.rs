@@ -315,6 +315,7 @@ impl<S: Storage + Clone> RunningNode<S> {
         let node = CellNode::start_with(config.id, raft_config, storage, network, clock, config.past, identity).await?;
         node.set_keep_log_bytes(config.timing.keep_log_bytes);
         node.set_snapshot_every_bytes(config.timing.snapshot_every_bytes);
+        node.set_min_free_bytes(config.limits.min_free_disk_bytes);
         let node = Arc::new(node);
         if let Some(from) = node.recovery().format_migrated_from {
             tracing::info!("storage format {from} migrated to {}", cellog_raft::STORE_FORMAT);

@@ -37,6 +37,8 @@ pub const SKIP_EVERY: Duration = Duration::from_secs(1);
 /// Member name used when a fetch names none.
 pub const DEFAULT_MEMBER: &str = "default";
 
+mod governance;
+
 type ServerStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 /// The client API of one node.
@@ -814,9 +816,12 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
                     Ok(None) => break,
                     Err(status) => Batch::Ended(invalid_argument(format!("the request stream broke: {status}"))),
                 };
-                // After messages that could not be proposed, the rest of the call is not tried.
+                // After messages that could not be proposed, the rest of the call is not tried; unless the disk was
+                // full (RESOURCE_EXHAUSTED), which refuses each later message in place as well.
                 let last = match &next {
-                    Batch::Submitted(pending, _) => pending.iter().any(|next| matches!(next, Pending::Failed(_))),
+                    Batch::Submitted(pending, _) => pending.iter().any(|next| {
+                        matches!(next, Pending::Failed(status) if status.code() != tonic::Code::ResourceExhausted)
+                    }),
                     Batch::Ended(_) => true,
                 };
                 if batches.send(next).await.is_err() || last {
@@ -1448,6 +1453,34 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
             Outcome::TokenRevoked => Ok(Response::new(v1::RevokeTokenResponse {})),
             other => Err(unexpected(&other)),
         }
+    }
+
+    async fn revoke_certificate(
+        &self,
+        request: Request<v1::RevokeCertificateRequest>,
+    ) -> Result<Response<v1::RevokeCertificateResponse>, Status> {
+        self.revoke_certificate_op(request).await
+    }
+
+    async fn list_revoked_certificates(
+        &self,
+        request: Request<v1::ListRevokedCertificatesRequest>,
+    ) -> Result<Response<v1::ListRevokedCertificatesResponse>, Status> {
+        self.list_revoked_certificates_op(request).await
+    }
+
+    async fn set_quotas(
+        &self,
+        request: Request<v1::SetQuotasRequest>,
+    ) -> Result<Response<v1::SetQuotasResponse>, Status> {
+        self.set_quotas_op(request).await
+    }
+
+    async fn list_quotas(
+        &self,
+        request: Request<v1::ListQuotasRequest>,
+    ) -> Result<Response<v1::ListQuotasResponse>, Status> {
+        self.list_quotas_op(request).await
     }
 
     async fn who_am_i(&self, request: Request<v1::WhoAmIRequest>) -> Result<Response<v1::Principal>, Status> {

@@ -70,6 +70,20 @@ pub fn from_propose(error: ProposeError) -> Status {
             "OUTCOME_UNKNOWN",
             format!("the outcome is unknown ({message}); retry with the same message id to deduplicate"),
         ),
+        // A pause worth waiting before a retry: the disk frees as retention and deletes run.
+        ProposeError::StorageFull { free, min } => cellog_client::status::status(
+            Code::ResourceExhausted,
+            ErrorDetail {
+                reason: "STORAGE_FULL".to_string(),
+                message: format!(
+                    "the leader's disk has {free} bytes free, below its watermark of {min}: writes that grow the store \
+                     are refused until room is made (reads, acknowledgements, recalls and deletes go on); nothing was \
+                     written"
+                ),
+                retry_after_ms: 1000,
+                ..Default::default()
+            },
+        ),
     }
 }
 /// The code and detail of a core rejection.
@@ -98,6 +112,8 @@ pub fn rejection_parts(rejection: &Rejection) -> (Code, ErrorDetail) {
                 Quota::StreamMessages | Quota::StreamBytes => "STREAM_QUOTA_EXCEEDED",
                 Quota::SubjectMessages | Quota::SubjectBytes => "SUBJECT_QUOTA_EXCEEDED",
                 Quota::TransactionMessages | Quota::TransactionBytes => "TRANSACTION_QUOTA_EXCEEDED",
+                Quota::TenantStreams | Quota::TenantMessages | Quota::TenantBytes => "TENANT_QUOTA_EXCEEDED",
+                Quota::CellStreams | Quota::CellMessages | Quota::CellBytes => "CELL_QUOTA_EXCEEDED",
             },
         ),
         Rejection::RateLimited { .. } => (Code::ResourceExhausted, "RATE_LIMITED"),

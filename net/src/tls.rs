@@ -136,6 +136,33 @@ mod real {
             .collect()
     }
 
+    /// A certificate's serial number, as its DER encodes it (what the cell revokes a certificate by).
+    pub fn serial_of(der: &[u8]) -> Option<Vec<u8>> {
+        let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+        Some(cert.raw_serial().to_vec())
+    }
+
+    /// What the cell needs to revoke a certificate: its serial, what it names, and when it ends.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub struct CertificateFacts {
+        /// Its serial number, as its DER encodes it.
+        pub serial: Vec<u8>,
+        /// The `cellog://` URI it names (or its subject, when it names none).
+        pub names: String,
+        /// When it ends, in milliseconds since the epoch.
+        pub until_ms: u64,
+    }
+
+    /// The facts of a PEM certificate.
+    pub fn certificate_facts(pem: &[u8]) -> Result<CertificateFacts, String> {
+        let (_, pem) =
+            x509_parser::pem::parse_x509_pem(pem).map_err(|error| format!("not a PEM certificate: {error}"))?;
+        let cert = pem.parse_x509().map_err(|error| format!("the certificate does not parse: {error}"))?;
+        let names = uris(&pem.contents).into_iter().next().unwrap_or_else(|| cert.subject().to_string());
+        let until_ms = u64::try_from(cert.validity().not_after.timestamp()).unwrap_or(0).saturating_mul(1000);
+        Ok(CertificateFacts { serial: cert.raw_serial().to_vec(), names, until_ms })
+    }
+
     /// The cell and node a peer's certificate names (`cellog://CELL/node/ID`).
     pub fn node_of(der: &[u8]) -> Option<(String, u64)> {
         uris(der).into_iter().find_map(|uri| {

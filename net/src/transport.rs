@@ -148,10 +148,15 @@ impl<S: Storage + Clone> PeerDoor<S> {
     /// of this cell but what the caller sent).
     fn admit<T>(&self, request: &Request<T>) -> Result<Option<NodeId>, Status> {
         let Some(cell) = &self.cell else { return Ok(None) };
-        let named = request.peer_certs().and_then(|certs| certs.first().and_then(|cert| crate::tls::node_of(cert)));
+        let cert = request.peer_certs().and_then(|certs| certs.first().cloned());
+        let named = cert.as_deref().and_then(crate::tls::node_of);
         let Some((their_cell, id)) = named else {
             return Err(Status::permission_denied("the peer's certificate names no node of a cell"));
         };
+        if cert.as_deref().and_then(crate::tls::serial_of).is_none_or(|serial| self.node.is_revoked(&serial)) {
+            tracing::warn!(node = id, "refused a raft call with a revoked certificate");
+            return Err(Status::permission_denied("the peer's certificate is revoked"));
+        }
         if their_cell != *cell {
             tracing::warn!(node = id, cell = %their_cell, "refused a raft call from another cell's node");
             return Err(Status::permission_denied("the peer's certificate names no node of this cell"));

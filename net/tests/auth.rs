@@ -248,6 +248,47 @@ async fn tenants_keep_to_their_own_names() {
     node.stop().await.expect("stops");
 }
 
+/// A tenant is held to its quotas over the wire: RESOURCE_EXHAUSTED naming the tenant's quota, nothing written; a
+/// tenant reads its own quotas and usage alone; only a cluster admin sets them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_is_held_to_its_quotas() {
+    let node = secure_node().await;
+    let root = client(&node, Some(ROOT_TOKEN));
+    root_token_works(&root).await;
+    let all = v1::Grants { admin: true, ..grants(&[">"], &[">"], &["*/*"]) };
+    let acme = client(&node, Some(&principal(&root, "acme/ops", all.clone()).await));
+    let beta = client(&node, Some(&principal(&root, "beta/ops", all).await));
+    for tenant in [&acme, &beta] {
+        let config = v1::StreamConfig { subjects: vec!["orders.>".into()], ..Default::default() };
+        tenant.create_stream("orders", config).await.expect("the tenant's stream");
+    }
+    let quotas = v1::Quotas { max_streams: Some(1), max_messages: Some(2), max_bytes: None };
+    assert_eq!(reason(acme.set_quotas(Some("acme"), quotas).await), "PERMISSION_DENIED");
+    root.set_quotas(Some("acme"), quotas).await.expect("root sets acme's quotas");
+    for n in 0..2 {
+        acme.publish(publish(&format!("orders.{n}"))).await.expect("within the quota");
+    }
+    let refused = acme.publish(publish("orders.2")).await.expect_err("past the quota");
+    assert_eq!(refused.reason(), Some("TENANT_QUOTA_EXCEEDED"), "{refused}");
+    assert!(refused.to_string().contains("TenantMessages limit of 2"), "{refused}");
+    let config = v1::StreamConfig { subjects: vec!["audit.>".into()], ..Default::default() };
+    assert_eq!(reason(acme.create_stream("audit", config).await), "TENANT_QUOTA_EXCEEDED");
+    assert_eq!(acme.stream_info("orders").await.expect("info").messages, 2, "the refused publish wrote nothing");
+    assert_eq!(acme.list_streams().await.expect("listed").len(), 1, "the refused stream was not made");
+    beta.publish(publish("orders.9")).await.expect("another tenant has no quota");
+
+    let mine = acme.quotas().await.expect("acme reads its own");
+    assert_eq!(mine.len(), 1);
+    assert_eq!((mine[0].tenant.as_str(), mine[0].streams, mine[0].messages), ("acme", 1, 2));
+    assert_eq!(mine[0].quotas, Some(quotas));
+    let every = root.quotas().await.expect("root reads all");
+    let holders: Vec<(&str, u64)> = every.iter().map(|h| (h.tenant.as_str(), h.messages)).collect();
+    assert_eq!(holders, [("", 3), ("acme", 2)], "the cell first, then each tenant with a quota");
+    let carol = client(&node, Some(&principal(&root, "carol", grants(&[">"], &[], &[])).await));
+    assert_eq!(reason(carol.quotas().await), "PERMISSION_DENIED");
+    node.stop().await.expect("stops");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_principal_but_root_is_held_to_its_rate() {
     let node = secure_node_with(Some(PrincipalRate { per_second: 4, burst: 5 })).await;

@@ -436,3 +436,53 @@ async fn a_cell_of_the_same_name_is_told_apart_by_its_id() {
         node.stop().await.expect("a clean stop");
     }
 }
+
+/// Below the free-disk watermark the leader refuses what would grow the store (a publish, a batch, a new stream) with
+/// `STORAGE_FULL`, writing nothing, and goes on serving reads, consumers and deletes; with room again, writes resume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_refuses_writes_that_grow_the_store_and_serves_the_rest() {
+    let disk = SimDisk::new(7);
+    let (node, client) = common::one_node_on("full", disk.clone()).await;
+    // A client that sheds load itself: a refusal for a full disk comes back at once rather than after retries.
+    let options = ClientOptions { retry_backpressure: false, ..ClientOptions::default() };
+    drop(client);
+    let client = Client::new([node.client_addr.to_string()], options).expect("a client");
+    let config = v1::StreamConfig { subjects: vec!["orders.>".into()], ..Default::default() };
+    client.create_stream("orders", config).await.expect("a stream");
+    let publish = |n: u32| v1::PublishRequest {
+        subject: format!("orders.{n}"),
+        payload: Bytes::from_static(b"x"),
+        ..Default::default()
+    };
+    let ack = client.publish(publish(1)).await.expect("room on the disk");
+    let wait_out = || tokio::time::sleep(cellog_raft::FREE_BYTES_EVERY + Duration::from_millis(50));
+
+    disk.set_free_bytes(Some(4096));
+    wait_out().await;
+    let refused = client.publish(publish(2)).await.expect_err("the disk is full");
+    assert_eq!(refused.reason(), Some("STORAGE_FULL"), "{refused}");
+    assert!(refused.to_string().contains("4096 bytes free"), "{refused}");
+    for item in client.publish_batch(vec![publish(3), publish(4)], 2).await {
+        let refused = item.result.expect_err("a batch is refused too");
+        assert_eq!(refused.reason(), Some("STORAGE_FULL"), "{refused}");
+    }
+    let config = v1::StreamConfig { subjects: vec!["audit.>".into()], ..Default::default() };
+    let refused = client.create_stream("audit", config).await.expect_err("no new stream either");
+    assert_eq!(refused.reason(), Some("STORAGE_FULL"), "{refused}");
+    // Nothing was written; reads, consumers and recalls go on.
+    let info = client.stream_info("orders").await.expect("reads go on");
+    assert_eq!(info.messages, 1);
+    assert_eq!(client.list_streams().await.expect("listed").len(), 1);
+    let read = client.read("orders", ack.partition, ack.seq, 10, false).await.expect("read").messages;
+    assert_eq!(read.len(), 1);
+    let consumer = v1::ConsumerConfig { ack_wait_ms: Some(60_000), ..Default::default() };
+    client.create_consumer("orders", "work", consumer).await.expect("a consumer is small");
+    let fetched = client.fetch("orders", "work", "m", 10).await.expect("fetches go on");
+    assert_eq!(fetched.len(), 1);
+    client.recall("orders", ack.partition, ack.seq).await.expect("a recall frees room");
+
+    disk.set_free_bytes(None);
+    wait_out().await;
+    client.publish(publish(5)).await.expect("room again");
+    node.stop().await.expect("stops");
+}

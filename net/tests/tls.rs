@@ -225,6 +225,66 @@ async fn a_cell_under_mutual_tls() {
     }
 }
 
+/// A revoked certificate is refused from the next entry on, on the client port (its call writes nothing) and on the
+/// peer port, while another certificate of the same principal goes on working; only a cluster admin revokes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_certificate_is_refused_on_every_port() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let cell_ca = ca("the cell's CA");
+    let addrs = vec![(free_addr(), free_addr())];
+    let node = node(dir.path(), &cell_ca, 1, &node_uri(CELL, 1), &addrs).await;
+    let client_addrs = vec![addrs[0].0.to_string()];
+    let root = root_once_formed(&client_addrs, &cell_ca).await;
+    let config = v1::StreamConfig { subjects: vec!["orders.>".into()], ..Default::default() };
+    root.create_stream("orders", config).await.expect("a stream");
+    let grants =
+        v1::Grants { publish: vec!["orders.>".into()], subscribe: vec!["orders.>".into()], ..Default::default() };
+    root.put_principal("alice", grants).await.expect("alice");
+
+    let (leaked, kept) =
+        (issue(&cell_ca, &principal_uri(CELL, "alice")), issue(&cell_ca, &principal_uri(CELL, "alice")));
+    let brief = Duration::from_millis(300);
+    let alice = client(&client_addrs, &cell_ca.pem, Some(leaked.clone()), brief);
+    let alice_too = client(&client_addrs, &cell_ca.pem, Some(kept), brief);
+    let message = |n: u32| v1::PublishRequest {
+        subject: format!("orders.{n}"),
+        payload: bytes::Bytes::from_static(b"x"),
+        ..Default::default()
+    };
+    alice.publish(message(1)).await.expect("alice publishes");
+    let facts = cellog_net::tls::certificate_facts(leaked.0.as_bytes()).expect("facts");
+    assert_eq!(facts.names, principal_uri(CELL, "alice"));
+    let refused = alice.revoke_certificate(&facts.serial, &facts.names, facts.until_ms).await.expect_err("not hers");
+    assert_eq!(refused.reason(), Some("PERMISSION_DENIED"), "{refused}");
+    assert!(root.revoke_certificate(&facts.serial, &facts.names, facts.until_ms).await.expect("revoked"));
+    assert!(!root.revoke_certificate(&facts.serial, &facts.names, facts.until_ms).await.expect("again"));
+
+    let refused = alice.publish(message(2)).await.expect_err("revoked");
+    assert_eq!(refused.reason(), Some("UNAUTHENTICATED"), "{refused}");
+    assert!(refused.to_string().contains("revoked"), "{refused}");
+    assert_eq!(root.stream_info("orders").await.expect("info").messages, 1, "the refused call wrote nothing");
+    alice_too.publish(message(3)).await.expect("her other certificate still works");
+    let listed = root.revoked_certificates().await.expect("listed");
+    assert_eq!(listed.len(), 1);
+    assert_eq!((listed[0].serial.to_vec(), listed[0].until_ms), (facts.serial.clone(), facts.until_ms));
+
+    // The peer port: a member's certificate gets as far as the message until it is revoked.
+    let raft_addr = addrs[0].1.to_string();
+    let (cert, key) = issue(&cell_ca, &node_uri(CELL, 1));
+    let member = cellog_net::tls::certificate_facts(cert.as_bytes()).expect("facts");
+    let vote = |cert: String, key: String| {
+        peer_vote_as(&cell_ca, (cert, key), raft_addr.clone(), cellog_proto::raft::RaftMessage::default())
+    };
+    let read = vote(cert.clone(), key.clone()).await.expect_err("garbage");
+    assert_eq!(read.code(), tonic::Code::InvalidArgument, "{read:?}");
+    root.revoke_certificate(&member.serial, &member.names, member.until_ms).await.expect("revoked");
+    let refused = vote(cert, key).await.expect_err("revoked");
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    assert!(refused.message().contains("revoked"), "{refused:?}");
+    root.list_streams().await.expect("the cell goes on");
+    node.stop().await.expect("stops");
+}
+
 /// A vote request framed for cell [`CELL`], naming `candidate`, at term 0.
 fn vote_message(candidate: u64) -> cellog_proto::raft::RaftMessage {
     let request = openraft::raft::VoteRequest::<u64>::new(openraft::Vote::new(0, candidate), None);
@@ -245,7 +305,17 @@ async fn peer_vote(
     raft_addr: String,
     message: cellog_proto::raft::RaftMessage,
 ) -> Result<tonic::Response<cellog_proto::raft::RaftMessage>, tonic::Status> {
-    let (cert, key) = issue(ca, &uri);
+    peer_vote_as(ca, issue(ca, &uri), raft_addr, message).await
+}
+
+/// `message` as a vote to the peer port at `raft_addr`, with `identity` (a certificate and key).
+async fn peer_vote_as(
+    ca: &Ca,
+    identity: (String, String),
+    raft_addr: String,
+    message: cellog_proto::raft::RaftMessage,
+) -> Result<tonic::Response<cellog_proto::raft::RaftMessage>, tonic::Status> {
+    let (cert, key) = identity;
     let ca_pem = ca.pem.clone();
     {
         {

@@ -48,7 +48,9 @@ pub use bodies::{BodyError, StoredBodies};
 pub use format::{FormatCheck, STORE_FORMAT};
 pub use log_store::LogStore;
 pub use membership::{ClusterView, Member, MembershipError};
-pub use node::{CellNode, Clock, ENTRIES_IN_FLIGHT, MAX_BATCH, MAX_BATCH_BYTES, Past, StartError, SystemClock};
+pub use node::{
+    CellNode, Clock, ENTRIES_IN_FLIGHT, FREE_BYTES_EVERY, MAX_BATCH, MAX_BATCH_BYTES, Past, StartError, SystemClock,
+};
 pub use recovery::{Recovery, open_stores};
 pub use state_machine::{Interrupted, Replica, StateMachineStore};
 pub use timing::RaftTiming;

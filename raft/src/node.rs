@@ -166,6 +166,8 @@ pub struct CellNode<S> {
     pub(crate) id: NodeId,
     pub(crate) raft: Raft,
     pub(crate) replica: Arc<Mutex<Replica>>,
+    /// The serials of the certificates the applied state revokes.
+    revoked: crate::state_machine::Revoked,
     pub(crate) recovery: Recovery,
     pub(crate) bodies: Arc<StoredBodies<S>>,
     storage: S,
@@ -188,6 +190,29 @@ pub struct CellNode<S> {
     /// Set once the node's watchdog (the [`tick`] task), or applying as it panics, saw that it cannot go on (see
     /// [`CellNode::fatal`]).
     fatal_seen: Arc<watch::Sender<bool>>,
+    /// The free-disk watermark: a write that grows the store is refused while its device has less free (0: none).
+    min_free_bytes: AtomicU64,
+    /// The free bytes last read from the store, and when (read again after [`FREE_BYTES_EVERY`]).
+    free_seen: Mutex<Option<(tokio::time::Instant, Option<u64>)>>,
+}
+
+/// How long a reading of the store's free bytes serves the watermark's checks: proposals come faster than a
+/// `statvfs` is worth.
+pub const FREE_BYTES_EVERY: Duration = Duration::from_millis(250);
+
+/// Whether `command` grows what the store holds (what a full disk refuses): a publish, a copy into a stream, a new
+/// stream. The rest (acks, deletes, recalls, membership) is small, and some of it frees room.
+fn grows_store(command: &Command) -> bool {
+    match command {
+        Command::As { command, .. } => grows_store(command),
+        Command::Publish(_)
+        | Command::Ingest { .. }
+        | Command::MirrorIngest { .. }
+        | Command::CreateStream { .. }
+        | Command::CreateMirror { .. }
+        | Command::ReceiveStream { .. } => true,
+        _ => false,
+    }
 }
 
 /// Most bytes of log entries a node keeps behind its snapshot, whatever the count openraft's config allows: entries are
@@ -262,6 +287,10 @@ impl Proposal {
 
     fn len(&self) -> usize {
         1 + self.rest.len()
+    }
+
+    fn commands(&self) -> impl Iterator<Item = &Command> {
+        std::iter::once(&self.first.0).chain(self.rest.iter().map(|(command, _)| command))
     }
 }
 
@@ -353,6 +382,7 @@ impl<S: Storage + Clone> CellNode<S> {
         }
         recovery.format_migrated_from = recovery.format_migrated_from.or(format.migrated_from);
         let replica = state_machine.replica();
+        let revoked = state_machine.revoked();
         let bodies = state_machine.bodies();
         let applied = state_machine.applied();
         let fatal_seen = state_machine.fatal_seen();
@@ -435,6 +465,7 @@ impl<S: Storage + Clone> CellNode<S> {
             id,
             raft,
             replica,
+            revoked,
             recovery,
             bodies,
             storage,
@@ -443,6 +474,8 @@ impl<S: Storage + Clone> CellNode<S> {
             clock,
             stopped,
             proposals,
+            min_free_bytes: AtomicU64::new(0),
+            free_seen: Mutex::new(None),
             keep_log_bytes,
             snapshot_every_bytes,
             snapshot_bytes,
@@ -495,6 +528,35 @@ impl<S: Storage + Clone> CellNode<S> {
     pub fn now(&self) -> Millis {
         let last_at = self.replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).cell.last_at();
         self.clock.now(last_at)
+    }
+
+    /// Sets the free-disk watermark: while the store's device has fewer than `bytes` free, a write that grows the
+    /// store is refused ([`ProposeError::StorageFull`]) and nothing else is (0: no watermark).
+    pub fn set_min_free_bytes(&self, bytes: u64) {
+        self.min_free_bytes.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Refuses a write that grows the store while its device is below the watermark.
+    #[allow(clippy::disallowed_methods, reason = "a node-local admission check, on the runtime's clock")]
+    fn check_room(&self) -> Result<(), ProposeError> {
+        let min = self.min_free_bytes.load(Ordering::Relaxed);
+        if min == 0 {
+            return Ok(());
+        }
+        let now = tokio::time::Instant::now();
+        let mut seen = self.free_seen.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let free = match *seen {
+            Some((at, free)) if now.duration_since(at) < FREE_BYTES_EVERY => free,
+            _ => {
+                let free = self.storage.free_bytes();
+                *seen = Some((now, free));
+                free
+            }
+        };
+        match free {
+            Some(free) if free < min => Err(ProposeError::StorageFull { free, min }),
+            _ => Ok(()),
+        }
     }
 
     /// Whether this node leads the cell now (as far as it knows).
@@ -562,6 +624,9 @@ impl<S: Storage + Clone> CellNode<S> {
         if !self.is_leader() {
             return Err(ProposeError::NotLeader { leader: self.leader() });
         }
+        if grows_store(&command) {
+            self.check_room()?;
+        }
         let (reply, answer) = oneshot::channel();
         self.proposals.send(Proposal::one(at, command, size, reply)).await.map_err(|_| stopping())?;
         Ok(Answer(answer))
@@ -600,6 +665,9 @@ impl<S: Storage + Clone> CellNode<S> {
         }
         if !self.is_leader() {
             return Err(ProposeError::NotLeader { leader: self.leader() });
+        }
+        if groups.iter().any(|proposal| proposal.commands().any(grows_store)) {
+            self.check_room()?;
         }
         for (n, proposal) in groups.into_iter().enumerate() {
             if self.proposals.send(proposal).await.is_err() {
@@ -727,6 +795,12 @@ impl<S: Storage + Clone> CellNode<S> {
     /// applying: what the replica holds then may be half of an entry, and is never served.
     pub fn replica(&self) -> Result<MutexGuard<'_, Replica>, Interrupted> {
         read_replica(&self.replica)
+    }
+
+    /// Whether the applied state revokes the certificate with `serial`. Never waits on applying: a door asks it on
+    /// every call.
+    pub fn is_revoked(&self, serial: &[u8]) -> bool {
+        self.revoked.contains(serial)
     }
 
     /// What opening its storage found and repaired.

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
-use cellog_core::{Body, BodyRef, Cell, Command, Effect, Record, SNAPSHOT_VERSION, SnapshotError};
+use cellog_core::{Body, BodyRef, Cell, Command, Effect, Outcome, Record, SNAPSHOT_VERSION, SnapshotError};
 use openraft::storage::RaftStateMachine;
 use openraft::{
     EntryPayload, OptionalSend, RaftSnapshotBuilder, Snapshot, SnapshotMeta, StorageIOError, StoredMembership,
@@ -227,6 +227,26 @@ pub struct StateMachineStore<S> {
     fatal_seen: Arc<watch::Sender<bool>>,
     /// The stored snapshot's size in bytes (0: none), for the node's snapshot budget.
     snapshot_bytes: Arc<AtomicU64>,
+    /// The serials of the certificates the applied state revokes: what the node's doors check on every call without
+    /// waiting on the replica (which applying holds).
+    revoked: Revoked,
+}
+
+/// The serials of revoked certificates, as the applied state last had them; replaced whole, read without waiting.
+#[derive(Clone, Debug, Default)]
+pub struct Revoked(Arc<std::sync::RwLock<Arc<std::collections::BTreeSet<Vec<u8>>>>>);
+
+impl Revoked {
+    /// Takes the revoked serials of `cell`.
+    fn follow(&self, cell: &Cell) {
+        let serials = Arc::new(cell.revoked_certificates().keys().cloned().collect());
+        *self.0.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = serials;
+    }
+
+    /// Whether the certificate with `serial` is revoked.
+    pub fn contains(&self, serial: &[u8]) -> bool {
+        self.0.read().unwrap_or_else(|poisoned| poisoned.into_inner()).contains(serial)
+    }
 }
 
 fn state_error(error: impl std::fmt::Display) -> RaftStorageError {
@@ -257,7 +277,19 @@ impl<S: Storage + Clone> StateMachineStore<S> {
         let fatal_seen = Arc::new(watch::Sender::new(false));
         let replica = Arc::new(Mutex::new(replica));
         let snapshot_bytes = Arc::new(AtomicU64::new(snapshot_bytes));
-        Ok(StateMachineStore { storage, bodies, replica, stored, initial_meta, applied, fatal_seen, snapshot_bytes })
+        let revoked = Revoked::default();
+        revoked.follow(&replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).cell);
+        Ok(StateMachineStore {
+            storage,
+            bodies,
+            replica,
+            stored,
+            initial_meta,
+            applied,
+            fatal_seen,
+            snapshot_bytes,
+            revoked,
+        })
     }
 
     fn take_initial_meta(&self) -> Option<SnapshotMeta<NodeId, NodeAddrs>> {
@@ -278,6 +310,11 @@ impl<S: Storage + Clone> StateMachineStore<S> {
     /// the state to change registers first, then reads the replica, then waits.
     pub fn applied(&self) -> Arc<Notify> {
         self.applied.clone()
+    }
+
+    /// The serials of the certificates the applied state revokes.
+    pub fn revoked(&self) -> Revoked {
+        self.revoked.clone()
     }
 
     /// Set once the node cannot go on: by applying, if it panics, and by the node's watchdog.
@@ -417,7 +454,11 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
                         if traced { request.commands.iter().map(Command::kind).collect() } else { Vec::new() };
                     let mut results = Vec::with_capacity(request.commands.len());
                     for command in request.commands {
-                        results.push(replica.cell.apply(request.at, command));
+                        let result = replica.cell.apply(request.at, command);
+                        if matches!(result, Ok(Outcome::CertificateRevoked { revoked: true })) {
+                            self.revoked.follow(&replica.cell);
+                        }
+                        results.push(result);
                         for effect in replica.cell.drain_effects() {
                             if effect.is_body_work() {
                                 self.bodies.act(&mut work, &effect);
@@ -541,6 +582,7 @@ impl<S: Storage + Clone> StateMachineStore<S> {
         self.snapshot_bytes.store(received.file.len() as u64, Ordering::Release);
         drop(stored);
         current.cell = replica.cell;
+        self.revoked.follow(&current.cell);
         #[cfg(madsim)]
         if cellog_planted::active(cellog_planted::Mutant::SnapshotSkipsConsumers) {
             current.cell.forget_consumers();

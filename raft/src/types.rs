@@ -178,6 +178,15 @@ pub enum ProposeError {
     /// Raft stopped or failed; the outcome of the proposal is unknown.
     #[error("raft: {0}")]
     Raft(String),
+    /// The store's device has less free space than the node's watermark: a write that would grow the store was
+    /// refused, and nothing was queued.
+    #[error("the disk has {free} bytes free, below this node's watermark of {min}")]
+    StorageFull {
+        /// Bytes free.
+        free: u64,
+        /// The watermark.
+        min: u64,
+    },
 }
 
 /// A proposal's answer: the cell's, or why there is none.

@@ -26,6 +26,63 @@ pub enum CertsCommand {
     /// Issue a certificate signed by the CA in DIR.
     #[command(subcommand)]
     Issue(IssueCommand),
+    /// Revoke certificates in the cell: calls presenting one are refused on every port from now on. Name the files,
+    /// or every certificate DIR's CA issued to a principal or a node (its record, `issued.tsv`).
+    Revoke {
+        /// Certificate files (PEM).
+        files: Vec<PathBuf>,
+        /// Every certificate issued to this principal.
+        #[arg(long, conflicts_with = "node")]
+        principal: Option<String>,
+        /// Every certificate issued to this node.
+        #[arg(long)]
+        node: Option<u64>,
+        /// Where the CA and its record of issued certificates are.
+        #[arg(long, default_value = "certs")]
+        dir: PathBuf,
+        #[command(flatten)]
+        connect: crate::Connect,
+    },
+    /// The revoked certificates the cell remembers (each until it ends).
+    Revoked {
+        #[command(flatten)]
+        connect: crate::Connect,
+    },
+}
+
+/// The CA's record of what it issued, one line each: serial (hex), what it names, when it ends (ms since the epoch).
+const ISSUED: &str = "issued.tsv";
+
+/// Adds a certificate to the CA's record in `dir`.
+fn record(dir: &Path, issued: &Issued) -> anyhow::Result<()> {
+    let facts = cellog_net::tls::certificate_facts(issued.cert.as_bytes()).map_err(|error| anyhow::anyhow!(error))?;
+    let line = format!("{}\t{}\t{}\n", hex::encode(&facts.serial), facts.names, facts.until_ms);
+    let path = dir.join(ISSUED);
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    std::io::Write::write_all(&mut file, line.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
+    file.sync_all().with_context(|| format!("syncing {}", path.display()))
+}
+
+/// The certificates the CA's record in `dir` says it issued naming `uri`: (serial, names, until).
+fn issued_to(dir: &Path, uri: &str) -> anyhow::Result<Vec<(Vec<u8>, String, u64)>> {
+    let path = dir.join(ISSUED);
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let mut found = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let fields: Vec<&str> = line.split('\t').collect();
+        let [serial, names, until] = fields[..] else {
+            bail!("{} line {} is not SERIAL, NAMES, UNTIL", path.display(), number + 1);
+        };
+        if names == uri {
+            let serial = hex::decode(serial).with_context(|| format!("{} line {}", path.display(), number + 1))?;
+            found.push((serial, names.to_string(), until.parse().context("the end of a certificate")?));
+        }
+    }
+    Ok(found)
 }
 
 #[derive(Subcommand)]
@@ -188,7 +245,7 @@ pub fn init(dir: &Path, cell: &str) -> anyhow::Result<Issued> {
     Ok(ca)
 }
 
-pub fn run(command: CertsCommand) -> anyhow::Result<()> {
+pub async fn run(command: CertsCommand) -> anyhow::Result<()> {
     match command {
         CertsCommand::Init { cell, dir } => {
             init(&dir, &cell)?;
@@ -202,6 +259,7 @@ pub fn run(command: CertsCommand) -> anyhow::Result<()> {
             let issued = issue_node(&ca, &cell, id, &hosts, days)?;
             write_new(&dir.join(format!("node-{id}.key")), &issued.key, true)?;
             write_new(&dir.join(format!("node-{id}.pem")), &issued.cert, false)?;
+            record(&dir, &issued)?;
             println!("node {id} of cell {cell}: {}/node-{id}.pem and .key, for {}", dir.display(), hosts.join(", "));
         }
         CertsCommand::Issue(IssueCommand::Client { principal, days, dir }) => {
@@ -211,7 +269,46 @@ pub fn run(command: CertsCommand) -> anyhow::Result<()> {
             let issued = issue_client(&ca, &cell, &principal, days)?;
             write_new(&dir.join(format!("{file}.key")), &issued.key, true)?;
             write_new(&dir.join(format!("{file}.pem")), &issued.cert, false)?;
+            record(&dir, &issued)?;
             println!("principal {principal} of cell {cell}: {}/{file}.pem and .key", dir.display());
+        }
+        CertsCommand::Revoke { files, principal, node, dir, connect } => {
+            let mut revoking: Vec<(Vec<u8>, String, u64)> = Vec::new();
+            for file in &files {
+                let pem = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+                let facts = cellog_net::tls::certificate_facts(&pem)
+                    .map_err(|error| anyhow::anyhow!("{}: {error}", file.display()))?;
+                revoking.push((facts.serial, facts.names, facts.until_ms));
+            }
+            if principal.is_some() || node.is_some() {
+                let (_, cell) = load_ca(&dir)?;
+                let uri = match (&principal, node) {
+                    (Some(principal), _) => principal_uri(&cell, principal),
+                    (None, Some(id)) => node_uri(&cell, id),
+                    (None, None) => unreachable!("one is given"),
+                };
+                let found = issued_to(&dir, &uri)?;
+                if found.is_empty() {
+                    bail!("{} records no certificate naming {uri}", dir.join(ISSUED).display());
+                }
+                revoking.extend(found);
+            }
+            if revoking.is_empty() {
+                bail!("name certificate files, or --principal or --node");
+            }
+            let client = crate::commands::client(&connect)?;
+            for (serial, names, until_ms) in revoking {
+                let new = client.revoke_certificate(&serial, &names, until_ms).await?;
+                let state = if new { "revoked" } else { "was already revoked" };
+                println!("certificate {} ({names}) {state}", hex::encode(&serial));
+            }
+        }
+        CertsCommand::Revoked { connect } => {
+            let mut table = crate::table::Table::new(["SERIAL", "NAMES", "ENDS (ms since epoch)"]).right([2]);
+            for revoked in crate::commands::client(&connect)?.revoked_certificates().await? {
+                table.row([hex::encode(&revoked.serial), revoked.subject, revoked.until_ms.to_string()]);
+            }
+            table.print(0);
         }
     }
     Ok(())

@@ -19,6 +19,7 @@ pub mod keys;
 pub mod mail;
 pub mod peer;
 pub mod publish;
+pub mod quota;
 pub mod stream;
 pub mod txn;
 

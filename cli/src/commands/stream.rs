@@ -65,6 +65,51 @@ pub enum StreamCommand {
         #[command(flatten)]
         connect: Connect,
     },
+    /// Change a stream's limits, rate and dead-letter stream; what is not given stays as it is.
+    Update {
+        /// The stream's name.
+        name: String,
+        /// Subjects the stream claims, comma-separated (replaces the list).
+        #[arg(long, value_delimiter = ',')]
+        subjects: Option<Vec<String>>,
+        #[arg(long, value_enum)]
+        discard: Option<Discard>,
+        /// Remove messages older than this many milliseconds.
+        #[arg(long)]
+        max_age_ms: Option<u64>,
+        /// Keep at most this many messages.
+        #[arg(long)]
+        max_msgs: Option<u64>,
+        /// Keep at most this many bytes.
+        #[arg(long)]
+        max_bytes: Option<u64>,
+        /// Keep at most this many messages per subject.
+        #[arg(long)]
+        max_msgs_per_subject: Option<u64>,
+        /// Keep at most this many bytes per subject.
+        #[arg(long)]
+        max_bytes_per_subject: Option<u64>,
+        /// Largest payload accepted.
+        #[arg(long)]
+        max_payload: Option<u32>,
+        /// Deduplicate message ids over this many milliseconds (at least).
+        #[arg(long)]
+        duplicate_window_ms: Option<u64>,
+        /// Accept at most this many publishes per second (a token bucket; with --burst).
+        #[arg(long, requires = "burst")]
+        rate: Option<u32>,
+        /// Publishes accepted at once after a quiet spell.
+        #[arg(long, requires = "rate")]
+        burst: Option<u32>,
+        /// Where messages go after exhausting their deliveries.
+        #[arg(long)]
+        dead_letter: Option<String>,
+        /// Limits to lift (age, msgs, bytes, msgs-per-subject, bytes-per-subject, rate, dead-letter), comma-separated.
+        #[arg(long, value_delimiter = ',', value_parser = ["age", "msgs", "bytes", "msgs-per-subject", "bytes-per-subject", "rate", "dead-letter"])]
+        clear: Vec<String>,
+        #[command(flatten)]
+        connect: Connect,
+    },
     /// List streams.
     Ls {
         #[command(flatten)]
@@ -126,6 +171,71 @@ pub async fn run(command: StreamCommand) -> anyhow::Result<()> {
             let created = client(&connect)?.create_stream(&name, config).await?;
             println!("stream {name} {}", if created { "created" } else { "already exists with this config" });
         }
+        StreamCommand::Update {
+            name,
+            subjects,
+            discard,
+            max_age_ms,
+            max_msgs,
+            max_bytes,
+            max_msgs_per_subject,
+            max_bytes_per_subject,
+            max_payload,
+            duplicate_window_ms,
+            rate,
+            burst,
+            dead_letter,
+            clear,
+            connect,
+        } => {
+            let client = client(&connect)?;
+            let info = client.stream_info(&name).await?;
+            let mut config =
+                info.config.ok_or_else(|| anyhow::anyhow!("the node sent stream {name} without its config"))?;
+            for lifted in &clear {
+                match lifted.as_str() {
+                    "age" => config.max_age_ms = None,
+                    "msgs" => config.max_messages = None,
+                    "bytes" => config.max_bytes = None,
+                    "msgs-per-subject" => config.max_messages_per_subject = None,
+                    "bytes-per-subject" => config.max_bytes_per_subject = None,
+                    "rate" => config.rate_limit = None,
+                    _ => config.dead_letter_stream = None,
+                }
+            }
+            if let Some(subjects) = subjects {
+                config.subjects = subjects;
+            }
+            if let Some(discard) = discard {
+                config.discard = match discard {
+                    Discard::Old => v1::DiscardPolicy::DiscardOld,
+                    Discard::New => v1::DiscardPolicy::DiscardNew,
+                } as i32;
+            }
+            let set = |field: &mut Option<u64>, value: Option<u64>| {
+                if value.is_some() {
+                    *field = value;
+                }
+            };
+            set(&mut config.max_age_ms, max_age_ms);
+            set(&mut config.max_messages, max_msgs);
+            set(&mut config.max_bytes, max_bytes);
+            set(&mut config.max_messages_per_subject, max_msgs_per_subject);
+            set(&mut config.max_bytes_per_subject, max_bytes_per_subject);
+            set(&mut config.duplicate_window_ms, duplicate_window_ms);
+            if max_payload.is_some() {
+                config.max_payload_bytes = max_payload;
+            }
+            if let (Some(messages_per_second), Some(burst)) = (rate, burst) {
+                config.rate_limit = Some(v1::RateLimit { messages_per_second, burst });
+            }
+            if dead_letter.is_some() {
+                config.dead_letter_stream = dead_letter;
+            }
+            client.update_stream(&name, config.clone()).await?;
+            println!("stream {name} updated");
+            print_limits(&config);
+        }
         StreamCommand::Ls { connect } => {
             let streams = client(&connect)?.list_streams().await?;
             let mut table = Table::new(["stream", "messages", "bytes", "consumers", "subjects"]).right([1, 2, 3]);
@@ -149,21 +259,35 @@ pub async fn run(command: StreamCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A stream config's subjects, limits and rate.
+fn print_limits(config: &v1::StreamConfig) {
+    println!("  subjects     {}", config.subjects.join(", "));
+    println!("  partitions   {}", config.partitions);
+    println!("  retention    {:?}", v1::RetentionPolicy::try_from(config.retention).ok());
+    println!("  discard      {:?}", v1::DiscardPolicy::try_from(config.discard).ok());
+    let limit = |value: Option<u64>| value.map_or("none".to_string(), |value| value.to_string());
+    println!("  max age ms   {}", limit(config.max_age_ms));
+    println!("  max msgs     {}", limit(config.max_messages));
+    println!("  max bytes    {}", limit(config.max_bytes));
+    println!(
+        "  per subject  {} msgs, {} bytes",
+        limit(config.max_messages_per_subject),
+        limit(config.max_bytes_per_subject)
+    );
+    println!("  max payload  {}", config.max_payload_bytes.unwrap_or_default());
+    match &config.rate_limit {
+        Some(rate) => println!("  rate         {}/s, burst {}", rate.messages_per_second, rate.burst),
+        None => println!("  rate         none"),
+    }
+    if let Some(dead_letter) = &config.dead_letter_stream {
+        println!("  dead letter  {dead_letter}");
+    }
+}
+
 fn print_stream(info: &v1::StreamInfo) {
     println!("stream {}", info.name);
     if let Some(config) = &info.config {
-        println!("  subjects     {}", config.subjects.join(", "));
-        println!("  partitions   {}", config.partitions);
-        println!("  retention    {:?}", v1::RetentionPolicy::try_from(config.retention).ok());
-        println!("  discard      {:?}", v1::DiscardPolicy::try_from(config.discard).ok());
-        let limit = |value: Option<u64>| value.map_or("none".to_string(), |value| value.to_string());
-        println!("  max age ms   {}", limit(config.max_age_ms));
-        println!("  max msgs     {}", limit(config.max_messages));
-        println!("  max bytes    {}", limit(config.max_bytes));
-        println!("  max payload  {}", config.max_payload_bytes.unwrap_or_default());
-        if let Some(dead_letter) = &config.dead_letter_stream {
-            println!("  dead letter  {dead_letter}");
-        }
+        print_limits(config);
     }
     println!("  messages     {}", info.messages);
     println!("  bytes        {}", info.bytes);

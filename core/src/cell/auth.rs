@@ -145,6 +145,8 @@ impl Cell {
             | Command::DeletePrincipal { .. }
             | Command::AddToken { .. }
             | Command::RevokeToken { .. }
+            | Command::RevokeCertificate { .. }
+            | Command::SetQuotas { .. }
             | Command::PutCell { .. }
             | Command::PlaceStream { .. }
             | Command::MoveStream { .. }

@@ -70,6 +70,17 @@ pub(super) fn check_principal(name: &str) -> Result<(), Rejection> {
     })
 }
 
+fn check_serial(serial: &[u8]) -> Result<(), Rejection> {
+    if serial.is_empty() || serial.len() > crate::auth::MAX_SERIAL_BYTES {
+        return Err(invalid(format!(
+            "a certificate serial is 1 to {} bytes; this one is {}",
+            crate::auth::MAX_SERIAL_BYTES,
+            serial.len()
+        )));
+    }
+    Ok(())
+}
+
 pub(super) fn check_id(kind: NameKind, id: &str) -> Result<(), Rejection> {
     let reason = if id.is_empty() {
         Some("is empty".to_string())
@@ -315,8 +326,13 @@ impl Command {
             }
             Command::RegisterPeer { peer, .. } => check_name(NameKind::Peer, peer),
             Command::As { actor, command } => {
-                if let Actor::Vouched(name) = actor {
-                    check_principal(name)?;
+                match actor {
+                    Actor::Token(_) => {}
+                    Actor::Vouched(name) => check_principal(name)?,
+                    Actor::Certified { principal, serial } => {
+                        check_principal(principal)?;
+                        check_serial(serial)?;
+                    }
                 }
                 if matches!(**command, Command::As { .. }) {
                     return Err(invalid("a command runs as one principal; As inside As is refused"));
@@ -328,6 +344,16 @@ impl Command {
                 grants.validate()
             }
             Command::DeletePrincipal { name } | Command::AddToken { principal: name, .. } => check_principal(name),
+            Command::RevokeCertificate { serial, subject, .. } => {
+                check_serial(serial)?;
+                if subject.len() > MAX_ID_BYTES || subject.chars().any(char::is_control) {
+                    return Err(invalid(format!(
+                        "a revoked certificate's subject is at most {MAX_ID_BYTES} bytes without control characters"
+                    )));
+                }
+                Ok(())
+            }
+            Command::SetQuotas { tenant: Some(tenant), .. } => check_name(NameKind::Tenant, tenant),
             Command::ReserveSubjects { filter } => crate::subject::validate_filter(filter)
                 .map_err(|reason| Rejection::InvalidSubject { subject: filter.clone(), reason }),
             Command::PutCell { cell, addresses } => {

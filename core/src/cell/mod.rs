@@ -20,8 +20,9 @@ use crate::error::Rejection;
 use crate::group::Group;
 use crate::mirror::Mirroring;
 use crate::placement::{Directory, Ownership};
+use crate::quota::{Ledger, QuotaBook};
 use crate::route::Router;
-use crate::snapshot::{v3, v4, v5, v6, v7, v8, v9};
+use crate::snapshot::{v3, v4, v5, v6, v7, v8, v9, v10};
 use crate::stream::Stream;
 use crate::time::Millis;
 
@@ -33,6 +34,7 @@ mod limits;
 mod mirror;
 mod placement;
 mod publish;
+mod quotas;
 mod streams;
 mod timers;
 pub(crate) mod transaction;
@@ -93,6 +95,11 @@ pub struct Cell {
     ownership: BTreeMap<Arc<str>, Ownership>,
     /// This cell's mirrors of other cells' streams, and the recall logs of its streams that other cells mirror.
     mirroring: Mirroring,
+    /// What each tenant, and the cell as a whole, may hold (see [`crate::quota`]).
+    quotas: QuotaBook,
+    /// What each tenant and the cell hold: derived from the streams, not encoded, rebuilt on decode.
+    #[serde(skip)]
+    ledger: Ledger,
     /// Which stream claims a subject: derived from the streams' configs, not encoded, rebuilt on decode
     /// ([`Cell::rebuild_derived`]).
     #[serde(skip)]
@@ -167,6 +174,8 @@ impl Cell {
             directory: Directory::default(),
             ownership: BTreeMap::new(),
             mirroring: Mirroring::default(),
+            quotas: QuotaBook::default(),
+            ledger: Ledger::default(),
             router: Router::default(),
             producers_expire_from: ExpiryBound(Millis::MAX),
             members_expire_from: ExpiryBound(Millis::MAX),
@@ -199,6 +208,8 @@ impl Cell {
             directory: Directory::default(),
             ownership: BTreeMap::new(),
             mirroring: Mirroring::default(),
+            quotas: QuotaBook::default(),
+            ledger: Ledger::default(),
             router: Router::default(),
             producers_expire_from: ExpiryBound(Millis::MAX),
             members_expire_from: ExpiryBound(Millis::MAX),
@@ -260,6 +271,14 @@ impl Cell {
         Cell { mirroring: mirroring.into(), ..Cell::from_v8(state) }
     }
 
+    /// The state a version 10 snapshot holds: version 9's, the revoked certificates and the quotas.
+    pub(crate) fn from_v10(cell: v10::Cell) -> Self {
+        let (state, revoked, quotas) = cell.split();
+        let mut cell = Cell { quotas: quotas.into(), ..Cell::from_v9(state) };
+        cell.auth.restore_revoked(revoked.into_iter().map(|(serial, r)| (serial, r.into())).collect());
+        cell
+    }
+
     /// Rebuilds what is derived from the state and not encoded (the subject router), after decoding.
     pub(crate) fn rebuild_derived(&mut self) {
         let mut router = Router::default();
@@ -269,6 +288,7 @@ impl Cell {
             }
         }
         self.router = router;
+        self.ledger = Ledger::of(&self.streams);
         self.producers_expire_from = ExpiryBound(self.earliest_producer_expiry());
         self.members_expire_from = ExpiryBound(self.earliest_member_expiry());
     }
@@ -359,6 +379,7 @@ impl Cell {
         if !self.pinned_by.is_empty() {
             self.release_pins(at, 0);
         }
+        self.ledger.follow(&self.effects, &self.streams);
         result
     }
 
@@ -408,6 +429,10 @@ impl Cell {
             Command::DeletePrincipal { name } => self.delete_principal(&name),
             Command::AddToken { principal, token } => self.add_token(&principal, token),
             Command::RevokeToken { token } => self.revoke_token(token),
+            Command::RevokeCertificate { serial, subject, until_ms } => Ok(Outcome::CertificateRevoked {
+                revoked: self.auth.revoke_certificate(&serial, &subject, Millis(until_ms), at)?,
+            }),
+            Command::SetQuotas { tenant, quotas } => self.set_quotas(tenant.as_deref(), quotas),
             Command::ReserveSubjects { filter } => {
                 Ok(Outcome::SubjectsReserved { reserved: self.auth.reserve(&filter)? })
             }

@@ -105,6 +105,7 @@ impl Cell {
         if self.streams.len() >= MAX_STREAMS {
             return Err(invalid(format!("a cell holds at most {MAX_STREAMS} streams")));
         }
+        self.check_stream_quota(&name)?;
         let id = self.next_stream_id;
         self.next_stream_id += 1;
         let name: Arc<str> = Arc::from(name);

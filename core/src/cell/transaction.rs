@@ -403,7 +403,12 @@ impl Cell {
             subject.0 += 1;
             subject.1 += message.size;
         }
-        Ok(())
+        // Counted as growth, whatever a discard-old stream would remove to make room: a quota that is nearly full
+        // refuses a commit it might have taken.
+        let fresh = staged
+            .iter()
+            .filter(|m| !m.request.msg_id.as_deref().is_some_and(|id| self.streams[&m.stream].remembers(id)));
+        crate::quota::check_batch(&self.quotas, &self.ledger, fresh.map(|m| (&*m.stream, m.size)))
     }
 
     pub(super) fn prepare_transaction(&mut self, r: ProducerRef) -> Result<Outcome, Rejection> {

@@ -27,6 +27,7 @@ impl Cell {
             ("directory".to_string(), digest_of(&self.directory)),
             ("ownership".to_string(), digest_of(&self.ownership)),
             ("mirroring".to_string(), digest_of(&self.mirroring)),
+            ("quotas".to_string(), digest_of(&self.quotas)),
         ];
         for (name, stream) in &self.streams {
             parts.push((format!("stream {name}"), digest_of(stream)));
@@ -171,6 +172,16 @@ impl Cell {
     /// The principals, in name order: each one's grants and how many tokens it holds.
     pub fn principals(&self) -> Vec<(Arc<str>, Grants, usize)> {
         self.auth.principals().iter().map(|(name, p)| (name.clone(), p.grants.clone(), p.tokens.len())).collect()
+    }
+
+    /// The revoked certificates the cell remembers, by serial.
+    pub fn revoked_certificates(&self) -> &std::collections::BTreeMap<Vec<u8>, crate::auth::Revoked> {
+        self.auth.revoked()
+    }
+
+    /// Whether a certificate with `serial` is revoked (a node asks before it serves a call presenting it).
+    pub fn is_revoked(&self, serial: &[u8]) -> bool {
+        self.auth.revoked().contains_key(serial)
     }
 
     /// A transactional producer.

@@ -499,3 +499,60 @@ fn a_token_is_named_by_the_first_eight_bytes_of_its_hash_alone() {
     hash[8..].fill(0xff);
     assert_eq!(cellog_core::TokenHash(hash).to_string(), "deadbeef01020304");
 }
+
+fn certified(principal: &str, serial: u8, command: Command) -> Command {
+    let actor = Actor::Certified { principal: principal.into(), serial: vec![serial; 16] };
+    Command::As { actor, command: Box::new(command) }
+}
+
+fn revoke(serial: u8, until_ms: u64) -> Command {
+    as_token(
+        9,
+        Command::RevokeCertificate {
+            serial: vec![serial; 16],
+            subject: "cellog://prod/principal/alice".into(),
+            until_ms,
+        },
+    )
+}
+
+/// A certificate the cell revoked no longer authenticates, from the next entry on, while others of the same principal
+/// still do; only a cluster admin revokes; the cell forgets a revocation once its certificate has ended.
+#[test]
+fn a_revoked_certificate_is_refused_and_forgotten_once_it_ends() {
+    let mut h = cell();
+    let until = h.now.0 + 60_000;
+    h.ok(certified("alice", 1, publish("orders.eu.1")));
+    let denied =
+        h.apply(as_token(3, Command::RevokeCertificate { serial: vec![1; 16], subject: "x".into(), until_ms: until }));
+    assert!(matches!(denied, Err(Rejection::PermissionDenied { .. })), "an admin is not a cluster admin: {denied:?}");
+    assert_eq!(h.ok(revoke(1, until)), Outcome::CertificateRevoked { revoked: true });
+    assert_eq!(h.ok(revoke(1, until)), Outcome::CertificateRevoked { revoked: false });
+    let before = state_parts(&h.cell);
+    let refused = h.apply(certified("alice", 1, publish("orders.eu.1")));
+    match refused {
+        Err(Rejection::Unauthenticated { reason }) => assert!(reason.contains("revoked"), "{reason}"),
+        other => panic!("a revoked certificate authenticated: {other:?}"),
+    }
+    assert_eq!(state_parts(&h.cell), before, "the refused call wrote nothing");
+    assert!(
+        h.cell
+            .authorize_command(
+                &Actor::Certified { principal: "alice".into(), serial: vec![1; 16] },
+                &publish("orders.eu.1")
+            )
+            .is_err()
+    );
+    h.ok(certified("alice", 2, publish("orders.eu.1")));
+    // Malformed serials are refused before they cost anything.
+    for serial in [vec![], vec![7; 21]] {
+        let bad = h.apply(as_token(9, Command::RevokeCertificate { serial, subject: "x".into(), until_ms: until }));
+        assert!(matches!(bad, Err(Rejection::Invalid { .. })), "{bad:?}");
+    }
+    // Once the certificate has ended, the next revocation forgets it.
+    h.advance(60_001);
+    h.ok(revoke(3, h.now.0 + 1_000));
+    let serials: Vec<Vec<u8>> = h.cell.revoked_certificates().keys().cloned().collect();
+    assert_eq!(serials, [vec![3u8; 16]]);
+    stored_state_holds(&h.cell, &h.bodies).unwrap();
+}

@@ -15,6 +15,7 @@ mod model_removal;
 mod pins;
 mod placement;
 mod publish;
+mod quotas;
 mod retention;
 mod snapshot;
 mod streams;

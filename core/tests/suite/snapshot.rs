@@ -1186,6 +1186,50 @@ fn the_committed_version_9_snapshot_restores_to_the_state_that_wrote_it() {
     }
 }
 
+/// [`busy_with_mirrors`] with quotas (the cell's and a tenant's) and a revoked certificate.
+fn busy_with_bounds() -> Harness {
+    let mut h = busy_with_mirrors();
+    let quotas = cellog_core::quota::Quotas { max_streams: Some(100), max_messages: None, max_bytes: Some(1 << 30) };
+    h.ok(Command::SetQuotas { tenant: None, quotas });
+    let tenant = cellog_core::quota::Quotas { max_messages: Some(1_000), ..Default::default() };
+    h.ok(Command::SetQuotas { tenant: Some("acme".into()), quotas: tenant });
+    let until_ms = h.now.0 + 86_400_000;
+    let subject = "cellog://prod/principal/alice".to_string();
+    h.ok(Command::RevokeCertificate { serial: vec![0x4c, 0x01, 0x99], subject, until_ms });
+    h
+}
+
+/// The whole snapshot of [`busy_with_bounds`] as version 10 writes it. Committed: every later version must keep
+/// restoring it.
+const VERSION_10_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/snapshot-v10-busy.bin");
+
+#[test]
+fn the_committed_version_10_snapshot_restores_to_the_state_that_wrote_it() {
+    let h = busy_with_bounds();
+    let (whole, _) = whole_snapshot(&h);
+    let committed = fixture(VERSION_10_FIXTURE, &whole);
+    let restored = restored_whole(&committed, h.now);
+    assert_eq!(restored.cell.without_stale_timers(), h.cell.without_stale_timers());
+    assert_eq!(restored.cell.quotas(), h.cell.quotas());
+    assert!(restored.cell.is_revoked(&[0x4c, 0x01, 0x99]));
+    assert_eq!(restored.cell.held(None), h.cell.held(None));
+    assert!(Cell::reencode_snapshot(&committed).expect("the fixture decodes") == committed);
+    if SNAPSHOT_VERSION == 10 {
+        let (again, _) = whole_snapshot(&restored_whole(&committed, h.now));
+        assert!(again == committed, "the version 10 encoding changed; bump SNAPSHOT_VERSION and migrate");
+    }
+}
+
+/// A version 9 state knew no quotas and no revoked certificates.
+#[test]
+fn a_version_9_snapshot_has_no_quotas_and_revokes_nothing() {
+    let committed = std::fs::read(VERSION_9_FIXTURE).expect("the fixture is committed");
+    let cell = Cell::restore(&committed).expect("a version 9 snapshot restores");
+    assert_eq!(cell.quotas(), &cellog_core::quota::QuotaBook::default());
+    assert!(cell.revoked_certificates().is_empty());
+    assert!(cell.ledger_agrees());
+}
+
 /// A version 8 state knew no mirrors.
 #[test]
 fn a_version_8_snapshot_has_no_mirrors() {

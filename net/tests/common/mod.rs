@@ -31,6 +31,11 @@ pub fn free_addr() -> SocketAddr {
 
 /// A one-node cell on loopback (its disk simulated, in memory) and a client of it, once it leads.
 pub async fn one_node(cell: &str) -> (RunningNode<SimDisk>, Client) {
+    one_node_on(cell, SimDisk::new(7)).await
+}
+
+/// The same on `disk`, which the test keeps a handle of.
+pub async fn one_node_on(cell: &str, disk: SimDisk) -> (RunningNode<SimDisk>, Client) {
     let any = "127.0.0.1:0".parse().expect("an address");
     let config = NodeConfig {
         cell: cell.to_string(),
@@ -59,7 +64,7 @@ pub async fn one_node(cell: &str) -> (RunningNode<SimDisk>, Client) {
         limits: cellog_net::Limits::DEFAULT,
         mirrors: cellog_net::mirror::MirrorOptions::default(),
     };
-    let node = RunningNode::start(&config, SimDisk::new(7), Arc::new(SystemClock)).await.expect("the node starts");
+    let node = RunningNode::start(&config, disk, Arc::new(SystemClock)).await.expect("the node starts");
     let client = Client::new([node.client_addr.to_string()], ClientOptions::default()).expect("a client");
     for _ in 0..200 {
         if client.cluster_status().await.is_ok_and(|status| status.state == "Leader" && status.applied_index.is_some())

@@ -272,6 +272,11 @@ pub trait Storage: Send + Sync + 'static {
     /// nothing about durability.
     fn checkpoint(&self) -> Result<(), StorageError>;
 
+    /// Bytes free for the store on its device, if the store can tell (a simulated disk reports what a test set):
+    /// what a node's free-disk watermark compares. Required, as is [`Storage::sync_delay`], so that a wrapper cannot
+    /// drop it by forgetting to forward it.
+    fn free_bytes(&self) -> Option<u64>;
+
     /// A verified record.
     fn get(&self, space: Space, key: u64) -> Result<Option<Vec<u8>>, StorageError> {
         match self.read_framed(space, key)? {
@@ -326,6 +331,9 @@ impl<S: Storage + ?Sized> Storage for std::sync::Arc<S> {
     }
     fn sync(&self) -> Result<(), StorageError> {
         (**self).sync()
+    }
+    fn free_bytes(&self) -> Option<u64> {
+        (**self).free_bytes()
     }
     fn sync_delay(&self) -> std::time::Duration {
         (**self).sync_delay()

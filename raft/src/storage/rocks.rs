@@ -203,4 +203,10 @@ impl Storage for RocksStorage {
         }
         Ok(())
     }
+
+    /// What `statvfs` says an unprivileged writer may still use on the filesystem holding the database.
+    fn free_bytes(&self) -> Option<u64> {
+        let stat = rustix::fs::statvfs(self.db.path()).ok()?;
+        Some(stat.f_bavail.saturating_mul(stat.f_frsize))
+    }
 }

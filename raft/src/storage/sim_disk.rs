@@ -45,6 +45,8 @@ struct DiskState {
     fail_next: bool,
     n_syncs: u64,
     sync_delay: std::time::Duration,
+    /// What the disk reports free, if a test set it (it never fills up by itself).
+    free_bytes: Option<u64>,
 }
 
 /// Writes not yet durable, each numbered in the order it was written. The unlogged ones (puts alone) wait through
@@ -156,6 +158,7 @@ impl SimDisk {
                 fail_next: false,
                 n_syncs: 0,
                 sync_delay: std::time::Duration::ZERO,
+                free_bytes: None,
             })),
         }
     }
@@ -222,6 +225,11 @@ impl SimDisk {
             }
         }
         flipped
+    }
+
+    /// Reports `free` bytes free from now on (`None`: unknown, as before any call).
+    pub fn set_free_bytes(&self, free: Option<u64>) {
+        self.lock().free_bytes = free;
     }
 
     /// Sets how long a sync takes (simulated device latency; zero by default).
@@ -402,5 +410,9 @@ impl Storage for SimDisk {
     /// The simulated disk keeps no journal: nothing to move.
     fn checkpoint(&self) -> Result<(), StorageError> {
         Ok(())
+    }
+
+    fn free_bytes(&self) -> Option<u64> {
+        self.lock().free_bytes
     }
 }

@@ -255,6 +255,7 @@ impl TestCell {
                     Err(
                         ProposeError::NotLeader { .. } | ProposeError::LeaderChanged { .. } | ProposeError::Raft(_),
                     ) => continue,
+                    Err(error @ ProposeError::StorageFull { .. }) => panic!("{error}"),
                 }
             }
             assert!(tokio::time::Instant::now() < deadline, "no leader took {command:?}");
