@@ -468,15 +468,32 @@ impl DevCerts {
         use crate::commands::certs;
         let stem = if cell == "dev" { format!("node-{id}") } else { format!("{cell}-node-{id}") };
         let (cert, key) = (self.dir.join(format!("{stem}.pem")), self.dir.join(format!("{stem}.key")));
+        let hosts = ["127.0.0.1".to_string(), "localhost".to_string()];
         if !cert.exists() {
             let (ca, _) = certs::load_ca(&self.dir)?;
-            let hosts = ["127.0.0.1".to_string(), "localhost".to_string()];
             let issued = certs::issue_node(&ca, cell, id, &hosts, certs::NODE_DAYS)?;
             certs::write_new(&key, &issued.key, true)?;
             certs::write_new(&cert, &issued.cert, false)?;
+        } else if ends_within(&cert, RENEW_DEV_WITHIN_DAYS)? {
+            // A dev cell outlives its certificates: one ending within a month is renewed as the node starts.
+            let old = self.dir.join(format!("{stem}.old.pem"));
+            certs::rotate_node(&self.dir, id, &hosts, certs::NODE_DAYS, (&cert, &key), &old)?;
         }
         Ok(TlsFiles { ca: self.ca.clone(), cert, key })
     }
+}
+
+/// A dev node's certificate ending within this many days is renewed as the node starts.
+const RENEW_DEV_WITHIN_DAYS: i64 = 30;
+
+/// Whether the certificate in `path` ends within `days` from now.
+fn ends_within(path: &std::path::Path, days: i64) -> anyhow::Result<bool> {
+    let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let not_after =
+        cellog_net::tls::not_after_of(&pem).map_err(|error| anyhow::anyhow!("{}: {error}", path.display()))?;
+    #[allow(clippy::disallowed_methods, reason = "a certificate's end is on the wall clock")]
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |since| since.as_secs());
+    Ok(not_after < i64::try_from(now).unwrap_or(i64::MAX) + days * 86_400)
 }
 
 /// The dev cell's CA and its three nodes' certificates (for 127.0.0.1 and localhost) in `dir`, made if missing.

@@ -128,7 +128,6 @@ impl Listeners {
         use tonic::transport::Server;
         use tonic::transport::server::TcpIncoming;
 
-        let refused = |error: tonic::transport::Error| format!("the TLS configuration is refused: {error}");
         let keepalive = Some(limits.keepalive);
         let mut client_server = Server::builder()
             .timeout(limits.request_timeout)
@@ -136,14 +135,14 @@ impl Listeners {
             .http2_keepalive_interval(keepalive)
             .http2_keepalive_timeout(keepalive);
         // Peers are members of the cell: their calls (a snapshot sent in chunks among them) are not timed out.
-        let mut raft_server = Server::builder()
+        let raft_server = Server::builder()
             .http2_keepalive_interval(keepalive)
             .http2_keepalive_timeout(keepalive)
             .max_concurrent_streams(limits.max_calls_per_connection);
-        if let Some(tls) = tls {
-            client_server = client_server.tls_config(tls.client_port()).map_err(refused)?;
-            raft_server = raft_server.tls_config(tls.peer_port()).map_err(refused)?;
-        }
+        // TLS is the node's own (not tonic's): its certificate is read again when rotated (see `crate::tls`).
+        let client_tls = tls.map(crate::tls::NodeTls::client_port).transpose()?;
+        let raft_tls = tls.map(crate::tls::NodeTls::peer_port).transpose()?;
+        let handshake = crate::limits::HANDSHAKE_TIMEOUT;
         let Services { client: client_service, api, mail: mail_service, raft: raft_service, raft_door, client_door } =
             services;
         // Sealed mail is not behind it: another cell delivers (`Deliver`) without a credential of this cell, on the
@@ -201,14 +200,19 @@ impl Listeners {
             };
             let v1 = reflection().build_v1().inspect_err(unavailable).ok();
             let v1alpha = reflection().build_v1alpha().inspect_err(unavailable).ok();
-            let result = client_server
+            let router = client_server
                 .add_service(health_service)
                 .add_optional_service(v1)
                 .add_optional_service(v1alpha)
                 .add_service(client_service)
-                .add_service(mail_service)
-                .serve_with_incoming_shutdown(client, until_stopped(client_stopped))
-                .await;
+                .add_service(mail_service);
+            let result = match client_tls {
+                Some(acceptor) => {
+                    let client = crate::tls::handshaken(client, acceptor, handshake);
+                    router.serve_with_incoming_shutdown(client, until_stopped(client_stopped)).await
+                }
+                None => router.serve_with_incoming_shutdown(client, until_stopped(client_stopped)).await,
+            };
             if let Err(error) = result {
                 tracing::error!(%error, "client server failed");
             }
@@ -216,13 +220,15 @@ impl Listeners {
         let raft_stopped = stopped.clone();
         let raft = self.raft;
         servers.push(tokio::spawn(async move {
-            let result = raft_server
-                .add_service(raft_service)
-                .serve_with_incoming_shutdown(
-                    TcpIncoming::from(raft).with_nodelay(Some(true)).with_keepalive(keepalive),
-                    until_stopped(raft_stopped),
-                )
-                .await;
+            let router = raft_server.add_service(raft_service);
+            let raft = TcpIncoming::from(raft).with_nodelay(Some(true)).with_keepalive(keepalive);
+            let result = match raft_tls {
+                Some(acceptor) => {
+                    let raft = crate::tls::handshaken(raft, acceptor, handshake);
+                    router.serve_with_incoming_shutdown(raft, until_stopped(raft_stopped)).await
+                }
+                None => router.serve_with_incoming_shutdown(raft, until_stopped(raft_stopped)).await,
+            };
             if let Err(error) = result {
                 tracing::error!(%error, "raft server failed");
             }

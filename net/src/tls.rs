@@ -33,92 +33,260 @@ pub use real::*;
 
 #[cfg(not(madsim))]
 mod real {
-    use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
+    use std::sync::{Arc, Mutex, RwLock};
+    use std::time::{Duration, SystemTime};
+
+    use tokio_rustls::rustls;
+    use tokio_rustls::rustls::crypto::CryptoProvider;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
+    use tokio_rustls::rustls::sign::CertifiedKey;
+    use tonic::transport::{Certificate, ClientTlsConfig, Identity};
     use x509_parser::extensions::GeneralName;
 
     use super::TlsFiles;
 
-    /// A node's TLS material, loaded.
+    /// How often a node looks at its certificate and key files for a rotated certificate (`cellog certs rotate`
+    /// writes new ones in place): the next handshake after a change serves the new certificate, and calls to peers
+    /// dial with it, without a restart; connections already open go on with the one they began with.
+    pub const RELOAD_EVERY: Duration = Duration::from_secs(1);
+
+    /// A node's TLS material: the cell's CA, and its own certificate and key, read again from their files when they
+    /// change (see [`RELOAD_EVERY`]).
     #[derive(Clone, Debug)]
     pub struct NodeTls {
+        shared: Arc<Shared>,
+    }
+
+    #[derive(Debug)]
+    struct Shared {
+        files: TlsFiles,
         ca: Vec<u8>,
+        current: RwLock<Arc<Loaded>>,
+        /// When the files were last looked at.
+        checked: Mutex<std::time::Instant>,
+    }
+
+    /// The node's certificate and key as last read.
+    #[derive(Debug)]
+    struct Loaded {
         cert: Vec<u8>,
         key: Vec<u8>,
+        /// The files' modification times when read: a change makes the next look read them again.
+        modified: [Option<SystemTime>; 2],
+        certified: Arc<CertifiedKey>,
+        /// How many times the files were read with a change (0: as the node started).
+        generation: u64,
     }
 
     fn read(what: &str, path: &std::path::Path) -> Result<Vec<u8>, String> {
         std::fs::read(path).map_err(|error| format!("reading the {what} in {}: {error}", path.display()))
     }
 
+    fn modified(path: &std::path::Path) -> Option<SystemTime> {
+        std::fs::metadata(path).and_then(|metadata| metadata.modified()).ok()
+    }
+
+    /// The crypto every port of the node uses, named rather than taken from the process's default (which another
+    /// crate may set).
+    fn provider() -> Arc<CryptoProvider> {
+        Arc::new(rustls::crypto::ring::default_provider())
+    }
+
+    impl Loaded {
+        fn read(files: &TlsFiles, generation: u64) -> Result<Loaded, String> {
+            let modified = [modified(&files.cert), modified(&files.key)];
+            let cert = read("node certificate", &files.cert)?;
+            let key = read("node key", &files.key)?;
+            let chain = CertificateDer::pem_slice_iter(&cert)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|error| format!("the node certificate: {error}"))?;
+            if chain.is_empty() {
+                return Err("the node certificate is not a PEM certificate".to_string());
+            }
+            let der = PrivateKeyDer::from_pem_slice(&key).map_err(|error| format!("the node key: {error}"))?;
+            let certified = CertifiedKey::from_der(chain, der, &provider())
+                .map_err(|error| format!("the node certificate and key do not go together: {error}"))?;
+            Ok(Loaded { cert, key, modified, certified: Arc::new(certified), generation })
+        }
+    }
+
     impl NodeTls {
         /// Reads the files.
         pub fn load(files: &TlsFiles) -> Result<Self, String> {
-            let tls = NodeTls {
-                ca: read("CA certificate", &files.ca)?,
-                cert: read("node certificate", &files.cert)?,
-                key: read("node key", &files.key)?,
-            };
-            for (what, pem) in [("CA certificate", &tls.ca), ("node certificate", &tls.cert)] {
-                if !String::from_utf8_lossy(pem).contains("-----BEGIN CERTIFICATE-----") {
-                    return Err(format!("the {what} is not a PEM certificate"));
-                }
+            let ca = read("CA certificate", &files.ca)?;
+            if !String::from_utf8_lossy(&ca).contains("-----BEGIN CERTIFICATE-----") {
+                return Err("the CA certificate is not a PEM certificate".to_string());
             }
-            Ok(tls)
+            let loaded = Loaded::read(files, 0)?;
+            #[allow(clippy::disallowed_methods, reason = "when the node's own files were last looked at")]
+            let checked = Mutex::new(std::time::Instant::now());
+            let shared = Shared { files: files.clone(), ca, current: RwLock::new(Arc::new(loaded)), checked };
+            Ok(NodeTls { shared: Arc::new(shared) })
         }
 
-        fn identity(&self) -> Identity {
-            Identity::from_pem(&self.cert, &self.key)
+        /// The certificate and key as they are now: read again first when the files changed since the last look
+        /// (at most every [`RELOAD_EVERY`]). A changed file that does not load (half written, or a key of another
+        /// certificate) leaves the one in use, and is looked at again at the next change.
+        fn current(&self) -> Arc<Loaded> {
+            let shared = &self.shared;
+            #[allow(clippy::disallowed_methods, reason = "when the node's own files were last looked at")]
+            let now = std::time::Instant::now();
+            let due = {
+                let mut checked = shared.checked.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let due = now.duration_since(*checked) >= RELOAD_EVERY;
+                if due {
+                    *checked = now;
+                }
+                due
+            };
+            let current = shared.current.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
+            if !due || [modified(&shared.files.cert), modified(&shared.files.key)] == current.modified {
+                return current;
+            }
+            match Loaded::read(&shared.files, current.generation + 1) {
+                Ok(loaded) if loaded.cert == current.cert && loaded.key == current.key => current,
+                Ok(loaded) => {
+                    let loaded = Arc::new(loaded);
+                    tracing::info!(file = %shared.files.cert.display(), "serving the node's rotated certificate");
+                    *shared.current.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = loaded.clone();
+                    loaded
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "the node's changed certificate files do not load; keeping the one in use");
+                    current
+                }
+            }
+        }
+
+        /// How many times the node's certificate was rotated since it started: a peer link made with an earlier
+        /// one dials again.
+        pub fn generation(&self) -> u64 {
+            self.current().generation
+        }
+
+        /// The DER of the certificate the node presents now.
+        pub fn certificate_der(&self) -> Vec<u8> {
+            self.current().certified.cert.first().map(|cert| cert.to_vec()).unwrap_or_default()
+        }
+
+        fn roots(&self) -> Result<Arc<rustls::RootCertStore>, String> {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_slice_iter(&self.shared.ca) {
+                let cert = cert.map_err(|error| format!("the CA certificate: {error}"))?;
+                roots.add(cert).map_err(|error| format!("the CA certificate: {error}"))?;
+            }
+            Ok(Arc::new(roots))
+        }
+
+        /// A server configuration presenting the node's current certificate, with `verifier` for clients' ones.
+        fn server(
+            &self,
+            client_auth: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+            alpn: &[u8],
+        ) -> Result<tokio_rustls::TlsAcceptor, String> {
+            let builder = rustls::ServerConfig::builder_with_provider(provider())
+                .with_safe_default_protocol_versions()
+                .map_err(|error| format!("the TLS configuration is refused: {error}"))?;
+            let builder = match client_auth {
+                Some(verifier) => builder.with_client_cert_verifier(verifier),
+                None => builder.with_no_client_auth(),
+            };
+            let mut config = builder.with_cert_resolver(Arc::new(Rotating(self.clone())));
+            config.alpn_protocols = vec![alpn.to_vec()];
+            Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+        }
+
+        fn client_verifier(
+            &self,
+            required: bool,
+        ) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, String> {
+            let builder = WebPkiClientVerifier::builder_with_provider(self.roots()?, provider());
+            let builder = if required { builder } else { builder.allow_unauthenticated() };
+            builder.build().map_err(|error| format!("the client certificate verifier is refused: {error}"))
         }
 
         /// The client port: a client certificate is checked against the CA if one is sent, but not required (a token
         /// will do).
-        pub fn client_port(&self) -> ServerTlsConfig {
-            ServerTlsConfig::new()
-                .identity(self.identity())
-                .client_ca_root(Certificate::from_pem(&self.ca))
-                .client_auth_optional(true)
-                .timeout(crate::limits::HANDSHAKE_TIMEOUT)
+        pub fn client_port(&self) -> Result<tokio_rustls::TlsAcceptor, String> {
+            self.server(Some(self.client_verifier(false)?), b"h2")
         }
 
         /// The peer port: a certificate of the cell's CA is required.
-        pub fn peer_port(&self) -> ServerTlsConfig {
-            ServerTlsConfig::new()
-                .identity(self.identity())
-                .client_ca_root(Certificate::from_pem(&self.ca))
-                .timeout(crate::limits::HANDSHAKE_TIMEOUT)
+        pub fn peer_port(&self) -> Result<tokio_rustls::TlsAcceptor, String> {
+            self.server(Some(self.client_verifier(true)?), b"h2")
         }
 
         /// HTTPS on the HTTP port, with this node's certificate. Callers there authenticate with a token; no client
         /// certificate is asked for.
         pub fn http_acceptor(&self) -> Result<tokio_rustls::TlsAcceptor, String> {
-            use tokio_rustls::rustls;
-            use tokio_rustls::rustls::pki_types::pem::PemObject;
-            use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
-
-            let certs = CertificateDer::pem_slice_iter(&self.cert)
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|error| format!("the node certificate: {error}"))?;
-            let key = PrivateKeyDer::from_pem_slice(&self.key).map_err(|error| format!("the node key: {error}"))?;
-            // The provider is named here rather than taken from the process's default, which another crate may set.
-            let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-            let mut config = rustls::ServerConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .and_then(|builder| builder.with_no_client_auth().with_single_cert(certs, key))
-                .map_err(|error| format!("the HTTPS configuration is refused: {error}"))?;
-            config.alpn_protocols = vec![b"http/1.1".to_vec()];
-            Ok(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)))
+            self.server(None, b"http/1.1")
         }
 
         /// The cell's CA certificate (PEM).
         pub fn ca_pem(&self) -> &[u8] {
-            &self.ca
+            &self.shared.ca
         }
 
-        /// Dialing a peer: its certificate must chain to the CA (and name the address dialed); this node's own
+        /// Dialing a peer: its certificate must chain to the CA (and name the address dialed); this node's current
         /// certificate goes with the call.
         pub fn dial(&self) -> ClientTlsConfig {
-            ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&self.ca)).identity(self.identity())
+            let current = self.current();
+            ClientTlsConfig::new()
+                .ca_certificate(Certificate::from_pem(&self.shared.ca))
+                .identity(Identity::from_pem(&current.cert, &current.key))
         }
+    }
+
+    /// The node's certificate to each handshake, as [`NodeTls`] has it now.
+    #[derive(Debug)]
+    struct Rotating(NodeTls);
+
+    impl ResolvesServerCert for Rotating {
+        fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+            Some(self.0.current().certified.clone())
+        }
+    }
+
+    /// Connections of `incoming`, each once its TLS handshake (under `timeout`) is done; many handshake at once, and
+    /// one that fails or times out is dropped without ending the stream.
+    pub fn handshaken<S, T, E>(
+        incoming: S,
+        acceptor: tokio_rustls::TlsAcceptor,
+        timeout: Duration,
+    ) -> impl futures::Stream<Item = Result<tokio_rustls::server::TlsStream<T>, E>> + Send + 'static
+    where
+        S: futures::Stream<Item = Result<T, E>> + Send + 'static,
+        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+        E: Send + 'static,
+    {
+        use futures::StreamExt;
+        /// Handshakes under way on one port at once.
+        const HANDSHAKING: usize = 256;
+        incoming
+            .map(move |accepted| {
+                let acceptor = acceptor.clone();
+                async move {
+                    let stream = match accepted {
+                        Ok(stream) => stream,
+                        Err(error) => return Some(Err(error)),
+                    };
+                    match tokio::time::timeout(timeout, acceptor.accept(stream)).await {
+                        Ok(Ok(tls)) => Some(Ok(tls)),
+                        Ok(Err(error)) => {
+                            tracing::debug!(%error, "a TLS handshake failed");
+                            None
+                        }
+                        Err(_) => {
+                            tracing::debug!("a TLS handshake timed out");
+                            None
+                        }
+                    }
+                }
+            })
+            .buffer_unordered(HANDSHAKING)
+            .filter_map(std::future::ready)
     }
 
     /// The `cellog://` URIs a DER certificate names.
@@ -134,6 +302,36 @@ mod real {
                 _ => None,
             })
             .collect()
+    }
+
+    /// The addresses and host names a PEM certificate is for (its IP and DNS subject alternative names).
+    pub fn hosts_of(pem: &[u8]) -> Result<Vec<String>, String> {
+        let (_, pem) =
+            x509_parser::pem::parse_x509_pem(pem).map_err(|error| format!("not a PEM certificate: {error}"))?;
+        let cert = pem.parse_x509().map_err(|error| format!("the certificate does not parse: {error}"))?;
+        let Ok(Some(names)) = cert.subject_alternative_name() else { return Ok(Vec::new()) };
+        Ok(names
+            .value
+            .general_names
+            .iter()
+            .filter_map(|name| match name {
+                GeneralName::DNSName(host) => Some(host.to_string()),
+                GeneralName::IPAddress(bytes) => match bytes.len() {
+                    4 => <[u8; 4]>::try_from(*bytes).ok().map(|ip| std::net::IpAddr::from(ip).to_string()),
+                    16 => <[u8; 16]>::try_from(*bytes).ok().map(|ip| std::net::IpAddr::from(ip).to_string()),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// When a PEM certificate ends, in seconds since the epoch.
+    pub fn not_after_of(pem: &[u8]) -> Result<i64, String> {
+        let (_, pem) =
+            x509_parser::pem::parse_x509_pem(pem).map_err(|error| format!("not a PEM certificate: {error}"))?;
+        let cert = pem.parse_x509().map_err(|error| format!("the certificate does not parse: {error}"))?;
+        Ok(cert.validity().not_after.timestamp())
     }
 
     /// A certificate's serial number, as its DER encodes it (what the cell revokes a certificate by).

@@ -58,34 +58,58 @@ pub struct GrpcLinks {
 pub struct GrpcLink {
     client: Result<RaftClient<Channel>, String>,
     metrics: Arc<Metrics>,
+    /// With TLS, the node's material and the rotation of its certificate the connection dials with: a link made
+    /// before the certificate was rotated dials again with the new one. (No TLS in simulation.)
+    #[cfg(not(madsim))]
+    tls: Option<(NodeTls, u64)>,
+    #[cfg(not(madsim))]
+    raft_addr: String,
+}
+
+/// A client of the peer port at `raft_addr`, over TLS with `tls` (connected at its first call).
+fn raft_client(tls: Option<&NodeTls>, raft_addr: &str) -> Result<RaftClient<Channel>, String> {
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let endpoint = Endpoint::from_shared(format!("{scheme}://{raft_addr}"));
+    #[cfg(not(madsim))]
+    let endpoint = endpoint.and_then(|endpoint| match tls {
+        Some(tls) => endpoint.tls_config(tls.dial()),
+        None => Ok(endpoint),
+    });
+    endpoint
+        .map(|endpoint| {
+            let channel = endpoint.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true).connect_lazy();
+            RaftClient::new(channel)
+                .max_decoding_message_size(MAX_RAFT_MESSAGE)
+                .max_encoding_message_size(MAX_RAFT_MESSAGE)
+        })
+        .map_err(|error| format!("bad peer address {raft_addr:?}: {error}"))
 }
 
 impl Links for GrpcLinks {
     type Link = GrpcLink;
 
     fn link(&mut self, _target: NodeId, addrs: &NodeAddrs) -> GrpcLink {
-        let scheme = if self.tls.is_some() { "https" } else { "http" };
-        let endpoint = Endpoint::from_shared(format!("{scheme}://{}", addrs.raft_addr));
-        #[cfg(not(madsim))]
-        let endpoint = endpoint.and_then(|endpoint| match &self.tls {
-            Some(tls) => endpoint.tls_config(tls.dial()),
-            None => Ok(endpoint),
-        });
-        let client = endpoint
-            .map(|endpoint| {
-                let channel = endpoint.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true).connect_lazy();
-                RaftClient::new(channel)
-                    .max_decoding_message_size(MAX_RAFT_MESSAGE)
-                    .max_encoding_message_size(MAX_RAFT_MESSAGE)
-            })
-            .map_err(|error| format!("bad peer address {:?}: {error}", addrs.raft_addr));
-        GrpcLink { client, metrics: self.metrics.clone() }
+        GrpcLink {
+            client: raft_client(self.tls.as_ref(), &addrs.raft_addr),
+            metrics: self.metrics.clone(),
+            #[cfg(not(madsim))]
+            tls: self.tls.as_ref().map(|tls| (tls.clone(), tls.generation())),
+            #[cfg(not(madsim))]
+            raft_addr: addrs.raft_addr.clone(),
+        }
     }
 }
 
 impl Link for GrpcLink {
     #[allow(clippy::disallowed_methods, reason = "times the round trip of an AppendEntries on the runtime's clock")]
     async fn call(&mut self, rpc: Rpc, frame: Frame, timeout: Duration) -> Result<Frame, LinkError> {
+        #[cfg(not(madsim))]
+        if let Some((tls, generation)) = &mut self.tls
+            && tls.generation() != *generation
+        {
+            *generation = tls.generation();
+            self.client = raft_client(Some(tls), &self.raft_addr);
+        }
         let mut client = self.client.clone().map_err(LinkError::Unreachable)?;
         let mut request = Request::new(to_wire(frame));
         request.set_timeout(timeout);

@@ -285,6 +285,89 @@ async fn a_revoked_certificate_is_refused_on_every_port() {
     node.stop().await.expect("stops");
 }
 
+/// The serial of the certificate the TLS port at `addr` presents to a new connection (verified against `ca_pem`).
+async fn served_serial(addr: &str, ca_pem: &str) -> Vec<u8> {
+    use tokio_rustls::rustls;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.expect("a CA certificate")).expect("added");
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connected");
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("a name");
+    let tls = connector.connect(name, tcp).await.expect("a handshake");
+    let cert = tls.get_ref().1.peer_certificates().expect("a certificate")[0].to_vec();
+    cellog_net::tls::serial_of(&cert).expect("a serial")
+}
+
+/// A node's certificate rotated in place is served to the next handshake without a restart, a client connected
+/// before goes on, and the node dials its peers with the new one: with the old one revoked, the cell still commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_certificate_is_served_and_dialed_with_without_a_restart() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let cell_ca = ca("the cell's CA");
+    let addrs: Vec<_> = (0..3).map(|_| (free_addr(), free_addr())).collect();
+    let mut nodes = Vec::new();
+    for id in 1..=3 {
+        nodes.push(node(dir.path(), &cell_ca, id, &node_uri(CELL, id), &addrs).await);
+    }
+    let client_addrs: Vec<String> = addrs.iter().map(|(client, _)| client.to_string()).collect();
+    let root = root_once_formed(&client_addrs, &cell_ca).await;
+    let config = v1::StreamConfig { subjects: vec!["orders.>".into()], ..Default::default() };
+    root.create_stream("orders", config).await.expect("a stream");
+    let message = |n: u32| v1::PublishRequest {
+        subject: format!("orders.{n}"),
+        payload: bytes::Bytes::from_static(b"x"),
+        ..Default::default()
+    };
+    root.publish(message(0)).await.expect("published");
+
+    // The leader's files are replaced as `cellog certs rotate` does: the key, then the certificate, each renamed over.
+    let leader = root.cluster_status().await.expect("status").leader_id.expect("a leader");
+    let (client_addr, raft_addr) = (addrs[leader as usize - 1].0.to_string(), addrs[leader as usize - 1].1.to_string());
+    let cert_path = dir.path().join(format!("{CELL}-node-{leader}.pem"));
+    let old = std::fs::read(&cert_path).expect("the old certificate");
+    let old = cellog_net::tls::certificate_facts(&old).expect("facts");
+    assert_eq!(served_serial(&client_addr, &cell_ca.pem).await, old.serial);
+    let (cert, key) = issue(&cell_ca, &node_uri(CELL, leader));
+    for (path, contents) in [(dir.path().join(format!("{CELL}-node-{leader}.key")), key), (cert_path, cert.clone())] {
+        let staged = path.with_extension("new");
+        std::fs::write(&staged, contents).expect("written");
+        std::fs::rename(&staged, &path).expect("renamed");
+    }
+    let new = cellog_net::tls::certificate_facts(cert.as_bytes()).expect("facts");
+    let mut served = Vec::new();
+    for _ in 0..50 {
+        served = served_serial(&client_addr, &cell_ca.pem).await;
+        if served == new.serial {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(served, new.serial, "the client port serves the rotated certificate");
+    assert_eq!(served_serial(&raft_addr, &cell_ca.pem).await, new.serial, "so does the peer port");
+    root.publish(message(1)).await.expect("a client connected before goes on");
+
+    // Revoke the old certificate: were the leader still dialing its followers with it, they would refuse it, and
+    // nothing would commit.
+    root.revoke_certificate(&old.serial, &old.names, old.until_ms).await.expect("revoked");
+    for n in 2..5 {
+        root.publish(message(n)).await.expect("the leader dials with its new certificate");
+    }
+    assert_eq!(root.stream_info("orders").await.expect("info").messages, 5);
+    for node in nodes {
+        node.stop().await.expect("stops");
+    }
+}
+
 /// A vote request framed for cell [`CELL`], naming `candidate`, at term 0.
 fn vote_message(candidate: u64) -> cellog_proto::raft::RaftMessage {
     let request = openraft::raft::VoteRequest::<u64>::new(openraft::Vote::new(0, candidate), None);

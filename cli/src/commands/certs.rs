@@ -43,6 +43,29 @@ pub enum CertsCommand {
         #[command(flatten)]
         connect: crate::Connect,
     },
+    /// Renew a node's certificate in place, without a restart: a new certificate for the same node and hosts (and a new
+    /// key) replaces the files the node reads, which it serves and dials with within a second; connections already
+    /// open go on. The old certificate is kept as node-ID.old.pem, to revoke once every peer uses the new one.
+    Rotate {
+        /// The node's id in the cell.
+        #[arg(long)]
+        id: u64,
+        /// An address or host name (repeat); by default, those of the certificate it replaces.
+        #[arg(long = "host")]
+        hosts: Vec<String>,
+        /// Days the new certificate is valid for, from now.
+        #[arg(long, default_value_t = NODE_DAYS, value_parser = clap::value_parser!(u32).range(1..=MAX_DAYS))]
+        days: u32,
+        /// Where the CA is, and the node's files (node-ID.pem, node-ID.key) unless --cert and --key say otherwise.
+        #[arg(long, default_value = "certs")]
+        dir: PathBuf,
+        /// The certificate file the node reads (its `tls_cert`).
+        #[arg(long, requires = "key")]
+        cert: Option<PathBuf>,
+        /// The key file the node reads (its `tls_key`).
+        #[arg(long, requires = "cert")]
+        key: Option<PathBuf>,
+    },
     /// The revoked certificates the cell remembers (each until it ends).
     Revoked {
         #[command(flatten)]
@@ -208,6 +231,45 @@ pub fn issue_client(ca: &Issued, cell: &str, principal: &str, days: u32) -> anyh
     issue(ca, principal, &principal_uri(cell, principal), &[], false, days)
 }
 
+/// Replaces `path` with `contents` whole (written beside it, synced, then renamed over it), readable by its owner only
+/// when `secret`: a reader sees the old file or the new one, never half of one.
+fn replace(path: &Path, contents: &str, secret: bool) -> anyhow::Result<()> {
+    let mut staged = path.as_os_str().to_owned();
+    staged.push(".new");
+    let staged = PathBuf::from(staged);
+    let _ = std::fs::remove_file(&staged);
+    write_new(&staged, contents, secret)?;
+    std::fs::rename(&staged, path).with_context(|| format!("replacing {}", path.display()))
+}
+
+/// Renews node `id`'s certificate in the files `cert` and `key` (which the node reads again when they change), for
+/// `hosts` (or the old certificate's), valid for `days`; the old certificate is kept as `old`. The key is replaced
+/// first: a node that looks between the two renames finds a key of another certificate and keeps the one in use.
+pub fn rotate_node(
+    dir: &Path,
+    id: u64,
+    hosts: &[String],
+    days: u32,
+    (cert, key): (&Path, &Path),
+    old: &Path,
+) -> anyhow::Result<Issued> {
+    let (ca, cell) = load_ca(dir)?;
+    let previous = std::fs::read_to_string(cert).with_context(|| format!("reading {}", cert.display()))?;
+    let hosts = match hosts {
+        [] => cellog_net::tls::hosts_of(previous.as_bytes()).map_err(|error| anyhow::anyhow!(error))?,
+        given => given.to_vec(),
+    };
+    if hosts.is_empty() {
+        bail!("{} names no host; give them with --host", cert.display());
+    }
+    let issued = issue_node(&ca, &cell, id, &hosts, days)?;
+    replace(old, &previous, false)?;
+    replace(key, &issued.key, true)?;
+    replace(cert, &issued.cert, false)?;
+    record(dir, &issued)?;
+    Ok(issued)
+}
+
 /// Writes `contents` to `path`, readable by its owner only when `secret`; refuses to overwrite.
 pub fn write_new(path: &Path, contents: &str, secret: bool) -> anyhow::Result<()> {
     let mut options = std::fs::OpenOptions::new();
@@ -303,6 +365,21 @@ pub async fn run(command: CertsCommand) -> anyhow::Result<()> {
                 println!("certificate {} ({names}) {state}", hex::encode(&serial));
             }
         }
+        CertsCommand::Rotate { id, hosts, days, dir, cert, key } => {
+            let (cert, key) = match (cert, key) {
+                (Some(cert), Some(key)) => (cert, key),
+                _ => (dir.join(format!("node-{id}.pem")), dir.join(format!("node-{id}.key"))),
+            };
+            let old = cert.with_file_name(format!("node-{id}.old.pem"));
+            rotate_node(&dir, id, &hosts, days, (&cert, &key), &old)?;
+            println!(
+                "node {id}'s certificate renewed in {} and {}; the node serves it within a second. Once its peers dial \
+                 with it too, revoke the old one: cellog certs revoke {}",
+                cert.display(),
+                key.display(),
+                old.display()
+            );
+        }
         CertsCommand::Revoked { connect } => {
             let mut table = crate::table::Table::new(["SERIAL", "NAMES", "ENDS (ms since epoch)"]).right([2]);
             for revoked in crate::commands::client(&connect)?.revoked_certificates().await? {
@@ -348,5 +425,40 @@ mod tests {
         }
         let refused = issue_client(&ca, "prod", "root", CLIENT_DAYS).err().expect("no certificate for root");
         assert!(format!("{refused:#}").contains("no client certificate for root"), "{refused:#}");
+    }
+
+    /// Rotating a node's certificate replaces its files whole with a new certificate for the same node and hosts and a
+    /// new key, keeps the old one beside them, and records both in the CA's record; revoking by node finds both.
+    #[test]
+    fn a_rotated_node_certificate_keeps_its_hosts_and_is_recorded() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let ca = init(dir.path(), "prod").expect("a CA");
+        let hosts = ["10.0.0.7".to_string(), "node-7.example".to_string()];
+        let first = issue_node(&ca, "prod", 7, &hosts, NODE_DAYS).expect("issued");
+        let (cert, key, old) =
+            (dir.path().join("node-7.pem"), dir.path().join("node-7.key"), dir.path().join("node-7.old.pem"));
+        write_new(&key, &first.key, true).expect("written");
+        write_new(&cert, &first.cert, false).expect("written");
+        record(dir.path(), &first).expect("recorded");
+        let rotated = rotate_node(dir.path(), 7, &[], 30, (&cert, &key), &old).expect("rotated");
+        assert_eq!(std::fs::read_to_string(&cert).expect("read"), rotated.cert);
+        assert_eq!(std::fs::read_to_string(&key).expect("read"), rotated.key);
+        assert_eq!(std::fs::read_to_string(&old).expect("read"), first.cert);
+        assert_ne!(rotated.key, first.key, "a new key");
+        let mut kept = cellog_net::tls::hosts_of(rotated.cert.as_bytes()).expect("hosts");
+        kept.sort();
+        assert_eq!(kept, hosts, "the hosts of the certificate it replaced");
+        let (from, until) = validity(&rotated.cert);
+        assert!((until - from - 30 * 86_400 - 3_600).abs() < 60);
+        let recorded = issued_to(dir.path(), &node_uri("prod", 7)).expect("the record");
+        let serials: Vec<Vec<u8>> = recorded.into_iter().map(|(serial, ..)| serial).collect();
+        let facts = |pem: &str| cellog_net::tls::certificate_facts(pem.as_bytes()).expect("facts").serial;
+        assert_eq!(serials, [facts(&first.cert), facts(&rotated.cert)]);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&key).expect("the key").permissions().mode();
+            assert_eq!(mode & 0o077, 0, "the new key is its owner's alone");
+        }
     }
 }
