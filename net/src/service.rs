@@ -36,6 +36,22 @@ pub const DEFAULT_SUBSCRIBE_WINDOW: u32 = 256;
 pub const SKIP_EVERY: Duration = Duration::from_secs(1);
 /// Member name used when a fetch names none.
 pub const DEFAULT_MEMBER: &str = "default";
+/// Most payload bytes a subscription holds fetched and not yet taken by its subscriber: past them it fetches no more
+/// until the subscriber reads, whatever its window, so a slow subscriber with a wide window costs the node this much
+/// at most (and the consumer's deliveries wait in the cell, not in the node's memory).
+pub const SUBSCRIPTION_BUFFER_BYTES: u64 = 16 * 1024 * 1024;
+
+/// The payload bytes a subscription holds for its subscriber, and a wake-up for its task when the subscriber takes
+/// some.
+#[derive(Default)]
+struct Buffered {
+    bytes: std::sync::atomic::AtomicU64,
+    taken: tokio::sync::Notify,
+}
+
+fn payload_len(delivery: &v1::Delivery) -> u64 {
+    delivery.message.as_ref().map_or(0, |message| message.payload.len() as u64)
+}
 
 mod governance;
 
@@ -350,6 +366,8 @@ impl<S: Storage + Clone> CellogService<S> {
         probe: impl Fn(&Cell) -> Result<(Work, u32, bool), Rejection> + Send + 'static,
         fetch: impl Fn(u32) -> Command + Send + 'static,
     ) -> Result<Response<ServerStream<v1::Delivery>>, Status> {
+        // Opening one costs a command of the principal's rate (its fetches are the node's, and cost none).
+        self.limiter.take(&principal)?;
         // Held by the subscription's task, so released when it ends (its subscriber gone, or an error sent).
         let caps = &self.subscriptions_per_principal;
         let held = caps
@@ -361,6 +379,8 @@ impl<S: Storage + Clone> CellogService<S> {
             .try_acquire_owned()
             .map_err(|_| too_many_subscriptions(self.max_subscriptions))?;
         let (sender, mut receiver) = mpsc::channel(usize::try_from(window).unwrap_or(256));
+        let buffered = Arc::new(Buffered::default());
+        let held_bytes = buffered.clone();
         let service = self.clone();
         tokio::spawn(async move {
             let (_permit, _held) = (permit, held);
@@ -398,6 +418,17 @@ impl<S: Storage + Clone> CellogService<S> {
                     }
                     continue;
                 }
+                // A subscriber that does not read holds up the fetching, not the node's memory.
+                let mut taken = std::pin::pin!(held_bytes.taken.notified());
+                taken.as_mut().enable();
+                if held_bytes.bytes.load(std::sync::atomic::Ordering::Acquire) >= SUBSCRIPTION_BUFFER_BYTES {
+                    tokio::select! {
+                        biased;
+                        () = sender.closed() => return,
+                        () = &mut taken => {}
+                    }
+                    continue;
+                }
                 if work == Work::Skip {
                     skipped_at = Some(tokio::time::Instant::now());
                 }
@@ -423,6 +454,9 @@ impl<S: Storage + Clone> CellogService<S> {
                         Ok(None) => continue,
                         Err(status) => Err(status),
                     };
+                    if let Ok(delivery) = &item {
+                        held_bytes.bytes.fetch_add(payload_len(delivery), std::sync::atomic::Ordering::AcqRel);
+                    }
                     let failed = item.is_err();
                     if sender.send(item).await.is_err() || failed {
                         return;
@@ -440,7 +474,12 @@ impl<S: Storage + Clone> CellogService<S> {
                 }
             }
         });
-        let deliveries = futures::stream::poll_fn(move |context| receiver.poll_recv(context));
+        let deliveries = futures::stream::poll_fn(move |context| receiver.poll_recv(context)).inspect(move |item| {
+            if let Ok(delivery) = item {
+                buffered.bytes.fetch_sub(payload_len(delivery), std::sync::atomic::Ordering::AcqRel);
+                buffered.taken.notify_one();
+            }
+        });
         Ok(Response::new(Box::pin(deliveries)))
     }
 
@@ -484,6 +523,11 @@ impl<S: Storage + Clone> CellogService<S> {
             });
         }
         Ok(Response::new(v1::AckResponse { results }))
+    }
+
+    /// Takes one command's worth of `principal`'s rate on this node (a tail's opening, as a subscription's).
+    pub(crate) fn take_rate(&self, principal: &Arc<str>) -> Result<(), Status> {
+        self.limiter.take(principal)
     }
 
     /// The node's status, without the state's digest.
@@ -859,6 +903,8 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         let read = |cell: &Cell| cell.read_from(&request.stream, request.partition, request.from_seq, max);
         let authorize = |cell: &Cell, principal: &str| cell.authorize_read(principal, &request.stream);
         let records = if request.local {
+            // A local read costs no barrier, but still a read of the replica: it counts against the rate as one.
+            self.limiter.take(&principal)?;
             let replica = lock(&self.node)?;
             authorized(&replica.cell, &actor, authorize)
                 .and_then(|()| read(&replica.cell))

@@ -486,3 +486,41 @@ async fn a_full_disk_refuses_writes_that_grow_the_store_and_serves_the_rest() {
     client.publish(publish(5)).await.expect("room again");
     node.stop().await.expect("stops");
 }
+
+/// A subscriber that does not read holds up its subscription's fetching once the node holds
+/// `SUBSCRIPTION_BUFFER_BYTES` of payload for it, whatever its window: the deliveries wait in the cell, not in the
+/// node's memory; as it reads, the rest come.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_subscriber_holds_its_subscription_to_a_byte_budget() {
+    let (node, client) = common::one_node("budget").await;
+    let config =
+        v1::StreamConfig { subjects: vec!["big.>".into()], max_payload_bytes: Some(4 << 20), ..Default::default() };
+    client.create_stream("big", config).await.expect("a stream");
+    let consumer = v1::ConsumerConfig { ack_wait_ms: Some(600_000), ..Default::default() };
+    client.create_consumer("big", "slow", consumer).await.expect("a consumer");
+    let size = 2 * 1024 * 1024;
+    let total = 40u64;
+    for n in 0..total {
+        let request = v1::PublishRequest {
+            subject: format!("big.{n}"),
+            payload: Bytes::from(vec![b'x'; size]),
+            ..Default::default()
+        };
+        client.publish(request).await.expect("published");
+    }
+    let mut deliveries = client.subscribe("big", "slow", "m", 64).await.expect("subscribed");
+    deliveries.message().await.expect("a delivery").expect("one");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let held = client.consumer_info("big", "slow").await.expect("info").pending;
+    let budget = cellog_net::service::SUBSCRIPTION_BUFFER_BYTES / size as u64;
+    // The budget, plus what HTTP/2's flow-control windows took off the subscription's queue (a few MiB); without the
+    // budget, all forty would be delivered at once.
+    assert!(u64::from(held) <= budget + 5, "{held} delivered to a subscriber that read one");
+    let mut read = 1;
+    while read < total {
+        deliveries.message().await.expect("a delivery").expect("one");
+        read += 1;
+    }
+    assert_eq!(client.consumer_info("big", "slow").await.expect("info").pending as u64, total);
+    node.stop().await.expect("stops");
+}

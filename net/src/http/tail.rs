@@ -36,6 +36,9 @@ pub const DEFAULT_MAX_BEHIND: u64 = 100_000;
 pub const MAX_MAX_BEHIND: u64 = 10_000_000;
 /// Messages read per partition per round.
 const READ_BATCH: usize = 256;
+/// Most payload bytes one round of a tail reads (at least one message): past them the round ends and the next goes on
+/// from there, so a round over many partitions of large messages holds this much, not partitions × batch × payload.
+pub const TAIL_ROUND_BYTES: u64 = 4 * 1024 * 1024;
 /// A heartbeat (an SSE comment, a WebSocket ping) this often, so proxies keep an idle tail open.
 pub const HEARTBEAT: Duration = Duration::from_secs(15);
 /// A WebSocket reader that takes no frame for this long is closed.
@@ -99,6 +102,8 @@ pub(crate) struct Tail<S: Storage + Clone> {
     /// The next sequence of each partition.
     next: Vec<u64>,
     max_behind: u64,
+    /// Rounds read so far (where the next round starts among the partitions).
+    rounds: usize,
     _permit: OwnedSemaphorePermit,
     /// Its count among its principal's tails.
     _held: crate::limits::Held,
@@ -184,6 +189,8 @@ impl<S: Storage + Clone> Tail<S> {
                 _ => info.partitions.iter().map(|partition| partition.high_watermark + 1).collect(),
             }
         };
+        // Opening a tail counts against the principal's rate as a command does.
+        service.take_rate(&principal)?;
         let caps = &http.tails_per_principal;
         let held = caps.try_open(&principal).ok_or_else(|| {
             ApiError::from(crate::limits::too_many_for_principal("TOO_MANY_TAILS", "tails", &principal, caps.max()))
@@ -195,7 +202,18 @@ impl<S: Storage + Clone> Tail<S> {
                 format!("this node holds at most {} tails at once", http.max_tails),
             ))
         })?;
-        Ok(Tail { service, actor, principal, stream, filter, next, max_behind, _permit: permit, _held: held })
+        Ok(Tail {
+            service,
+            actor,
+            principal,
+            stream,
+            filter,
+            next,
+            max_behind,
+            rounds: 0,
+            _permit: permit,
+            _held: held,
+        })
     }
 
     /// The next events, waiting for the replica to apply something when there are none; the last of them ends the
@@ -266,7 +284,17 @@ impl<S: Storage + Clone> Tail<S> {
         }
         let mut records = Vec::new();
         let mut more = false;
-        for (partition, log) in info.partitions.iter().enumerate() {
+        let mut bytes = 0u64;
+        // Each round starts one partition further on, so a partition of large messages that fills rounds does not
+        // keep the others waiting.
+        let n = info.partitions.len();
+        self.rounds = self.rounds.wrapping_add(1);
+        for partition in (0..n).map(|i| (i + self.rounds % n.max(1)) % n) {
+            let log = &info.partitions[partition];
+            if bytes >= TAIL_ROUND_BYTES {
+                more = true;
+                break;
+            }
             let next = self.next[partition];
             let behind = (log.high_watermark + 1).saturating_sub(next);
             if next < log.low_watermark || behind > self.max_behind {
@@ -292,6 +320,12 @@ impl<S: Storage + Clone> Tail<S> {
                 self.next[partition] = log.high_watermark + 1;
             }
             for record in read {
+                if bytes >= TAIL_ROUND_BYTES {
+                    break;
+                }
+                if let cellog_core::Body::Stored(body) = &record.body {
+                    bytes += u64::from(body.len);
+                }
                 self.next[partition] = record.seq + 1;
                 if self
                     .filter
