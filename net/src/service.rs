@@ -526,6 +526,7 @@ impl<S: Storage + Clone> CellogService<S> {
     }
 
     /// Takes one command's worth of `principal`'s rate on this node (a tail's opening, as a subscription's).
+    #[cfg(not(madsim))]
     pub(crate) fn take_rate(&self, principal: &Arc<str>) -> Result<(), Status> {
         self.limiter.take(principal)
     }
