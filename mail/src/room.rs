@@ -75,6 +75,9 @@ pub struct MailMetrics {
     pub provenance_failures: Counter,
 }
 
+/// Longest a delivery waits for its turn to be opened (see `Mailroom::opening`).
+pub const OPENING_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// A node's sealed mail: its keys, where other cells live, and the delivery schedule while it leads.
 pub struct Mailroom {
     key: CellKey,
@@ -92,6 +95,9 @@ pub struct Mailroom {
     metrics: MailMetrics,
     pub(crate) outbox: Mutex<Outbox<Instant>>,
     clients: Mutex<BTreeMap<String, Client>>,
+    /// One envelope is opened (decrypted and verified, up to 8 MiB of OpenPGP) at a time: a delivery carries no
+    /// credential of this cell, so a flood of them may take one of the node's runtime threads, never all of them.
+    opening: tokio::sync::Semaphore,
 }
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -151,6 +157,7 @@ impl Mailroom {
             metrics,
             outbox: Mutex::new(Outbox::new()),
             clients: Mutex::new(BTreeMap::new()),
+            opening: tokio::sync::Semaphore::new(1),
         }
     }
 
@@ -364,6 +371,22 @@ impl Mailroom {
         }
         cell.lead()?;
         self.ensure_streams(cell).await?;
+        // Waits its turn a little; past that the sender's outbox retries later, as for any unreachable cell.
+        let turn = tokio::time::timeout(OPENING_WAIT, self.opening.acquire()).await;
+        let Ok(Ok(_turn)) = turn else {
+            return Err(cellog_client::status::status(
+                Code::ResourceExhausted,
+                v1::ErrorDetail {
+                    reason: "BUSY".to_string(),
+                    message: format!(
+                        "this node is opening other envelopes; retry after {} ms",
+                        OPENING_WAIT.as_millis()
+                    ),
+                    retry_after_ms: OPENING_WAIT.as_millis() as u64,
+                    ..Default::default()
+                },
+            ));
+        };
         let opened = self
             .open(&bytes, cell.now_ms())
             .map_err(|error| failed(Code::PermissionDenied, "DENIED", error.to_string()))?;
