@@ -69,6 +69,11 @@ impl QuotaBook {
         Ok(())
     }
 
+    /// Whether any quota is set (the cell's, or a tenant's).
+    pub fn is_limited(&self) -> bool {
+        !self.cell.is_unlimited() || !self.tenants.is_empty()
+    }
+
     /// The quotas of `tenant` (unlimited when it has none).
     pub fn of(&self, tenant: &str) -> Quotas {
         self.tenants.get(tenant).copied().unwrap_or_default()
@@ -118,17 +123,29 @@ impl Ledger {
             held.1 = held.1 + after.1 - before.1;
         };
         change(&mut self.cell);
+        // Looked up before inserting: a publish enters its stream, and its tenant, on every apply, and a key that is
+        // already there needs no allocation.
         if let Some(tenant) = tenant_of(name) {
-            let held = self.tenants.entry(Arc::from(tenant)).or_default();
-            change(held);
-            if *held == (0, 0) {
+            match self.tenants.get_mut(tenant) {
+                Some(held) => change(held),
+                None => {
+                    let mut held = (0, 0);
+                    change(&mut held);
+                    self.tenants.insert(Arc::from(tenant), held);
+                }
+            }
+            if self.tenants.get(tenant) == Some(&(0, 0)) {
                 self.tenants.remove(tenant);
             }
         }
-        if after == (0, 0) {
-            self.counted.remove(name);
-        } else {
-            self.counted.insert(name.clone(), after);
+        match (after == (0, 0), self.counted.get_mut(name)) {
+            (true, _) => {
+                self.counted.remove(name);
+            }
+            (false, Some(counted)) => *counted = after,
+            (false, None) => {
+                self.counted.insert(name.clone(), after);
+            }
         }
     }
 

@@ -97,9 +97,10 @@ pub struct Cell {
     mirroring: Mirroring,
     /// What each tenant, and the cell as a whole, may hold (see [`crate::quota`]).
     quotas: QuotaBook,
-    /// What each tenant and the cell hold: derived from the streams, not encoded, rebuilt on decode.
+    /// What each tenant and the cell hold, kept while any quota is set (none costs a publish nothing): derived from
+    /// the streams, not encoded, rebuilt on decode.
     #[serde(skip)]
-    ledger: Ledger,
+    ledger: Option<Ledger>,
     /// Which stream claims a subject: derived from the streams' configs, not encoded, rebuilt on decode
     /// ([`Cell::rebuild_derived`]).
     #[serde(skip)]
@@ -175,7 +176,7 @@ impl Cell {
             ownership: BTreeMap::new(),
             mirroring: Mirroring::default(),
             quotas: QuotaBook::default(),
-            ledger: Ledger::default(),
+            ledger: None,
             router: Router::default(),
             producers_expire_from: ExpiryBound(Millis::MAX),
             members_expire_from: ExpiryBound(Millis::MAX),
@@ -209,7 +210,7 @@ impl Cell {
             ownership: BTreeMap::new(),
             mirroring: Mirroring::default(),
             quotas: QuotaBook::default(),
-            ledger: Ledger::default(),
+            ledger: None,
             router: Router::default(),
             producers_expire_from: ExpiryBound(Millis::MAX),
             members_expire_from: ExpiryBound(Millis::MAX),
@@ -288,7 +289,7 @@ impl Cell {
             }
         }
         self.router = router;
-        self.ledger = Ledger::of(&self.streams);
+        self.ledger = self.quotas.is_limited().then(|| Ledger::of(&self.streams));
         self.producers_expire_from = ExpiryBound(self.earliest_producer_expiry());
         self.members_expire_from = ExpiryBound(self.earliest_member_expiry());
     }
@@ -379,7 +380,9 @@ impl Cell {
         if !self.pinned_by.is_empty() {
             self.release_pins(at, 0);
         }
-        self.ledger.follow(&self.effects, &self.streams);
+        if let Some(ledger) = &mut self.ledger {
+            ledger.follow(&self.effects, &self.streams);
+        }
         result
     }
 

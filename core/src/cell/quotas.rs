@@ -11,6 +11,12 @@ use crate::subject::{TENANT_SEPARATOR, tenant_of};
 impl Cell {
     pub(super) fn set_quotas(&mut self, tenant: Option<&str>, quotas: Quotas) -> Result<Outcome, Rejection> {
         self.quotas.set(tenant, quotas)?;
+        // The ledger is kept while any quota is set: made when the first one is, dropped with the last.
+        match (self.quotas.is_limited(), self.ledger.is_some()) {
+            (true, false) => self.ledger = Some(quota::Ledger::of(&self.streams)),
+            (false, true) => self.ledger = None,
+            _ => {}
+        }
         Ok(Outcome::QuotasSet)
     }
 
@@ -45,12 +51,16 @@ impl Cell {
 
     /// What `tenant` holds now (the whole cell with `None`).
     pub fn held(&self, tenant: Option<&str>) -> Held {
-        let (messages, bytes) = self.ledger.held(tenant);
+        let (messages, bytes) = match &self.ledger {
+            Some(ledger) => ledger.held(tenant),
+            None => quota::Ledger::of(&self.streams).held(tenant),
+        };
         Held { streams: self.streams_of(tenant), messages, bytes }
     }
 
-    /// Whether the derived ledger agrees with a count from scratch (a test's check of [`crate::quota::Ledger`]).
+    /// Whether the derived ledger, if kept, agrees with a count from scratch (a test's check of
+    /// [`crate::quota::Ledger`]).
     pub fn ledger_agrees(&self) -> bool {
-        self.ledger == quota::Ledger::of(&self.streams)
+        self.ledger.as_ref().is_none_or(|ledger| *ledger == quota::Ledger::of(&self.streams))
     }
 }

@@ -405,10 +405,11 @@ impl Cell {
         }
         // Counted as growth, whatever a discard-old stream would remove to make room: a quota that is nearly full
         // refuses a commit it might have taken.
+        let Some(ledger) = &self.ledger else { return Ok(()) };
         let fresh = staged
             .iter()
             .filter(|m| !m.request.msg_id.as_deref().is_some_and(|id| self.streams[&m.stream].remembers(id)));
-        crate::quota::check_batch(&self.quotas, &self.ledger, fresh.map(|m| (&*m.stream, m.size)))
+        crate::quota::check_batch(&self.quotas, ledger, fresh.map(|m| (&*m.stream, m.size)))
     }
 
     pub(super) fn prepare_transaction(&mut self, r: ProducerRef) -> Result<Outcome, Rejection> {

@@ -201,6 +201,9 @@ pub fn stored_state_holds(cell: &Cell, bodies: &MemoryBodies) -> Result<(), Stri
     if bodies.len() != cell.body_refs().len() {
         return Err(format!("{} bodies stored, {} referred to", bodies.len(), cell.body_refs().len()));
     }
+    if !cell.ledger_agrees() {
+        return Err("the ledger of what the cell holds differs from a count of its streams".to_string());
+    }
     let snapshot = cell.snapshot();
     let mut restored = Cell::restore(&snapshot).map_err(|error| format!("the snapshot does not restore: {error}"))?;
     if restored != *cell {

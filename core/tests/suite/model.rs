@@ -640,6 +640,10 @@ impl Model {
 // ----- driving both -----
 
 fn setup(cell: &mut Cell) {
+    // A cell quota no history reaches: the cell keeps its ledger of what it holds, which every step's snapshot check
+    // (`stored_state_holds`) compares with one rebuilt from the streams.
+    let quotas = cellog_core::quota::Quotas { max_bytes: Some(u64::MAX), ..Default::default() };
+    cell.apply(Millis(0), Command::SetQuotas { tenant: None, quotas }).unwrap();
     let config = StreamConfig {
         partitions: N_PARTITIONS,
         max_messages: Some(MAX_MESSAGES as u64),
