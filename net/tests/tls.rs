@@ -145,16 +145,24 @@ async fn root_once_formed(addrs: &[String], ca: &Ca) -> Client {
     panic!("the cell did not form over TLS");
 }
 
+type Addrs = Vec<(std::net::SocketAddr, std::net::SocketAddr)>;
+
+/// Three nodes of [`CELL`] over TLS under `ca`, their (client, peer) addresses, and the client addresses alone.
+async fn three_nodes(dir: &std::path::Path, ca: &Ca) -> (Vec<RunningNode<SimDisk>>, Addrs, Vec<String>) {
+    let addrs: Addrs = (0..3).map(|_| (free_addr(), free_addr())).collect();
+    let mut nodes = Vec::new();
+    for id in 1..=3 {
+        nodes.push(node(dir, ca, id, &node_uri(CELL, id), &addrs).await);
+    }
+    let client_addrs = addrs.iter().map(|(client, _)| client.to_string()).collect();
+    (nodes, addrs, client_addrs)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cell_under_mutual_tls() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let cell_ca = ca("the cell's CA");
-    let addrs: Vec<_> = (0..3).map(|_| (free_addr(), free_addr())).collect();
-    let mut nodes = Vec::new();
-    for id in 1..=3 {
-        nodes.push(node(dir.path(), &cell_ca, id, &node_uri(CELL, id), &addrs).await);
-    }
-    let client_addrs: Vec<String> = addrs.iter().map(|(client, _)| client.to_string()).collect();
+    let (nodes, addrs, client_addrs) = three_nodes(dir.path(), &cell_ca).await;
 
     // Root by certificate: the cell forms over TLS between its nodes and answers.
     let root = root_once_formed(&client_addrs, &cell_ca).await;
@@ -314,12 +322,7 @@ async fn served_serial(addr: &str, ca_pem: &str) -> Vec<u8> {
 async fn a_rotated_certificate_is_served_and_dialed_with_without_a_restart() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let cell_ca = ca("the cell's CA");
-    let addrs: Vec<_> = (0..3).map(|_| (free_addr(), free_addr())).collect();
-    let mut nodes = Vec::new();
-    for id in 1..=3 {
-        nodes.push(node(dir.path(), &cell_ca, id, &node_uri(CELL, id), &addrs).await);
-    }
-    let client_addrs: Vec<String> = addrs.iter().map(|(client, _)| client.to_string()).collect();
+    let (nodes, addrs, client_addrs) = three_nodes(dir.path(), &cell_ca).await;
     let root = root_once_formed(&client_addrs, &cell_ca).await;
     let config = v1::StreamConfig { subjects: vec!["orders.>".into()], ..Default::default() };
     root.create_stream("orders", config).await.expect("a stream");
