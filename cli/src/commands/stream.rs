@@ -25,6 +25,70 @@ pub enum Discard {
     New,
 }
 
+/// A stream's limits, as `add` sets them and `update` changes them (what is not given: none, or unchanged).
+#[derive(clap::Args)]
+pub struct LimitArgs {
+    /// Remove messages older than this many milliseconds.
+    #[arg(long)]
+    max_age_ms: Option<u64>,
+    /// Keep at most this many messages.
+    #[arg(long)]
+    max_msgs: Option<u64>,
+    /// Keep at most this many bytes.
+    #[arg(long)]
+    max_bytes: Option<u64>,
+    /// Keep at most this many messages per subject.
+    #[arg(long)]
+    max_msgs_per_subject: Option<u64>,
+    /// Keep at most this many bytes per subject.
+    #[arg(long)]
+    max_bytes_per_subject: Option<u64>,
+    /// Largest payload accepted.
+    #[arg(long)]
+    max_payload: Option<u32>,
+    /// Deduplicate message ids over this many milliseconds (at least).
+    #[arg(long)]
+    duplicate_window_ms: Option<u64>,
+    /// Where messages go after exhausting their deliveries.
+    #[arg(long)]
+    dead_letter: Option<String>,
+}
+
+impl LimitArgs {
+    /// Sets on `config` each limit given, leaving the others as they are.
+    fn apply_to(self, config: &mut v1::StreamConfig) {
+        let LimitArgs {
+            max_age_ms,
+            max_msgs,
+            max_bytes,
+            max_msgs_per_subject,
+            max_bytes_per_subject,
+            max_payload,
+            duplicate_window_ms,
+            dead_letter,
+        } = self;
+        let fields = [
+            (&mut config.max_age_ms, max_age_ms),
+            (&mut config.max_messages, max_msgs),
+            (&mut config.max_bytes, max_bytes),
+            (&mut config.max_messages_per_subject, max_msgs_per_subject),
+            (&mut config.max_bytes_per_subject, max_bytes_per_subject),
+            (&mut config.duplicate_window_ms, duplicate_window_ms),
+        ];
+        for (field, given) in fields {
+            if given.is_some() {
+                *field = given;
+            }
+        }
+        if max_payload.is_some() {
+            config.max_payload_bytes = max_payload;
+        }
+        if dead_letter.is_some() {
+            config.dead_letter_stream = dead_letter;
+        }
+    }
+}
+
 #[derive(Subcommand)]
 pub enum StreamCommand {
     /// Create a stream.
@@ -41,27 +105,8 @@ pub enum StreamCommand {
         retention: Retention,
         #[arg(long, value_enum, default_value = "old")]
         discard: Discard,
-        /// Remove messages older than this many milliseconds.
-        #[arg(long)]
-        max_age_ms: Option<u64>,
-        /// Keep at most this many messages.
-        #[arg(long)]
-        max_msgs: Option<u64>,
-        /// Keep at most this many bytes.
-        #[arg(long)]
-        max_bytes: Option<u64>,
-        /// Keep at most this many messages per subject.
-        #[arg(long)]
-        max_msgs_per_subject: Option<u64>,
-        /// Largest payload accepted.
-        #[arg(long)]
-        max_payload: Option<u32>,
-        /// Deduplicate message ids over this many milliseconds (at least).
-        #[arg(long)]
-        duplicate_window_ms: Option<u64>,
-        /// Where messages go after exhausting their deliveries.
-        #[arg(long)]
-        dead_letter: Option<String>,
+        #[command(flatten)]
+        limits: LimitArgs,
         #[command(flatten)]
         connect: Connect,
     },
@@ -74,36 +119,14 @@ pub enum StreamCommand {
         subjects: Option<Vec<String>>,
         #[arg(long, value_enum)]
         discard: Option<Discard>,
-        /// Remove messages older than this many milliseconds.
-        #[arg(long)]
-        max_age_ms: Option<u64>,
-        /// Keep at most this many messages.
-        #[arg(long)]
-        max_msgs: Option<u64>,
-        /// Keep at most this many bytes.
-        #[arg(long)]
-        max_bytes: Option<u64>,
-        /// Keep at most this many messages per subject.
-        #[arg(long)]
-        max_msgs_per_subject: Option<u64>,
-        /// Keep at most this many bytes per subject.
-        #[arg(long)]
-        max_bytes_per_subject: Option<u64>,
-        /// Largest payload accepted.
-        #[arg(long)]
-        max_payload: Option<u32>,
-        /// Deduplicate message ids over this many milliseconds (at least).
-        #[arg(long)]
-        duplicate_window_ms: Option<u64>,
+        #[command(flatten)]
+        limits: LimitArgs,
         /// Accept at most this many publishes per second (a token bucket; with --burst).
         #[arg(long, requires = "burst")]
         rate: Option<u32>,
         /// Publishes accepted at once after a quiet spell.
         #[arg(long, requires = "rate")]
         burst: Option<u32>,
-        /// Where messages go after exhausting their deliveries.
-        #[arg(long)]
-        dead_letter: Option<String>,
         /// Limits to lift (age, msgs, bytes, msgs-per-subject, bytes-per-subject, rate, dead-letter), comma-separated.
         #[arg(long, value_delimiter = ',', value_parser = ["age", "msgs", "bytes", "msgs-per-subject", "bytes-per-subject", "rate", "dead-letter"])]
         clear: Vec<String>,
@@ -131,22 +154,8 @@ pub enum StreamCommand {
 
 pub async fn run(command: StreamCommand) -> anyhow::Result<()> {
     match command {
-        StreamCommand::Add {
-            name,
-            subjects,
-            partitions,
-            retention,
-            discard,
-            max_age_ms,
-            max_msgs,
-            max_bytes,
-            max_msgs_per_subject,
-            max_payload,
-            duplicate_window_ms,
-            dead_letter,
-            connect,
-        } => {
-            let config = v1::StreamConfig {
+        StreamCommand::Add { name, subjects, partitions, retention, discard, limits, connect } => {
+            let mut config = v1::StreamConfig {
                 subjects,
                 partitions,
                 retention: match retention {
@@ -158,36 +167,13 @@ pub async fn run(command: StreamCommand) -> anyhow::Result<()> {
                     Discard::Old => v1::DiscardPolicy::DiscardOld,
                     Discard::New => v1::DiscardPolicy::DiscardNew,
                 } as i32,
-                max_age_ms,
-                max_messages: max_msgs,
-                max_bytes,
-                max_messages_per_subject: max_msgs_per_subject,
-                max_bytes_per_subject: None,
-                max_payload_bytes: max_payload,
-                duplicate_window_ms,
-                rate_limit: None,
-                dead_letter_stream: dead_letter,
+                ..Default::default()
             };
+            limits.apply_to(&mut config);
             let created = client(&connect)?.create_stream(&name, config).await?;
             println!("stream {name} {}", if created { "created" } else { "already exists with this config" });
         }
-        StreamCommand::Update {
-            name,
-            subjects,
-            discard,
-            max_age_ms,
-            max_msgs,
-            max_bytes,
-            max_msgs_per_subject,
-            max_bytes_per_subject,
-            max_payload,
-            duplicate_window_ms,
-            rate,
-            burst,
-            dead_letter,
-            clear,
-            connect,
-        } => {
+        StreamCommand::Update { name, subjects, discard, limits, rate, burst, clear, connect } => {
             let client = client(&connect)?;
             let info = client.stream_info(&name).await?;
             let mut config =
@@ -212,25 +198,9 @@ pub async fn run(command: StreamCommand) -> anyhow::Result<()> {
                     Discard::New => v1::DiscardPolicy::DiscardNew,
                 } as i32;
             }
-            let set = |field: &mut Option<u64>, value: Option<u64>| {
-                if value.is_some() {
-                    *field = value;
-                }
-            };
-            set(&mut config.max_age_ms, max_age_ms);
-            set(&mut config.max_messages, max_msgs);
-            set(&mut config.max_bytes, max_bytes);
-            set(&mut config.max_messages_per_subject, max_msgs_per_subject);
-            set(&mut config.max_bytes_per_subject, max_bytes_per_subject);
-            set(&mut config.duplicate_window_ms, duplicate_window_ms);
-            if max_payload.is_some() {
-                config.max_payload_bytes = max_payload;
-            }
+            limits.apply_to(&mut config);
             if let (Some(messages_per_second), Some(burst)) = (rate, burst) {
                 config.rate_limit = Some(v1::RateLimit { messages_per_second, burst });
-            }
-            if dead_letter.is_some() {
-                config.dead_letter_stream = dead_letter;
             }
             client.update_stream(&name, config.clone()).await?;
             println!("stream {name} updated");
