@@ -138,7 +138,7 @@ impl Cell {
                 .iter()
                 .filter_map(|&(p, seq, _)| stream.message(p, seq))
                 .fold((0u64, 0u64), |(messages, bytes), message| (messages + 1, bytes + message.size()));
-            crate::quota::check_growth(
+            super::ledger::check_growth(
                 &self.quotas,
                 ledger,
                 stream.name(),

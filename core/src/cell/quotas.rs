@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use super::Cell;
+use super::ledger::Ledger;
 use crate::command::Outcome;
 use crate::error::Rejection;
 use crate::quota::{self, Held, QuotaBook, Quotas};
@@ -13,7 +14,7 @@ impl Cell {
         self.quotas.set(tenant, quotas)?;
         // The ledger is kept while any quota is set: made when the first one is, dropped with the last.
         match (self.quotas.is_limited(), self.ledger.is_some()) {
-            (true, false) => self.ledger = Some(quota::Ledger::of(&self.streams)),
+            (true, false) => self.ledger = Some(Ledger::of(&self.streams)),
             (false, true) => self.ledger = None,
             _ => {}
         }
@@ -53,14 +54,14 @@ impl Cell {
     pub fn held(&self, tenant: Option<&str>) -> Held {
         let (messages, bytes) = match &self.ledger {
             Some(ledger) => ledger.held(tenant),
-            None => quota::Ledger::of(&self.streams).held(tenant),
+            None => Ledger::of(&self.streams).held(tenant),
         };
         Held { streams: self.streams_of(tenant), messages, bytes }
     }
 
     /// Whether the derived ledger, if kept, agrees with a count from scratch (a test's check of
-    /// [`crate::quota::Ledger`]).
+    /// the ledger, `cell/ledger.rs`).
     pub fn ledger_agrees(&self) -> bool {
-        self.ledger.as_ref().is_none_or(|ledger| *ledger == quota::Ledger::of(&self.streams))
+        self.ledger.as_ref().is_none_or(|ledger| *ledger == Ledger::of(&self.streams))
     }
 }

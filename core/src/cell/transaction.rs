@@ -409,7 +409,7 @@ impl Cell {
         let fresh = staged
             .iter()
             .filter(|m| !m.request.msg_id.as_deref().is_some_and(|id| self.streams[&m.stream].remembers(id)));
-        crate::quota::check_batch(&self.quotas, ledger, fresh.map(|m| (&*m.stream, m.size)))
+        super::ledger::check_batch(&self.quotas, ledger, fresh.map(|m| (&*m.stream, m.size)))
     }
 
     pub(super) fn prepare_transaction(&mut self, r: ProducerRef) -> Result<Outcome, Rejection> {
