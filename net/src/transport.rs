@@ -104,11 +104,12 @@ impl Link for GrpcLink {
     #[allow(clippy::disallowed_methods, reason = "times the round trip of an AppendEntries on the runtime's clock")]
     async fn call(&mut self, rpc: Rpc, frame: Frame, timeout: Duration) -> Result<Frame, LinkError> {
         #[cfg(not(madsim))]
-        if let Some((tls, generation)) = &mut self.tls
-            && tls.generation() != *generation
-        {
-            *generation = tls.generation();
-            self.client = raft_client(Some(tls), &self.raft_addr);
+        if let Some((tls, generation)) = &mut self.tls {
+            let now = tls.generation();
+            if now != *generation {
+                *generation = now;
+                self.client = raft_client(Some(tls), &self.raft_addr);
+            }
         }
         let mut client = self.client.clone().map_err(LinkError::Unreachable)?;
         let mut request = Request::new(to_wire(frame));
