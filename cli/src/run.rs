@@ -18,7 +18,7 @@ use cellog_net::mirror::MirrorOptions;
 use cellog_net::tls::TlsFiles;
 use cellog_net::{Limits, NodeConfig, Peer, RaftTiming, RunningNode};
 use cellog_raft::storage::RocksStorage;
-use cellog_raft::{CellNode, Past, SystemClock};
+use cellog_raft::{ApplyControl, CellNode, Past, SystemClock};
 use rand::RngCore;
 use serde::Deserialize;
 
@@ -99,6 +99,19 @@ pub struct NodeArgs {
     /// Commands each principal may send at once after a quiet spell [default: twice the rate].
     #[arg(long, env = "CELLOG_PRINCIPAL_BURST")]
     principal_burst: Option<u32>,
+    /// Commands per second all the principals of one tenant together may send this node (0: unlimited)
+    /// [default: 50000].
+    #[arg(long, env = "CELLOG_TENANT_RATE")]
+    tenant_rate: Option<u32>,
+    /// Commands one tenant may send at once after a quiet spell [default: twice the rate].
+    #[arg(long, env = "CELLOG_TENANT_BURST")]
+    tenant_burst: Option<u32>,
+    /// Commands per second every caller but root together may send this node [default: unlimited].
+    #[arg(long, env = "CELLOG_CELL_RATE")]
+    cell_rate: Option<u32>,
+    /// Commands every caller together may send at once after a quiet spell [default: twice the rate].
+    #[arg(long, env = "CELLOG_CELL_BURST")]
+    cell_burst: Option<u32>,
     /// Connections open on the client port (and, apart, the HTTP port) at once; one past them is closed unread
     /// [default: 4096].
     #[arg(long, env = "CELLOG_MAX_CONNECTIONS")]
@@ -118,6 +131,17 @@ pub struct NodeArgs {
     /// keeps serving reads, acks and deletes; 0 turns it off [default: 256].
     #[arg(long, env = "CELLOG_MIN_FREE_DISK_MIB")]
     min_free_disk_mib: Option<u64>,
+    /// Apply no log entry at or past this index: the node starts, votes and replicates its log, serves what it applied
+    /// before, and refuses writes and linearizable reads as APPLY_HALTED. The way to keep a cell up when an entry
+    /// panics on every node (the panic names the entry); give it to every node. Not read from the config file: it is
+    /// for one start.
+    #[arg(long, value_name = "INDEX")]
+    halt_apply_at: Option<u64>,
+    /// Pass over the log entry at INDEX in term TERM as if it held no command: its commands are answered
+    /// ENTRY_SKIPPED and nothing of them is written. The way past an entry that panics on every node (the panic names
+    /// both numbers); give the same to every node, or their states differ. Repeat for more entries.
+    #[arg(long, value_name = "INDEX:TERM", value_parser = ApplyControl::parse_entry)]
+    skip_entry: Vec<(u64, u64)>,
     /// Longest a client call may take to answer, in milliseconds; a stream's answer starts at once and is not cut
     /// [default: 30000].
     #[arg(long, env = "CELLOG_REQUEST_TIMEOUT_MS")]
@@ -174,6 +198,10 @@ struct FileConfig {
     insecure: Option<bool>,
     principal_rate: Option<u32>,
     principal_burst: Option<u32>,
+    tenant_rate: Option<u32>,
+    tenant_burst: Option<u32>,
+    cell_rate: Option<u32>,
+    cell_burst: Option<u32>,
     max_connections: Option<usize>,
     max_calls_per_connection: Option<u32>,
     max_subscriptions: Option<usize>,
@@ -319,6 +347,17 @@ impl NodeArgs {
         let burst = self.principal_burst.or(file.principal_burst).unwrap_or(per_second.saturating_mul(2));
         let rate = (per_second > 0).then_some(PrincipalRate { per_second, burst: burst.max(1) });
         let most = Limits::DEFAULT;
+        // A rate of 0 is no limit; a burst defaults to twice the rate.
+        let rate_of = |per_second: Option<u32>, burst: Option<u32>, default: Option<PrincipalRate>| match per_second {
+            Some(0) => None,
+            Some(per_second) => {
+                Some(PrincipalRate { per_second, burst: burst.unwrap_or(per_second.saturating_mul(2)).max(1) })
+            }
+            None => default.map(|rate| PrincipalRate { burst: burst.unwrap_or(rate.burst).max(1), ..rate }),
+        };
+        let tenant_rate =
+            rate_of(self.tenant_rate.or(file.tenant_rate), self.tenant_burst.or(file.tenant_burst), most.tenant_rate);
+        let cell_rate = rate_of(self.cell_rate.or(file.cell_rate), self.cell_burst.or(file.cell_burst), most.cell_rate);
         let limits = Limits {
             max_connections: self.max_connections.or(file.max_connections).unwrap_or(most.max_connections),
             max_calls_per_connection: self
@@ -339,6 +378,8 @@ impl NodeArgs {
                 .min_free_disk_mib
                 .or(file.min_free_disk_mib)
                 .map_or(most.min_free_disk_bytes, |mib| mib.saturating_mul(1024 * 1024)),
+            tenant_rate,
+            cell_rate,
         };
         if limits.max_connections == 0
             || limits.max_calls_per_connection == 0
@@ -389,6 +430,7 @@ impl NodeArgs {
             tls,
             limits,
             mirrors,
+            apply: ApplyControl { halt_at: self.halt_apply_at, skip: self.skip_entry.iter().copied().collect() },
         };
         check_doors(&config)?;
         if config.peers.iter().any(|peer| peer.id == config.id) {
@@ -642,6 +684,7 @@ fn dev_cell(args: &DevArgs, certs: &DevCerts, root_token: &str, k: u16) -> anyho
                 tls: Some(mirror_tls(&certs.ca)?),
                 ..MirrorOptions::default()
             },
+            apply: ApplyControl::default(),
         });
     }
     let founders: Vec<Peer> = configs.iter().map(|config| Peer { id: config.id, node: config.advertised() }).collect();

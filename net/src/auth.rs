@@ -44,12 +44,32 @@ impl PrincipalRate {
     pub const DEFAULT: PrincipalRate = PrincipalRate { per_second: 20_000, burst: 40_000 };
 }
 
-/// Each principal's bucket on this node. Admission control, not authorization: it guards this node's resources, so it
+/// The rates a node holds its callers to, each a token bucket: each principal's, each tenant's (all its principals
+/// together), and the cell's (every caller together, through this node). Root is held to none: the operator must
+/// always reach the cell.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Rates {
+    /// Each principal's, if limited.
+    pub principal: Option<PrincipalRate>,
+    /// Each tenant's, if limited.
+    pub tenant: Option<PrincipalRate>,
+    /// Every caller's together, if limited.
+    pub cell: Option<PrincipalRate>,
+}
+
+/// The buckets of this node's callers. Admission control, not authorization: it guards this node's resources, so it
 /// is the node's own (the leader's counts, as the leader proposes), and the cell's decisions do not depend on it.
 #[derive(Debug, Default)]
 pub(crate) struct Limiter {
-    rate: Option<PrincipalRate>,
-    buckets: Mutex<BTreeMap<Arc<str>, Bucket>>,
+    rates: Rates,
+    buckets: Mutex<Buckets>,
+}
+
+#[derive(Debug, Default)]
+struct Buckets {
+    principals: BTreeMap<Arc<str>, Bucket>,
+    tenants: BTreeMap<String, Bucket>,
+    cell: Option<Bucket>,
 }
 
 #[derive(Debug)]
@@ -58,39 +78,92 @@ struct Bucket {
     at: Instant,
 }
 
+impl Bucket {
+    /// The bucket as it is `now`, refilled at `rate` since it was last looked at.
+    fn refilled(slot: &mut Option<Bucket>, rate: PrincipalRate, now: Instant) -> &mut Bucket {
+        let burst = f64::from(rate.burst);
+        let bucket = slot.get_or_insert(Bucket { tokens: burst, at: now });
+        bucket.tokens =
+            (bucket.tokens + now.duration_since(bucket.at).as_secs_f64() * f64::from(rate.per_second)).min(burst);
+        bucket.at = now;
+        bucket
+    }
+
+    /// How long until it holds a whole token, in milliseconds (at least 1).
+    fn wait_ms(&self, rate: PrincipalRate) -> u64 {
+        (((1.0 - self.tokens) / f64::from(rate.per_second)) * 1000.0).ceil().max(1.0) as u64
+    }
+}
+
 /// Buckets not touched for this long are full again and are forgotten, so the map holds recent callers only.
 const IDLE: Duration = Duration::from_secs(60);
 
+fn limited(rate: Option<PrincipalRate>) -> Option<PrincipalRate> {
+    rate.filter(|rate| rate.per_second > 0 && rate.burst > 0)
+}
+
 impl Limiter {
-    pub(crate) fn new(rate: Option<PrincipalRate>) -> Self {
-        Limiter { rate: rate.filter(|rate| rate.per_second > 0 && rate.burst > 0), buckets: Mutex::default() }
+    pub(crate) fn new(rates: Rates) -> Self {
+        let rates =
+            Rates { principal: limited(rates.principal), tenant: limited(rates.tenant), cell: limited(rates.cell) };
+        Limiter { rates, buckets: Mutex::default() }
     }
 
-    /// Takes one command's token for `principal`, or says why not (`RESOURCE_EXHAUSTED RATE_LIMITED`, with when to
-    /// retry). Root is not limited: the operator must always reach the cell.
+    /// Takes one command's token for `principal` from its own bucket, its tenant's and the cell's, or none of them and
+    /// says which is empty (`RESOURCE_EXHAUSTED RATE_LIMITED`, with when to retry). Root is not limited: the operator
+    /// must always reach the cell.
     #[allow(clippy::disallowed_methods, reason = "a node-local admission limit, on the runtime's clock")]
     pub(crate) fn take(&self, principal: &Arc<str>) -> Result<(), Status> {
-        let Some(rate) = self.rate else { return Ok(()) };
-        if **principal == *ROOT {
+        let Rates { principal: own, tenant, cell } = self.rates;
+        if (own.is_none() && tenant.is_none() && cell.is_none()) || **principal == *ROOT {
             return Ok(());
         }
         let now = Instant::now();
         let mut buckets = self.buckets.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if buckets.len() > 2 * cellog_core::auth::MAX_PRINCIPALS {
-            buckets.retain(|_, bucket| now.duration_since(bucket.at) < IDLE);
+        let buckets = &mut *buckets;
+        if buckets.principals.len() > 2 * cellog_core::auth::MAX_PRINCIPALS {
+            buckets.principals.retain(|_, bucket| now.duration_since(bucket.at) < IDLE);
         }
-        let (per_second, burst) = (f64::from(rate.per_second), f64::from(rate.burst));
-        let bucket = buckets.entry(principal.clone()).or_insert(Bucket { tokens: burst, at: now });
-        bucket.tokens = (bucket.tokens + now.duration_since(bucket.at).as_secs_f64() * per_second).min(burst);
-        bucket.at = now;
-        if bucket.tokens >= 1.0 {
-            bucket.tokens -= 1.0;
-            return Ok(());
+        if buckets.tenants.len() > 2 * cellog_core::auth::MAX_PRINCIPALS {
+            buckets.tenants.retain(|_, bucket| now.duration_since(bucket.at) < IDLE);
         }
-        let retry_after_ms = (((1.0 - bucket.tokens) / per_second) * 1000.0).ceil().max(1.0) as u64;
+        let tenant_name = cellog_core::subject::tenant_of(principal);
+        // Each bucket that applies, taken out of its map while it is looked at, and put back after.
+        let mut own_slot = own.map(|_| buckets.principals.remove(principal));
+        let mut tenant_slot = tenant.zip(tenant_name).map(|(_, name)| buckets.tenants.remove(name));
+        let mut cell_slot = cell.map(|_| buckets.cell.take());
+        let mut empty = None;
+        let levels = [
+            (own, own_slot.as_mut(), format!("principal {principal:?}")),
+            (tenant, tenant_slot.as_mut(), format!("tenant {:?}", tenant_name.unwrap_or_default())),
+            (cell, cell_slot.as_mut(), "the cell".to_string()),
+        ];
+        let mut looked = Vec::new();
+        for (rate, slot, who) in levels {
+            let (Some(rate), Some(slot)) = (rate, slot) else { continue };
+            let bucket = Bucket::refilled(slot, rate, now);
+            if bucket.tokens < 1.0 && empty.is_none() {
+                empty = Some((who, rate, bucket.wait_ms(rate)));
+            }
+            looked.push(slot);
+        }
+        if empty.is_none() {
+            for bucket in looked.into_iter().flatten() {
+                bucket.tokens -= 1.0;
+            }
+        }
+        if let Some(Some(bucket)) = own_slot {
+            buckets.principals.insert(principal.clone(), bucket);
+        }
+        if let (Some(Some(bucket)), Some(name)) = (tenant_slot, tenant_name) {
+            buckets.tenants.insert(name.to_string(), bucket);
+        }
+        if let Some(bucket) = cell_slot {
+            buckets.cell = bucket;
+        }
+        let Some((who, rate, retry_after_ms)) = empty else { return Ok(()) };
         let message = format!(
-            "principal {principal:?} is over its rate of {} commands per second (burst {}) on this node; retry after \
-             {retry_after_ms} ms",
+            "{who} is over its rate of {} commands per second (burst {}) on this node; retry after {retry_after_ms} ms",
             rate.per_second, rate.burst
         );
         Err(cellog_client::status::status(

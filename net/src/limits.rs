@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use tonic::{Code, Status};
 
+use crate::auth::PrincipalRate;
+
 /// Longest a TLS handshake may take on any port: a caller that opens a connection and sends nothing holds it no
 /// longer.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -41,6 +43,12 @@ pub struct Limits {
     /// that grow the store with `RESOURCE_EXHAUSTED STORAGE_FULL`, and goes on serving reads, acknowledgements, recalls
     /// and deletes, so a full disk never stops the store. 0 turns it off. Default 256 MiB.
     pub min_free_disk_bytes: u64,
+    /// Commands per second (reads, opened subscriptions and tails included) all the principals of one tenant together
+    /// may send this node, beside each principal's own rate. Default 50 000, in bursts of 100 000.
+    pub tenant_rate: Option<PrincipalRate>,
+    /// Commands per second every caller but root together may send this node. Default none: set it from what the
+    /// node's disk and cores take.
+    pub cell_rate: Option<PrincipalRate>,
 }
 
 impl Limits {
@@ -53,6 +61,8 @@ impl Limits {
         request_timeout: Duration::from_secs(30),
         keepalive: Duration::from_secs(20),
         min_free_disk_bytes: 256 * 1024 * 1024,
+        tenant_rate: Some(PrincipalRate { per_second: 50_000, burst: 100_000 }),
+        cell_rate: None,
     };
 }
 

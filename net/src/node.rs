@@ -15,7 +15,7 @@ use cellog_proto::v1::mail_server::MailServer;
 pub use cellog_raft::RaftTiming;
 use cellog_raft::network::{CellId, CellIdentity};
 use cellog_raft::storage::{Storage, StorageError};
-use cellog_raft::{CellNode, Clock, NodeAddrs, NodeId, Past, StartError};
+use cellog_raft::{ApplyControl, CellNode, Clock, NodeAddrs, NodeId, Past, StartError};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -106,6 +106,9 @@ pub struct NodeConfig {
     pub limits: Limits,
     /// How this node runs its cell's mirrors while it leads: thresholds, backoff, and the credential toward sources.
     pub mirrors: MirrorOptions,
+    /// Where to stop applying entries, and which to pass over: the operator's way past an entry that panics on every
+    /// replica (see [`cellog_raft::apply_control`]).
+    pub apply: ApplyControl,
 }
 
 impl std::fmt::Debug for NodeConfig {
@@ -130,6 +133,7 @@ impl std::fmt::Debug for NodeConfig {
             root_token,
             limits,
             mirrors,
+            apply,
         } = self;
         f.debug_struct("NodeConfig")
             .field("cell", cell)
@@ -151,6 +155,7 @@ impl std::fmt::Debug for NodeConfig {
             .field("root_token", &cellog_client::token::redacted(root_token))
             .field("limits", limits)
             .field("mirrors", mirrors)
+            .field("apply", apply)
             .finish()
     }
 }
@@ -312,7 +317,18 @@ impl<S: Storage + Clone> RunningNode<S> {
             None => None,
         };
         let network = grpc_network(identity.clone(), tls.clone(), metrics.clone());
-        let node = CellNode::start_with(config.id, raft_config, storage, network, clock, config.past, identity).await?;
+        // Only the data directory's identity says a node was a member, and a node whose identity went with its disk
+        // cannot tell it is not new. So a founder starting on an empty store votes only once the cell's founder finds
+        // every founder holding nothing, and a node joining later (a learner, which catches up before it votes
+        // anyway) repairs from the leader first (see `cellog_raft::founding`).
+        let past = match config.past {
+            Past::Unknown if config.bootstrap => Past::Founding,
+            Past::Unknown => Past::Member,
+            known => known,
+        };
+        let node =
+            CellNode::start_with(config.id, raft_config, storage, network, clock, past, identity, config.apply.clone())
+                .await?;
         node.set_keep_log_bytes(config.timing.keep_log_bytes);
         node.set_snapshot_every_bytes(config.timing.snapshot_every_bytes);
         node.set_min_free_bytes(config.limits.min_free_disk_bytes);
@@ -325,13 +341,20 @@ impl<S: Storage + Clone> RunningNode<S> {
         }
         // A node that was a member never founds the cell again: over a lost disk that would start a second cell of
         // the same name with nothing in it. Of the founders, the one with the lowest id founds the cell and makes its
-        // id; the others learn the id from its first entries.
+        // id, once no founder holds anything (which a founder that lost its data learns then); the others learn the id
+        // from its first entries.
         let founder = config.peers.iter().all(|peer| peer.id > config.id);
+        // Not among the tasks a stop waits for: it waits for peers, and ends once the node stops.
         if config.bootstrap && founder && config.past != Past::Member {
             let mut members: std::collections::BTreeMap<NodeId, NodeAddrs> =
                 config.peers.iter().map(|peer| (peer.id, peer.node.clone())).collect();
             members.insert(config.id, config.advertised_at(raft_addr, client_addr));
-            node.found(members).await?;
+            let node = node.clone();
+            tokio::spawn(async move {
+                if let Err(error) = node.found_when_no_founder_holds_anything(members).await {
+                    tracing::error!(%error, "founding the cell failed");
+                }
+            });
         }
 
         let (stop, stopped) = watch::channel(false);

@@ -20,7 +20,7 @@ use futures::{Stream, StreamExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::auth::{Callers, Limiter};
+use crate::auth::{Callers, Limiter, Rates};
 use crate::convert::{self, DEFAULT_TRANSACTION_TIMEOUT_MS};
 use crate::limits::{Limits, PerPrincipal, too_many_for_principal, too_many_subscriptions};
 use crate::metrics::Metrics;
@@ -201,7 +201,8 @@ fn membership_error(error: MembershipError) -> Status {
 impl<S: Storage + Clone> CellogService<S> {
     /// The API of `node`, recording into `metrics`, treating callers as `callers` says.
     pub fn new(node: Arc<CellNode<S>>, metrics: Arc<Metrics>, callers: Callers, limits: &Limits) -> Self {
-        let limiter = Arc::new(Limiter::new(callers.rate));
+        let rates = Rates { principal: callers.rate, tenant: limits.tenant_rate, cell: limits.cell_rate };
+        let limiter = Arc::new(Limiter::new(rates));
         let subscriptions = Arc::new(Semaphore::new(limits.max_subscriptions));
         let subscriptions_per_principal = PerPrincipal::new(limits.max_subscriptions_per_principal);
         CellogService {
@@ -572,6 +573,7 @@ impl<S: Storage + Clone> CellogService<S> {
             applied_index: view.applied_index,
             nodes,
             repairing: view.repairing,
+            apply_halted_at: view.apply_halted_at,
             state_digest: digest.map(|digest| hex::encode(digest.0)).unwrap_or_default(),
             digest_parts,
         })

@@ -70,6 +70,9 @@ pub fn from_propose(error: ProposeError) -> Status {
             "OUTCOME_UNKNOWN",
             format!("the outcome is unknown ({message}); retry with the same message id to deduplicate"),
         ),
+        // Neither passes with a retry: the operator restarts the node without the halt, or another command is sent.
+        ProposeError::ApplyHalted { .. } => failed(Code::FailedPrecondition, "APPLY_HALTED", error.to_string()),
+        ProposeError::EntrySkipped { .. } => failed(Code::FailedPrecondition, "ENTRY_SKIPPED", error.to_string()),
         // A pause worth waiting before a retry: the disk frees as retention and deletes run.
         ProposeError::StorageFull { free, min } => cellog_client::status::status(
             Code::ResourceExhausted,

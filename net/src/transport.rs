@@ -126,6 +126,7 @@ impl Link for GrpcLink {
             Rpc::InstallSnapshot => client.install_snapshot(request).await,
             Rpc::Vote => client.vote(request).await,
             Rpc::Bodies => client.bodies(request).await,
+            Rpc::Founding => client.founding(request).await,
         };
         match response {
             Ok(response) => from_wire(response.into_inner()).map_err(|status| LinkError::Failed(status.to_string())),
@@ -270,5 +271,9 @@ impl<S: Storage + Clone> RaftRpc for RaftService<S> {
 
     async fn bodies(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         self.answer(Rpc::Bodies, request).await
+    }
+
+    async fn founding(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        self.answer(Rpc::Founding, request).await
     }
 }

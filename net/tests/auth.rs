@@ -50,6 +50,7 @@ async fn secure_node_limited(rate: Option<PrincipalRate>, limits: cellog_net::Li
         tls: None,
         limits,
         mirrors: cellog_net::mirror::MirrorOptions::default(),
+        apply: cellog_raft::ApplyControl::default(),
     };
     RunningNode::start(&config, SimDisk::new(11), Arc::new(SystemClock)).await.expect("the node starts")
 }
@@ -327,6 +328,51 @@ async fn each_principal_but_root_is_held_to_its_rate() {
     }
     client(&node, Some(&token)).publish(publish("orders.6")).await.expect("admitted after the advised pause");
     assert_eq!(root.stream_info("orders").await.expect("info").messages, 26);
+    node.stop().await.expect("stops");
+}
+
+/// A client that sheds load itself, as `token`'s bearer: a refusal comes back at once.
+fn shedding(node: &RunningNode<SimDisk>, token: &str) -> Client {
+    let options =
+        ClientOptions { token: Some(token.to_string()), retry_backpressure: false, ..ClientOptions::default() };
+    Client::new([node.client_addr.to_string()], options).expect("a client")
+}
+
+/// Beside each principal's own rate, a tenant's principals share the tenant's, and every caller but root shares the
+/// cell's: a refusal names the bucket that ran out and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_and_the_whole_cell_are_held_to_their_rates() {
+    let limits = cellog_net::Limits {
+        tenant_rate: Some(PrincipalRate { per_second: 1, burst: 3 }),
+        cell_rate: Some(PrincipalRate { per_second: 1, burst: 6 }),
+        ..cellog_net::Limits::DEFAULT
+    };
+    let node = secure_node_limited(None, limits).await;
+    let root = client(&node, Some(ROOT_TOKEN));
+    root_token_works(&root).await;
+    let config = v1::StreamConfig { subjects: vec!["orders.>".into()], ..Default::default() };
+    root.create_stream("orders", config).await.expect("a stream");
+    let writer = v1::Grants { admin: true, ..grants(&[">"], &[">"], &[]) };
+    let ops = shedding(&node, &principal(&root, "acme/ops", writer.clone()).await);
+    let dev = shedding(&node, &principal(&root, "acme/dev", writer.clone()).await);
+    let carol = shedding(&node, &principal(&root, "carol", grants(&["orders.>"], &["orders.>"], &[])).await);
+    let config = v1::StreamConfig { subjects: vec!["orders.>".into()], ..Default::default() };
+    // The tenant's stream costs acme one command of its three.
+    ops.create_stream("orders", config).await.expect("the tenant's stream");
+    ops.publish(publish("orders.1")).await.expect("within the tenant's burst");
+    dev.publish(publish("orders.2")).await.expect("within the tenant's burst");
+    let refused = dev.publish(publish("orders.3")).await.expect_err("over the tenant's rate");
+    assert_eq!(refused.reason(), Some("RATE_LIMITED"), "{refused}");
+    assert!(refused.to_string().contains("tenant \"acme\""), "{refused}");
+    // A principal of the cell is not acme's, but every caller shares the cell's six: acme took three.
+    for n in 0..3 {
+        carol.publish(publish(&format!("orders.{n}"))).await.expect("within the cell's burst");
+    }
+    let refused = carol.publish(publish("orders.9")).await.expect_err("over the cell's rate");
+    assert!(refused.to_string().contains("the cell is over its rate"), "{refused}");
+    assert_eq!(root.stream_info("orders").await.expect("info").messages, 3, "the refused publishes wrote nothing");
+    assert_eq!(root.stream_info("acme/orders").await.expect("info").messages, 2);
+    root.publish(publish("orders.root")).await.expect("root is held to no rate");
     node.stop().await.expect("stops");
 }
 

@@ -45,6 +45,7 @@ fn config(id: u64, bootstrap: bool) -> NodeConfig {
         tls: None,
         limits: Limits::DEFAULT,
         mirrors: cellog_net::mirror::MirrorOptions::default(),
+        apply: cellog_raft::ApplyControl::default(),
     }
 }
 

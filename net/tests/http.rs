@@ -270,6 +270,7 @@ fn config(id: u64, addrs: &[(SocketAddr, SocketAddr, SocketAddr)]) -> NodeConfig
         tls: None,
         limits: cellog_net::Limits::DEFAULT,
         mirrors: cellog_net::mirror::MirrorOptions::default(),
+        apply: cellog_raft::ApplyControl::default(),
     }
 }
 

@@ -90,6 +90,7 @@ async fn cell_as(
         tls: None,
         limits: cellog_net::Limits::DEFAULT,
         mirrors: cellog_net::mirror::MirrorOptions::default(),
+        apply: cellog_raft::ApplyControl::default(),
     };
     let node = RunningNode::start(&config, SimDisk::new(7), Arc::new(SystemClock)).await.expect("the node starts");
     let options = ClientOptions { token: root_token.map(str::to_string), ..ClientOptions::default() };

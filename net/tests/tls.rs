@@ -114,6 +114,7 @@ async fn node_of(
         tls: Some(files),
         limits: cellog_net::Limits::DEFAULT,
         mirrors: cellog_net::mirror::MirrorOptions::default(),
+        apply: cellog_raft::ApplyControl::default(),
     };
     edit(&mut config);
     RunningNode::start(&config, SimDisk::new(id), Arc::new(SystemClock)).await.expect("the node starts")

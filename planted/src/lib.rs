@@ -87,6 +87,24 @@ pub enum Mutant {
     Canary,
 }
 
+/// A poisoned command: not a bug the sweep must find but a fault a scenario plants, a publish whose apply panics on
+/// every replica, to show the operator's way past it (`cellog node --halt-apply-at`, `--skip-entry`).
+pub mod poison {
+    use std::sync::Mutex;
+
+    static SUBJECT: Mutex<Option<String>> = Mutex::new(None);
+
+    /// Makes applying a publish to `subject` panic, or (`None`) no publish.
+    pub fn set(subject: Option<&str>) {
+        *SUBJECT.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = subject.map(str::to_string);
+    }
+
+    /// Whether applying a publish to `subject` panics.
+    pub fn hits(subject: &str) -> bool {
+        SUBJECT.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).as_deref() == Some(subject)
+    }
+}
+
 /// The switched-on mutant, as its index plus one (0: none).
 static ACTIVE: AtomicU32 = AtomicU32::new(0);
 

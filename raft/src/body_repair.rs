@@ -63,6 +63,11 @@ pub trait FetchBodies: Send + Sync + 'static {
 pub trait PeerBodies {
     /// A fetcher over the same transport, to keep after the network itself went to Raft.
     fn fetch_bodies(&self) -> Arc<dyn FetchBodies>;
+
+    /// A way to ask peers about founding over the same transport ([`crate::founding`]), if it has one.
+    fn ask_founding(&self) -> Option<Arc<dyn crate::founding::AskFounding>> {
+        None
+    }
 }
 
 /// Answers a peer's [`BodiesRequest`] from this node's bodies. A body this node cannot read is answered `None` and

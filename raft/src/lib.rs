@@ -26,9 +26,11 @@
 
 #![allow(clippy::result_large_err, reason = "openraft's storage and network traits fix their (large) error types")]
 
+pub mod apply_control;
 pub mod bodies;
 pub mod body_repair;
 pub mod format;
+pub mod founding;
 pub mod identity;
 pub mod log_store;
 pub mod membership;
@@ -44,6 +46,7 @@ pub mod timing;
 pub mod transition;
 pub mod types;
 
+pub use apply_control::ApplyControl;
 pub use bodies::{BodyError, StoredBodies};
 pub use format::{FormatCheck, STORE_FORMAT};
 pub use log_store::LogStore;

@@ -45,6 +45,8 @@ pub struct ClusterView {
     pub members: Vec<Member>,
     /// Whether it is catching up entries its storage lost.
     pub repairing: bool,
+    /// Where it stopped applying entries, as its operator asked (`--halt-apply-at`), once it did.
+    pub apply_halted_at: Option<u64>,
 }
 
 /// Why a membership change was not made.
@@ -106,9 +108,14 @@ impl<S: Storage + Clone> CellNode<S> {
             term: metrics.current_term,
             leader,
             last_log_index: metrics.last_log_index,
-            applied_index: metrics.last_applied.map(|log_id| log_id.index),
+            // Raft is told a halted entry is done; the replica stops before it.
+            applied_index: match self.halted_at() {
+                Some(halted_at) => halted_at.checked_sub(1),
+                None => metrics.last_applied.map(|log_id| log_id.index),
+            },
             members,
             repairing: self.is_repairing(),
+            apply_halted_at: self.halted_at(),
         }
     }
 

@@ -26,6 +26,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::body_repair::{BodiesAnswer, BodiesRequest, CALL_TIMEOUT, FetchBodies, PeerBodies};
+use crate::founding::{ASK_TIMEOUT, AskFounding, FoundingAnswer, FoundingRequest};
 pub use crate::identity::{CellId, CellIdentity};
 use crate::node::CellNode;
 use crate::storage::{Space, Storage, StorageError};
@@ -47,6 +48,8 @@ pub enum Rpc {
     Vote,
     /// Message bodies a node's disk damaged, asked of a peer ([`crate::body_repair`]).
     Bodies,
+    /// The founder of a new cell asks a founder whether it holds anything, or tells it to vote ([`crate::founding`]).
+    Founding,
 }
 
 /// One Raft message on the wire: a request, or the receiver's result.
@@ -206,6 +209,27 @@ impl<L: Links> FetchBodies for LinkBodies<L> {
 impl<L: Links + Clone> PeerBodies for Network<L> {
     fn fetch_bodies(&self) -> Arc<dyn FetchBodies> {
         Arc::new(LinkBodies { cell: self.cell.clone(), links: std::sync::Mutex::new(self.links.clone()) })
+    }
+
+    fn ask_founding(&self) -> Option<Arc<dyn AskFounding>> {
+        Some(Arc::new(LinkBodies { cell: self.cell.clone(), links: std::sync::Mutex::new(self.links.clone()) }))
+    }
+}
+
+impl<L: Links> AskFounding for LinkBodies<L> {
+    fn ask(
+        &self,
+        target: NodeId,
+        addrs: &NodeAddrs,
+        request: FoundingRequest,
+    ) -> BoxFuture<'static, Result<FoundingAnswer, String>> {
+        let mut link = self.links.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).link(target, addrs);
+        let cell = self.cell.clone();
+        Box::pin(async move {
+            let frame = frame_message(&cell, &request).map_err(|error| error.to_string())?;
+            let answer = link.call(Rpc::Founding, frame, ASK_TIMEOUT).await.map_err(|error| error.to_string())?;
+            unframe_message::<Result<FoundingAnswer, String>>(&cell, &answer).map_err(|error| error.to_string())?
+        })
     }
 }
 
@@ -396,6 +420,10 @@ impl<S: Storage + Clone> CellNode<S> {
             Rpc::Bodies => {
                 let request: BodiesRequest = unframe_message(cell, frame)?;
                 frame_message(cell, &self.answer_bodies(&request))
+            }
+            Rpc::Founding => {
+                let request: FoundingRequest = unframe_message(cell, frame)?;
+                frame_message(cell, &self.answer_founding(request).map_err(|error| error.to_string()))
             }
         };
         framed.map_err(AnswerError::Unencodable)

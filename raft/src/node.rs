@@ -15,6 +15,7 @@ use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 use openraft::network::RaftNetworkFactory;
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, VoteRequest, VoteResponse};
 
+use crate::apply_control::{ApplyControl, Applying, Halted};
 use crate::bodies::{BodyError, StoredBodies};
 use crate::body_repair::{self, BodiesAnswer, BodiesRequest, PeerBodies, Repairs};
 use crate::identity::{CellId, CellIdentity};
@@ -190,6 +191,12 @@ pub struct CellNode<S> {
     /// Set once the node's watchdog (the [`tick`] task), or applying as it panics, saw that it cannot go on (see
     /// [`CellNode::fatal`]).
     fatal_seen: Arc<watch::Sender<bool>>,
+    /// Where applying halted, as the operator asked, once it did.
+    halted: Halted,
+    /// The entry being applied: what a panic interrupted.
+    applying: Applying,
+    /// How the founder asks the other founders whether they hold anything ([`crate::founding`]).
+    pub(crate) ask_founding: Option<Arc<dyn crate::founding::AskFounding>>,
     /// The free-disk watermark: a write that grows the store is refused while its device has less free (0: none).
     min_free_bytes: AtomicU64,
     /// The free bytes last read from the store, and when (read again after [`FREE_BYTES_EVERY`]).
@@ -310,6 +317,10 @@ pub enum Past {
     /// acknowledged entries it no longer has, so it neither votes nor campaigns until it holds the log up to a commit
     /// index it learned from a leader.
     Member,
+    /// It is one of the cell's founders, and nothing says whether it was a member: if its storage is empty it may be
+    /// new, or have lost its disk together with what said it was a member. It repairs as a [`Past::Member`] does,
+    /// unless the cell's founder finds every founder holding nothing and tells it to vote (see [`crate::founding`]).
+    Founding,
 }
 
 /// A repair target that is not known yet: the node learns it from a leader (see [`Past::Member`]).
@@ -341,12 +352,13 @@ impl<S: Storage + Clone> CellNode<S> {
         N: RaftNetworkFactory<TypeConfig> + PeerBodies,
     {
         let identity = CellIdentity::new(config.cluster_name.as_str());
-        Self::start_with(id, config, storage, network, clock, Past::Unknown, identity).await
+        Self::start_with(id, config, storage, network, clock, Past::Unknown, identity, ApplyControl::default()).await
     }
 
     /// [`CellNode::start`], knowing what the node was (a member whose storage is empty lost its disk, and repairs, no
     /// vote and no campaign, until its log reaches a commit index a leader tells it) and sharing `identity` with the
-    /// node's network. The cell id the store holds is `identity`'s from the start.
+    /// node's network. The cell id the store holds is `identity`'s from the start. Entries are applied as `control`
+    /// says (see [`crate::apply_control`]).
     #[allow(clippy::too_many_arguments, reason = "each is a separate part the host provides")]
     pub async fn start_with<N>(
         id: NodeId,
@@ -356,14 +368,21 @@ impl<S: Storage + Clone> CellNode<S> {
         clock: Arc<dyn Clock>,
         past: Past,
         identity: CellIdentity,
+        control: ApplyControl,
     ) -> Result<Self, StartError>
     where
         N: RaftNetworkFactory<TypeConfig> + PeerBodies,
     {
         // The format first, so that the mark below does not make a new store look like an old, unmarked one.
         let format = crate::format::check_format(&storage)?;
-        if past == Past::Member && crate::format::holds_nothing_but_its_mark(&storage)? {
-            tracing::warn!(target: transition::TARGET, "lost disk: repairing from a leader before voting");
+        if past != Past::Unknown && crate::format::holds_nothing_but_its_mark(&storage)? {
+            if past == Past::Member {
+                tracing::warn!(target: transition::TARGET, "lost disk: repairing from a leader before voting");
+            } else {
+                tracing::info!(
+                    "an empty store: voting once the cell's founder finds every founder empty, or once repaired"
+                );
+            }
             let mut batch = Batch::new();
             let target = postcard::to_stdvec(&TARGET_FROM_LEADER).expect("encoding into memory does not fail");
             batch.put(Space::Meta, MetaKey::RepairTarget as u64, &target);
@@ -371,6 +390,14 @@ impl<S: Storage + Clone> CellNode<S> {
             storage.sync()?;
         }
         let (log_store, state_machine, mut recovery) = open_stores(storage.clone())?;
+        if let Some(index) = control.halt_at {
+            tracing::warn!(index, "applying stops at entry {index}, as asked (--halt-apply-at)");
+        }
+        for (index, term) in &control.skip {
+            tracing::warn!(index, term, "entry {index} (term {term}) is passed over, as asked (--skip-entry)");
+        }
+        let state_machine = state_machine.with_control(control);
+        let (halted, applying) = (state_machine.halted(), state_machine.applying());
         match (read_meta::<_, CellId>(&storage, MetaKey::CellId)?, identity.id()) {
             (Some(stored), Some(given)) if stored != given => return Err(StartError::WrongCellId { stored, given }),
             (Some(stored), _) => {
@@ -394,6 +421,7 @@ impl<S: Storage + Clone> CellNode<S> {
         };
         let log_sizes = log_store.sizes();
         let fetch = network.fetch_bodies();
+        let ask_founding = network.ask_founding();
         let raft = Raft::new(id, config, network, log_store, state_machine)
             .await
             .map_err(|error| StartError::Raft(error.to_string()))?;
@@ -416,7 +444,11 @@ impl<S: Storage + Clone> CellNode<S> {
         let learned_commit = Arc::new(AtomicU64::new(0));
         let stopped = Arc::new(AtomicBool::new(false));
         if let Some(target) = recovery.repair_target {
-            if target == TARGET_FROM_LEADER {
+            if target == TARGET_FROM_LEADER && past == Past::Founding {
+                tracing::info!(
+                    "repairing until a leader's commit index, or until the founder finds every founder empty"
+                );
+            } else if target == TARGET_FROM_LEADER {
                 tracing::info!(target: transition::TARGET, "repairing until a leader's commit index");
             } else {
                 tracing::info!(target: transition::TARGET, until = target, "repairing");
@@ -426,7 +458,11 @@ impl<S: Storage + Clone> CellNode<S> {
             let (learned_commit, stopped) = (learned_commit.clone(), stopped.clone());
             tokio::spawn(async move {
                 loop {
-                    if stopped.load(Ordering::Acquire) || raft.metrics().borrow().running_state.is_err() {
+                    // Told to vote by the cell's founder, it repairs no more (see `crate::founding`).
+                    if stopped.load(Ordering::Acquire)
+                        || !repairing.load(Ordering::Acquire)
+                        || raft.metrics().borrow().running_state.is_err()
+                    {
                         return;
                     }
                     let goal = repair_goal(target, learned_commit.load(Ordering::Acquire).checked_sub(1));
@@ -438,7 +474,10 @@ impl<S: Storage + Clone> CellNode<S> {
                     }
                     tokio::time::sleep(REPAIR_POLL).await;
                 }
-                if !stopped.load(Ordering::Acquire) && clear_repair_target(&storage).is_ok() {
+                if !stopped.load(Ordering::Acquire)
+                    && repairing.load(Ordering::Acquire)
+                    && clear_repair_target(&storage).is_ok()
+                {
                     tracing::info!(target: transition::TARGET, "repaired");
                     repairing.store(false, Ordering::Release);
                     raft.runtime_config().elect(true);
@@ -455,7 +494,7 @@ impl<S: Storage + Clone> CellNode<S> {
         tokio::spawn(keep_log_within(raft.clone(), log_sizes, budgets, stopped.clone()));
         let (proposals, queue) = mpsc::channel(PROPOSAL_QUEUE);
         let clock = Arc::new(CellClock::new(clock));
-        let watchdog = Watchdog { replica: replica.clone(), seen: fatal_seen.clone() };
+        let watchdog = Watchdog { replica: replica.clone(), seen: fatal_seen.clone(), halted: halted.clone() };
         tokio::spawn(tick(raft.clone(), watchdog, clock.clone(), stopped.clone(), proposals.clone()));
         #[cfg(madsim)]
         tokio::spawn(pack_proposals(raft.clone(), queue, replica.clone()));
@@ -482,6 +521,9 @@ impl<S: Storage + Clone> CellNode<S> {
             identity,
             fatal_seen,
             applied,
+            halted,
+            applying,
+            ask_founding,
         })
     }
 
@@ -559,6 +601,19 @@ impl<S: Storage + Clone> CellNode<S> {
         }
     }
 
+    /// Where this node stopped applying entries, as its operator asked (see [`crate::apply_control`]), once it did.
+    pub fn halted_at(&self) -> Option<u64> {
+        self.halted.at()
+    }
+
+    /// Refuses what needs the replica to keep up with the log, once applying halted.
+    fn check_applying(&self) -> Result<(), ProposeError> {
+        match self.halted.at() {
+            Some(index) => Err(ProposeError::ApplyHalted { index }),
+            None => Ok(()),
+        }
+    }
+
     /// Whether this node leads the cell now (as far as it knows).
     pub fn is_leader(&self) -> bool {
         self.raft.metrics().borrow().state.is_leader()
@@ -567,6 +622,27 @@ impl<S: Storage + Clone> CellNode<S> {
     /// Whether the node is still getting back log entries it lost, and so must not vote or campaign.
     pub fn is_repairing(&self) -> bool {
         self.repairing.load(Ordering::Acquire)
+    }
+
+    /// Ends repairing before a leader has caught the node up: only when it holds nothing and no node of the cell
+    /// holds anything either (see [`crate::founding`]).
+    pub(crate) fn stop_repairing(&self, why: &str) -> Result<(), StorageError> {
+        if self.repairing.swap(false, Ordering::AcqRel) {
+            clear_repair_target(&self.storage)?;
+            tracing::info!("voting: {why}");
+            self.raft.runtime_config().elect(true);
+        }
+        Ok(())
+    }
+
+    /// The term this node knows (0 until an election).
+    pub(crate) fn current_term(&self) -> u64 {
+        self.raft.metrics().borrow().current_term
+    }
+
+    /// Whether the node was asked to stop.
+    pub(crate) fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
     }
 
     /// Takes log entries (or a heartbeat) from a leader. A repairing node learns the leader's commit index from it:
@@ -621,6 +697,7 @@ impl<S: Storage + Clone> CellNode<S> {
             Err(rejection) => return Ok(Answer::ready(Ok(Err(rejection)))),
         };
         // Refused here, a command certainly never reaches the log; refused by Raft, it might have.
+        self.check_applying()?;
         if !self.is_leader() {
             return Err(ProposeError::NotLeader { leader: self.leader() });
         }
@@ -663,6 +740,7 @@ impl<S: Storage + Clone> CellNode<S> {
         if groups.is_empty() {
             return Ok(answers);
         }
+        self.check_applying()?;
         if !self.is_leader() {
             return Err(ProposeError::NotLeader { leader: self.leader() });
         }
@@ -711,6 +789,8 @@ impl<S: Storage + Clone> CellNode<S> {
     /// Waits until this node knows it leads and has applied everything committed before the call, so that a read of
     /// its replica afterwards sees every write acknowledged before it (a linearizable read).
     pub async fn read_barrier(&self) -> Result<(), ProposeError> {
+        // A halted node's replica stops short of what it has committed: no read from it sees every write.
+        self.check_applying()?;
         match self.raft.ensure_linearizable().await {
             Ok(_) => Ok(()),
             Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward))) => {
@@ -759,7 +839,10 @@ impl<S: Storage + Clone> CellNode<S> {
     /// stops on the error). `None` while the node runs, and after a shutdown it was asked for.
     pub fn fatal(&self) -> Option<String> {
         if self.replica.is_poisoned() {
-            return Some(Interrupted.to_string());
+            return Some(match self.applying.get() {
+                Some(log_id) => format!("{}: {}", Interrupted, crate::apply_control::panicked_at(&log_id)),
+                None => Interrupted.to_string(),
+            });
         }
         // Raft first, then whether a shutdown was asked for: a shutdown sets `stopped` before it stops Raft.
         let metrics = self.raft.metrics();
@@ -909,6 +992,8 @@ async fn keep_log_within(raft: Raft, sizes: LogSizes, budgets: LogBudgets, stopp
 struct Watchdog {
     replica: Arc<Mutex<Replica>>,
     seen: Arc<watch::Sender<bool>>,
+    /// Where applying halted: a halted leader proposes no ticks, which would only lengthen a log it does not apply.
+    halted: Halted,
 }
 
 /// A panic in the watching task itself (it holds the replica at times) ends the watch: it raises the alarm as it goes.
@@ -956,6 +1041,10 @@ async fn tick(
         let now = clock.now(last_at);
         let idle_until = Millis(last_at.0.saturating_add(IDLE_TICK_MS));
         let deadline = Some(deadline.map_or(idle_until, |deadline| deadline.min(idle_until)));
+        if watchdog.halted.at().is_some() {
+            tokio::time::sleep(TICK_POLL).await;
+            continue;
+        }
         let due = deadline.is_some_and(|deadline| deadline <= now);
         if !due || !raft.metrics().borrow().state.is_leader() {
             let wait = deadline.map_or(TICK_POLL, |d| Duration::from_millis(d.since(now)).min(TICK_POLL));
@@ -1027,6 +1116,8 @@ async fn pack_proposals(raft: Raft, mut queue: mpsc::Receiver<Proposal>, #[cfg(m
                 Err(fatal) => proposers.fail(ProposeError::Raft(fatal)),
                 Ok(Ok(Ok(response))) => match response.data {
                     Response::Applied(results) => proposers.answer(results),
+                    Response::Halted { index } => proposers.fail(ProposeError::halted_in_log(index)),
+                    Response::Skipped { index, term } => proposers.fail(ProposeError::EntrySkipped { index, term }),
                     other => proposers
                         .fail(ProposeError::Raft(format!("{n_commands} commands were answered with {other:?}"))),
                 },

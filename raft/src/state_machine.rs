@@ -19,13 +19,14 @@ use openraft::{
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, watch};
 
+use crate::apply_control::{self, ApplyControl, Applying, Fate, Halted};
 use crate::bodies::{self, BodyError, BodyReadError, BodyWork, Need, StoredBodies};
 use crate::runtime::{id_key, off_the_workers};
 use crate::snapshot_transfer::{Incoming, Outgoing, SnapshotData};
 use crate::storage::{Batch, MetaKey, Space, Storage, StorageError};
 use crate::stored_snapshot::{self, SNAPSHOT_CHUNK_BYTES};
 use crate::transition;
-use crate::types::{Entry, LogId, NodeAddrs, NodeId, RaftStorageError, Response, TypeConfig};
+use crate::types::{Entry, LogId, NodeAddrs, NodeId, ProposeError, RaftStorageError, Response, TypeConfig};
 
 /// A panic interrupted applying entries on this node: its replica may hold part of an entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -191,15 +192,37 @@ pub(crate) fn stored_last_applied<S: Storage>(storage: &S) -> Result<Option<LogI
 }
 
 /// Wakes the node's [`crate::CellNode::wait_fatal`] when applying (or installing a snapshot) panics: the replica is
-/// poisoned then, and the task that applied (and whoever awaits it) is gone, so nothing else might look again.
+/// poisoned then, and the task that applied (and whoever awaits it) is gone, so nothing else might look again. It
+/// names the entry that panicked, if one did, for the operator ([`crate::apply_control`]).
 /// Declared before the replica's guard, it drops after it: the replica is poisoned by the time the alarm rings.
-struct PanicAlarm<'a>(&'a watch::Sender<bool>);
+struct PanicAlarm<'a> {
+    seen: &'a watch::Sender<bool>,
+    applying: Option<&'a Applying>,
+}
 
 impl Drop for PanicAlarm<'_> {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            self.0.send_replace(true);
+            if let Some(log_id) = self.applying.and_then(Applying::get) {
+                let (index, term) = (log_id.index, log_id.leader_id.term);
+                tracing::error!(target: transition::TARGET, index, term, "apply-panicked");
+                tracing::error!("{}", apply_control::panicked_at(&log_id));
+            }
+            self.seen.send_replace(true);
         }
+    }
+}
+
+/// Panics on a publish to the poisoned subject (see `cellog_planted::poison`), as a caller's command would whose
+/// apply has a bug.
+#[cfg(madsim)]
+fn poisoned(command: &Command) {
+    match command {
+        Command::Publish(publish) if cellog_planted::poison::hits(&publish.subject) => {
+            panic!("a poisoned command: applying it panics on every replica")
+        }
+        Command::As { command, .. } => poisoned(command),
+        _ => {}
     }
 }
 
@@ -230,6 +253,12 @@ pub struct StateMachineStore<S> {
     /// The serials of the certificates the applied state revokes: what the node's doors check on every call without
     /// waiting on the replica (which applying holds).
     revoked: Revoked,
+    /// What the operator said about entries to halt at or pass over.
+    control: Arc<ApplyControl>,
+    /// Where applying halted, once it did.
+    halted: Halted,
+    /// The entry being applied.
+    applying: Applying,
 }
 
 /// The serials of revoked certificates, as the applied state last had them; replaced whole, read without waiting.
@@ -289,7 +318,26 @@ impl<S: Storage + Clone> StateMachineStore<S> {
             fatal_seen,
             snapshot_bytes,
             revoked,
+            control: Arc::default(),
+            halted: Halted::default(),
+            applying: Applying::default(),
         })
+    }
+
+    /// The same, applying entries as the operator says (see [`crate::apply_control`]). Given before Raft starts: it
+    /// applies the committed log as it starts.
+    pub fn with_control(self, control: ApplyControl) -> Self {
+        StateMachineStore { control: Arc::new(control), ..self }
+    }
+
+    /// Where applying halted, once it did.
+    pub fn halted(&self) -> Halted {
+        self.halted.clone()
+    }
+
+    /// The entry being applied, if applying is under way (or a panic interrupted it).
+    pub(crate) fn applying(&self) -> Applying {
+        self.applying.clone()
     }
 
     fn take_initial_meta(&self) -> Option<SnapshotMeta<NodeId, NodeAddrs>> {
@@ -434,15 +482,55 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let _alarm = PanicAlarm(&self.fatal_seen);
+        let _alarm = PanicAlarm { seen: &self.fatal_seen, applying: Some(&self.applying) };
         let mut replica = self.lock();
         let replica = &mut *replica;
         let mut work = BodyWork::default();
         let mut responses = Vec::new();
         // The answers for proposers waiting on this node, sent once the entries' bodies are written.
         let mut answers = Vec::new();
+        // The proposers of entries not applied, and why.
+        let mut unapplied = Vec::new();
         for entry in entries {
+            let fate = match (&entry.payload, self.control.fate(&entry.log_id)) {
+                // Only commands can be passed over; a blank or membership entry runs no command.
+                (EntryPayload::Blank | EntryPayload::Membership(_), Fate::Skip) => Fate::Apply,
+                (_, fate) => fate,
+            };
+            let (index, term) = (entry.log_id.index, entry.log_id.leader_id.term);
+            if fate == Fate::Halt {
+                // Not applied, nor is anything after it: the replica stays as it was before the halt, and openraft,
+                // told the entry is done, goes on replicating the log. Restarted without the halt, the node applies it.
+                if self.halted.at().is_none() {
+                    tracing::warn!(target: transition::TARGET, index, "apply-halted");
+                }
+                self.halted.set(index);
+                let halt_at = self.halted.at().unwrap_or(index);
+                if let EntryPayload::Normal(request) = &entry.payload
+                    && let Some(proposers) = request.waiting.take()
+                {
+                    unapplied.push((proposers, ProposeError::halted_in_log(halt_at)));
+                }
+                responses.push(Response::Halted { index: halt_at });
+                continue;
+            }
             replica.last_applied = Some(entry.log_id);
+            if fate == Fate::Skip {
+                tracing::warn!(target: transition::TARGET, index, term, "entry-skipped");
+                let response = match &entry.payload {
+                    EntryPayload::Normal(request) => match request.waiting.take() {
+                        Some(proposers) => {
+                            unapplied.push((proposers, ProposeError::EntrySkipped { index, term }));
+                            Response::Answered
+                        }
+                        None => Response::Skipped { index, term },
+                    },
+                    _ => Response::Empty,
+                };
+                responses.push(response);
+                continue;
+            }
+            self.applying.set(Some(entry.log_id));
             let traced = transition::tracing_entries();
             // Transitions, collected only to be traced; body work goes to `work` as each command's effects drain.
             let mut transitions: Vec<Effect> = Vec::new();
@@ -454,6 +542,8 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
                         if traced { request.commands.iter().map(Command::kind).collect() } else { Vec::new() };
                     let mut results = Vec::with_capacity(request.commands.len());
                     for command in request.commands {
+                        #[cfg(madsim)]
+                        poisoned(&command);
                         let result = replica.cell.apply(request.at, command);
                         if matches!(result, Ok(Outcome::CertificateRevoked { revoked: true })) {
                             self.revoked.follow(&replica.cell);
@@ -489,12 +579,16 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
             }
             responses.push(response);
         }
+        self.applying.set(None);
         // Written while the replica is held, so a snapshot taken of this state finds its bodies written (and makes
         // them durable before it is stored). Not durable here: the log holds these bodies until a snapshot covers
         // them (see `crate::bodies`).
         self.bodies.write(work).map_err(state_error)?;
         for (proposers, results) in answers {
             proposers.answer(results);
+        }
+        for (proposers, error) in unapplied {
+            proposers.fail(error);
         }
         self.applied.notify_waiters();
         Ok(responses)
@@ -536,7 +630,7 @@ impl<S: Storage + Clone> StateMachineStore<S> {
         meta: &SnapshotMeta<NodeId, NodeAddrs>,
         snapshot: Box<SnapshotData>,
     ) -> Result<(), RaftStorageError> {
-        let _alarm = PanicAlarm(&self.fatal_seen);
+        let _alarm = PanicAlarm { seen: &self.fatal_seen, applying: None };
         self.take_initial_meta();
         // openraft installs only a stream that ended whole: the receiver checked every body as it arrived, and wrote
         // it. A stream handed over within the process (openraft's storage suite does that) is received here.
@@ -617,11 +711,11 @@ mod tests {
     fn a_panic_while_applying_raises_the_alarm_and_a_return_does_not() {
         let seen = watch::Sender::new(false);
         {
-            let _alarm = PanicAlarm(&seen);
+            let _alarm = PanicAlarm { seen: &seen, applying: None };
         }
         assert!(!*seen.borrow(), "applying returned");
         let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let _alarm = PanicAlarm(&seen);
+            let _alarm = PanicAlarm { seen: &seen, applying: None };
             panic!("applying went wrong");
         }));
         assert!(panicked.is_err());

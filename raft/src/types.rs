@@ -133,6 +133,18 @@ pub enum Response {
     Applied(Vec<Result<Outcome, Rejection>>),
     /// The cell's answers went to the proposers waiting on this node as the entry was applied (see [`Waiting`]).
     Answered,
+    /// Not applied: this node halted applying at `index`, as its operator asked ([`crate::apply_control`]).
+    Halted {
+        /// The first index not applied.
+        index: u64,
+    },
+    /// Passed over as the operator asked: none of its commands was applied ([`crate::apply_control`]).
+    Skipped {
+        /// The entry's index.
+        index: u64,
+        /// The entry's term.
+        term: u64,
+    },
 }
 
 openraft::declare_raft_types!(
@@ -187,6 +199,39 @@ pub enum ProposeError {
         /// The watermark.
         min: u64,
     },
+    /// This node stopped applying entries at `index`, as its operator asked (`--halt-apply-at`): it takes no write
+    /// and no linearizable read until it is restarted without the halt. Refused before the log: nothing was written.
+    #[error(
+        "this node stopped applying at entry {index}, as its operator asked (--halt-apply-at); it takes no write \
+         and no linearizable read until it restarts without the halt; nothing was written"
+    )]
+    ApplyHalted {
+        /// The first index not applied.
+        index: u64,
+    },
+    /// The entry holding the command was passed over, as the operator asked (`--skip-entry`): the command was not
+    /// applied, and is not.
+    #[error(
+        "entry {index} (term {term}) was passed over, as the operator asked (--skip-entry); its commands were not \
+         applied"
+    )]
+    EntrySkipped {
+        /// The entry's index.
+        index: u64,
+        /// The entry's term.
+        term: u64,
+    },
+}
+
+impl ProposeError {
+    /// A command whose entry reached the log of a node that halted before it: it is applied once the node restarts
+    /// without the halt (unless that entry is passed over), so its outcome is unknown.
+    pub(crate) fn halted_in_log(index: u64) -> Self {
+        ProposeError::Raft(format!(
+            "this node stopped applying at entry {index}, as its operator asked (--halt-apply-at); the command is in \
+             the log, and is applied once the node restarts without the halt"
+        ))
+    }
 }
 
 /// A proposal's answer: the cell's, or why there is none.

@@ -63,6 +63,8 @@ struct SimNode {
     clock: SimClock,
     handle: NodeHandle,
     config: NodeConfig,
+    /// What the node is given about the entries it applies at its next start (see [`NodeCtl::set_apply`]).
+    apply: Arc<Mutex<cellog_raft::ApplyControl>>,
     up: bool,
 }
 
@@ -186,6 +188,7 @@ fn config(
         tls: None,
         limits: cellog_net::Limits::DEFAULT,
         mirrors: sim_mirrors(),
+        apply: cellog_raft::ApplyControl::default(),
     }
 }
 
@@ -320,7 +323,9 @@ impl Cluster {
     fn start_node(&mut self, id: SimNodeId, config: NodeConfig) {
         let disk = SimDisk::new(self.seeds.disk(id));
         let clock = SimClock::default();
-        let (init_config, init_disk, init_clock) = (config.clone(), disk.clone(), clock.clone());
+        let apply = Arc::new(Mutex::new(config.apply.clone()));
+        let (init_config, init_disk, init_clock, init_apply) =
+            (config.clone(), disk.clone(), clock.clone(), apply.clone());
         let handle = self
             .handle
             .create_node()
@@ -331,7 +336,8 @@ impl Cluster {
             // go on exits the same way, reported as an exit (see `trace::Exit`).
             .restart_on_panic()
             .init(move || {
-                let (config, disk, clock) = (init_config.clone(), init_disk.clone(), init_clock.clone());
+                let (mut config, disk, clock) = (init_config.clone(), init_disk.clone(), init_clock.clone());
+                config.apply = init_apply.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
                 // A new process opens the store afresh, whatever made the last one fail.
                 disk.reopen();
                 async move {
@@ -349,7 +355,7 @@ impl Cluster {
             })
             .build();
         let sampled = config.cell == self.main_cell;
-        self.nodes.insert(id, SimNode { cell: config.cell.clone(), disk, clock, handle, config, up: true });
+        self.nodes.insert(id, SimNode { cell: config.cell.clone(), disk, clock, handle, config, apply, up: true });
         if sampled {
             // A sample must not wait out a partition: an unanswered read is skipped and tried at the next round.
             let options = ClientOptions {
@@ -962,6 +968,17 @@ impl NodeCtl<'_> {
         self.cluster.handle.kill(machine);
     }
 
+    /// The node's machine loses power and its data directory is lost whole: it comes back on an empty disk, with
+    /// nothing to say it was a member.
+    pub fn lose_disk(mut self) {
+        trace::harness(Some(self.id), "lose-disk", "");
+        let node = self.state();
+        node.up = false;
+        node.disk.lose_everything();
+        let machine = node.handle.id();
+        self.cluster.handle.kill(machine);
+    }
+
     /// The node starts again on its disk.
     pub fn restart(mut self) {
         trace::harness(Some(self.id), "restart", "");
@@ -983,6 +1000,13 @@ impl NodeCtl<'_> {
         trace::harness(Some(self.id), "resume", "");
         let machine = self.state().handle.id();
         self.cluster.handle.resume(machine);
+    }
+
+    /// What the node is told about the entries it applies, from its next start on (as an operator restarts it with
+    /// `--halt-apply-at` or `--skip-entry`).
+    pub fn set_apply(mut self, control: cellog_raft::ApplyControl) {
+        trace::harness(Some(self.id), "set-apply", &format!("{control:?}"));
+        *self.state().apply.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = control;
     }
 
     /// The node's clock jumps by `by_ms` milliseconds (backwards when negative).

@@ -51,15 +51,20 @@ pub const LEGEND: &str = "\
 #                  1 to 10 s later (as a supervisor restarts a process that exits), and the run fails
 #   exited         a node's process exited, as `cellog node` does when the node cannot go on (`reason`): it starts
 #                  again on its disk 1 to 10 s later, as a supervisor restarts it
+#   apply-panicked applying the entry at `index` in `term` panicked (the node's replica is interrupted)
+#   apply-halted   a node stopped applying at `index`, as its operator asked (--halt-apply-at)
+#   entry-skipped  a node passed over the entry at `index` in `term`, as its operator asked (--skip-entry)
 #   refused        a node refused a client's command before proposing it (its credential or its principal's grants):
 #                  command kind, reason, detail; nothing reached the log
 # what the harness does, on the lane of the node it hits:
 #   crash          the node's process dies; its disk keeps what its page cache held
 #   power-off      the node loses power; its disk keeps only what was synced
+#   lose-disk      the node loses power and its whole data directory: it restarts on an empty disk
 #   restart        the node starts again on its disk
 #   pause, resume  the node's process stops being scheduled, and goes on
 #   clock-jump     the node's clock moves by `by` milliseconds
 #   disk-faults    the node's disk starts failing at the given rates (parts per million)
+#   set-apply      what the node is told about the entries it applies at its next start (halt, skip)
 #   partition, one-way, isolate, heal, network   links cut (both ways or one), and restored; network loss and latency
 #   add-node, remove-node                         a membership change through the client API
 #   read           what a scenario read back, e.g. the sender the cell stamped on a message

@@ -854,3 +854,151 @@ async fn a_partitioned_member_comes_back_with_a_stale_generation() {
     );
     cluster.converge().await;
 }
+
+/// A publish to `subject` without an id, outside the history.
+fn raw(subject: &str) -> v1::PublishRequest {
+    v1::PublishRequest {
+        subject: subject.to_string(),
+        payload: Bytes::from_static(b"raw"),
+        ..v1::PublishRequest::default()
+    }
+}
+
+/// The (index, term) of the entry whose apply panicked, as every node's trace line names it; `None` until one did.
+fn panicked_entry(cluster: &Cluster) -> Option<(u64, u64)> {
+    let field = |line: &str, name: &str| {
+        line.split_whitespace().find_map(|word| word.strip_prefix(name)?.strip_prefix('=')?.parse::<u64>().ok())
+    };
+    let entries: BTreeSet<(u64, u64)> = cluster
+        .trace()
+        .lines()
+        .iter()
+        .filter(|line| line.split_whitespace().nth(2) == Some("apply-panicked"))
+        .filter_map(|line| field(line, "index").zip(field(line, "term")))
+        .collect();
+    assert!(entries.len() <= 1, "every node panics at the same entry: {entries:?}");
+    entries.into_iter().next()
+}
+
+/// Gives every node of the cell `control` for its next start, as an operator changes each node's flags.
+fn set_apply_all(cluster: &mut Cluster, control: &cellog_raft::ApplyControl) {
+    for id in cluster.ids() {
+        cluster.node(id).set_apply(control.clone());
+    }
+}
+
+/// A command whose apply panics panics on every replica at the same entry, and each node restarts into the same
+/// panic. The operator's way out: restart every node with `--halt-apply-at` (the cell elects, serves what it applied
+/// before the entry, and refuses writes as APPLY_HALTED), then with `--skip-entry` (the entry is passed over on every
+/// node; the cell takes writes again, every acknowledged message is kept, and the replicas agree).
+#[madsim::test]
+async fn an_entry_that_panics_on_every_replica_is_halted_at_then_passed_over() {
+    cellog_planted::poison::set(None);
+    let mut cluster = Cluster::new(3);
+    setup(&cluster).await;
+    cluster.on_client(publish_one_by_one(Producer::new(&cluster, "p1"), "before", 20)).await;
+
+    cellog_planted::poison::set(Some("orders.poison"));
+    let client = cluster.client_with(|options| options.retry_for = Duration::from_secs(3));
+    let poisoned = cluster.spawn_on_client(async move { client.publish(raw("orders.poison")).await });
+    let mut waited = Duration::ZERO;
+    let entry = loop {
+        let panicked: BTreeSet<String> = cluster
+            .node_panics()
+            .iter()
+            .filter(|line| line.contains("a poisoned command"))
+            .filter_map(|line| line.split_whitespace().nth(1).map(str::to_string))
+            .collect();
+        if panicked.len() == 3 {
+            break panicked_entry(&cluster).expect("the panic names its entry");
+        }
+        assert!(waited < Duration::from_secs(120), "every node panics on the entry; so far {panicked:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        waited += Duration::from_millis(500);
+    };
+    assert!(poisoned.await.expect("the publisher ends").is_err(), "the poisoned publish is never acknowledged");
+    let (index, term) = entry;
+
+    // Halted: each node's supervisor restarts it (1 to 10 s after its last panic) with the flag; the cell is up and
+    // serves what it applied before the entry, and takes no write.
+    set_apply_all(&mut cluster, &cellog_raft::ApplyControl { halt_at: Some(index), ..Default::default() });
+    for id in cluster.ids() {
+        // Each node halts once it learns the entry is committed.
+        let mut waited = Duration::ZERO;
+        loop {
+            let client = cluster.client_of(id);
+            let status = cluster.on_client(async move { client.cluster_status().await }).await;
+            if let Ok(status) = &status
+                && status.apply_halted_at == Some(index)
+            {
+                assert_eq!(status.applied_index, Some(index - 1), "node {id} applied everything before the entry");
+                break;
+            }
+            assert!(waited < Duration::from_secs(60), "node {id} reports where it halted: {status:?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            waited += Duration::from_millis(200);
+        }
+        let held = cluster.messages_on(id, STREAM, PARTITIONS).await;
+        assert_eq!(held.len(), 20, "node {id} serves every message applied before the halt");
+    }
+    let client = cluster.client_with(|options| options.retry_for = Duration::from_secs(2));
+    let refused = cluster
+        .on_client(async move { client.publish(raw("orders.1")).await })
+        .await
+        .expect_err("a halted cell takes no write");
+    assert_eq!(refused.reason(), Some("APPLY_HALTED"), "{refused}");
+    assert!(refused.to_string().contains(&format!("entry {index}")), "{refused}");
+
+    // Writes go on, nothing acknowledged is lost, the poisoned message is nowhere.
+    // Passed over: the operator restarts each node (none is panicking now) with the other flag.
+    let skip = BTreeSet::from([(index, term)]);
+    set_apply_all(&mut cluster, &cellog_raft::ApplyControl { halt_at: None, skip });
+    for id in cluster.ids() {
+        cluster.node(id).crash();
+        cluster.node(id).restart();
+    }
+    cluster.wait_leader().await;
+    cluster.on_client(publish_one_by_one(Producer::new(&cluster, "p2"), "after", 10)).await;
+    let stored = check(&cluster).await;
+    assert_eq!(stored.len(), 30, "every acknowledged message once");
+    for id in cluster.ids() {
+        let held = cluster.messages_on(id, STREAM, PARTITIONS).await;
+        assert!(held.iter().all(|message| message.subject != "orders.poison"), "node {id} passed over the entry");
+    }
+    let skipped = cluster.trace().lines().iter().filter(|line| line.contains("entry-skipped")).count();
+    assert!(skipped >= 3, "each node says it passed over the entry ({skipped})");
+    cellog_planted::poison::set(None);
+}
+
+/// A node whose whole data directory is lost (nothing left says it was a member) comes back unable to vote until a
+/// leader has caught it up. Here the only other node running missed the acknowledged messages: were the empty node
+/// to vote for it, it would lead, and the messages would be cut from the log of the node that held them when it came
+/// back. Instead no leader is elected until that node returns, and nothing acknowledged is lost.
+#[madsim::test]
+async fn a_node_that_lost_its_whole_data_directory_does_not_vote_until_repaired() {
+    let mut cluster = Cluster::new(3);
+    setup(&cluster).await;
+    let leader = cluster.wait_leader().await;
+    let others: Vec<_> = cluster.ids().into_iter().filter(|&id| id != leader).collect();
+    let (behind, lost) = (others[0], others[1]);
+    cluster.isolate(behind);
+    cluster.on_client(publish_one_by_one(Producer::new(&cluster, "p1"), "acked", 20)).await;
+
+    cluster.node(lost).lose_disk();
+    cluster.node(leader).crash();
+    cluster.heal();
+    cluster.node(lost).restart();
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    for id in [behind, lost] {
+        let client = cluster.client_of(id);
+        let status = cluster.on_client(async move { client.cluster_status().await }).await.expect("a status");
+        assert_ne!(status.state, "Leader", "node {id} leads without the acknowledged messages");
+        if id == lost {
+            assert!(status.repairing, "the node that lost its data waits for a leader before it votes");
+        }
+    }
+
+    cluster.node(leader).restart();
+    let stored = check(&cluster).await;
+    assert_eq!(stored.len(), 20, "every acknowledged message, on every node");
+}

@@ -45,6 +45,9 @@ fn print_status(status: &v1::ClusterStatusResponse) {
         status.leader_id.map_or("unknown".to_string(), |id| format!("node {id} at {}", status.leader_addr)),
         if status.repairing { " (repairing: catching up lost entries)" } else { "" }
     );
+    if let Some(index) = status.apply_halted_at {
+        println!("  applying halted at entry {index}, as asked (--halt-apply-at): no writes, no linearizable reads");
+    }
     let index = |index: Option<u64>| index.map_or("none".to_string(), |index| index.to_string());
     // A membership change answers without the digest (only `cluster status` asks for it).
     let digest =

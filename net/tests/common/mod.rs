@@ -63,6 +63,7 @@ pub async fn one_node_on(cell: &str, disk: SimDisk) -> (RunningNode<SimDisk>, Cl
         tls: None,
         limits: cellog_net::Limits::DEFAULT,
         mirrors: cellog_net::mirror::MirrorOptions::default(),
+        apply: cellog_raft::ApplyControl::default(),
     };
     let node = RunningNode::start(&config, disk, Arc::new(SystemClock)).await.expect("the node starts");
     let client = Client::new([node.client_addr.to_string()], ClientOptions::default()).expect("a client");

@@ -210,6 +210,16 @@ impl SimDisk {
         state.fail_next = false;
     }
 
+    /// The disk is replaced by an empty one: a data directory lost whole, with everything that said what the node was.
+    pub fn lose_everything(&self) {
+        let mut state = self.lock();
+        state.durable = Records::new();
+        state.view = Records::new();
+        state.unsynced = Unsynced::default();
+        state.poisoned = false;
+        state.fail_next = false;
+    }
+
     /// Flips one bit of a stored record, durably. Returns whether the record exists.
     pub fn flip_bit(&self, space: Space, key: u64, bit: usize) -> bool {
         let mut state = self.lock();

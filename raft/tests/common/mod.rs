@@ -179,7 +179,9 @@ impl TestCell {
         let network = NodeNetwork { router: self.router.clone(), from: id };
         let clock = Arc::new(cellog_raft::SystemClock);
         let identity = cellog_raft::network::CellIdentity::new("test");
-        let node = CellNode::start_with(id, self.config.clone(), disk, network, clock, past, identity).await;
+        let node =
+            CellNode::start_with(id, self.config.clone(), disk, network, clock, past, identity, Default::default())
+                .await;
         let node = Arc::new(node.expect("the node starts"));
         self.router.nodes.lock().unwrap().insert(id, node.clone());
         node
@@ -255,7 +257,11 @@ impl TestCell {
                     Err(
                         ProposeError::NotLeader { .. } | ProposeError::LeaderChanged { .. } | ProposeError::Raft(_),
                     ) => continue,
-                    Err(error @ ProposeError::StorageFull { .. }) => panic!("{error}"),
+                    Err(
+                        error @ (ProposeError::StorageFull { .. }
+                        | ProposeError::ApplyHalted { .. }
+                        | ProposeError::EntrySkipped { .. }),
+                    ) => panic!("{error}"),
                 }
             }
             assert!(tokio::time::Instant::now() < deadline, "no leader took {command:?}");
