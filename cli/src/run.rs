@@ -155,8 +155,9 @@ pub struct NodeArgs {
     /// characters).
     #[arg(long, env = "CELLOG_ROOT_TOKEN_FILE")]
     root_token_file: Option<PathBuf>,
-    /// A file holding the token this node's mirrors present to their sources' cells (a cluster admin's there); the
-    /// node's CA (--tls-ca) verifies those cells' nodes.
+    /// A file holding the token this node's mirrors present to their sources' cells (a principal's there with a
+    /// mirror grant on each stream mirrored: `cellog auth principal mirror`); the node's CA (--tls-ca) verifies those
+    /// cells' nodes.
     #[arg(long, env = "CELLOG_MIRROR_TOKEN_FILE")]
     mirror_token_file: Option<PathBuf>,
     /// The cell CA's certificate (PEM; with --tls-cert and --tls-key): mutual TLS on the client and peer ports.

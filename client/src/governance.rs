@@ -25,6 +25,13 @@ impl Client {
         Ok(response.certificates)
     }
 
+    /// Replaces the streams (stored names) `principal` may mirror; none takes the grant away. Cluster admin.
+    pub async fn grant_mirror(&self, principal: &str, streams: &[String]) -> Result<(), ClientError> {
+        let request = v1::GrantMirrorRequest { principal: principal.to_string(), streams: streams.to_vec() };
+        self.call(true, request, |mut c, r| async move { c.grant_mirror(r).await }).await?;
+        Ok(())
+    }
+
     /// Sets `tenant`'s quotas (the cell's own with `None`); limits left `None` are unlimited.
     pub async fn set_quotas(&self, tenant: Option<&str>, quotas: v1::Quotas) -> Result<(), ClientError> {
         let request = v1::SetQuotasRequest { tenant: tenant.unwrap_or_default().to_string(), quotas: Some(quotas) };

@@ -217,6 +217,9 @@ pub struct Principal {
     pub grants: Grants,
     /// Its tokens' hashes.
     pub tokens: BTreeSet<TokenHash>,
+    /// The streams it may mirror, in stored names ([`Access::Mirror`]): a grant of its own, so that a mirror needs no
+    /// more of its source cell than to read the one stream it copies.
+    pub mirror: BTreeSet<String>,
     /// What its grants allow in stored names: derived from its name and grants, not encoded.
     #[serde(skip)]
     stored: Option<Grants>,
@@ -226,7 +229,7 @@ impl Principal {
     /// A principal named `name` (its tenant is part of its name).
     pub fn new(name: &str, grants: Grants, tokens: BTreeSet<TokenHash>) -> Self {
         let stored = tenant_of(name).map(|tenant| grants.in_tenant(tenant));
-        Principal { grants, tokens, stored }
+        Principal { grants, tokens, mirror: BTreeSet::new(), stored }
     }
 
     /// What its grants allow, in stored names.
@@ -267,6 +270,8 @@ pub enum Access<'a> {
     Admin,
     /// Administer the cell: membership, principals, grants, tokens.
     ClusterAdmin,
+    /// Mirror a stream (stored name): a principal's mirror grant, or cluster admin.
+    Mirror(&'a str),
 }
 
 impl Access<'_> {
@@ -280,6 +285,7 @@ impl Access<'_> {
             Access::AnyPublish => "a publish grant".to_string(),
             Access::Admin => "admin".to_string(),
             Access::ClusterAdmin => "cluster admin".to_string(),
+            Access::Mirror(stream) => format!("a mirror grant on stream {stream:?} (or cluster admin)"),
         }
     }
 
@@ -291,7 +297,7 @@ impl Access<'_> {
             Access::Consume { stream, consumer } => grants.may_consume(stream, consumer),
             Access::AnyPublish => !grants.publish.is_empty(),
             Access::Admin => grants.admin,
-            Access::ClusterAdmin => grants.cluster_admin,
+            Access::ClusterAdmin | Access::Mirror(_) => grants.cluster_admin,
         }
     }
 }
@@ -451,7 +457,9 @@ impl Auth {
 
     /// Refuses `access` unless `principal`'s grants allow it.
     pub fn authorize(&self, principal: &str, access: &Access<'_>) -> Result<(), Rejection> {
-        let allowed = self.principals.get(principal).is_some_and(|p| access.allowed_by(p.effective()));
+        let allowed = self.principals.get(principal).is_some_and(|p| {
+            access.allowed_by(p.effective()) || matches!(access, Access::Mirror(stream) if p.mirror.contains(*stream))
+        });
         if allowed {
             Ok(())
         } else {
@@ -497,7 +505,9 @@ impl Auth {
             });
         }
         if let Some(principal) = self.principals.get_mut(name) {
+            let mirror = std::mem::take(&mut principal.mirror);
             *principal = Principal::new(name, grants, std::mem::take(&mut principal.tokens));
+            principal.mirror = mirror;
             return Ok(false);
         }
         if self.principals.len() >= MAX_PRINCIPALS {
@@ -543,6 +553,45 @@ impl Auth {
         let (name, _) = self.principals.get_key_value(principal).expect("just found");
         self.by_token.insert(token, name.clone());
         Ok(())
+    }
+
+    /// Replaces the streams `principal` may mirror.
+    pub(crate) fn grant_mirror(&mut self, principal: &str, streams: &[String]) -> Result<(), Rejection> {
+        if streams.len() > MAX_GRANT_ENTRIES {
+            return Err(Rejection::InvalidConfig {
+                reason: format!("{} mirror grants; the limit is {MAX_GRANT_ENTRIES}", streams.len()),
+            });
+        }
+        for stream in streams {
+            crate::subject::validate_scoped_name(stream).map_err(|reason| Rejection::InvalidName {
+                kind: NameKind::Stream,
+                name: stream.clone(),
+                reason,
+            })?;
+        }
+        if tenant_of(principal).is_some() && !streams.is_empty() {
+            return Err(Rejection::InvalidConfig {
+                reason: format!("{principal:?} is a tenant's principal; mirrors, and what they read, are the cell's"),
+            });
+        }
+        let entry = self
+            .principals
+            .get_mut(principal)
+            .ok_or_else(|| Rejection::PrincipalNotFound { principal: principal.to_string() })?;
+        entry.mirror = streams.iter().cloned().collect();
+        Ok(())
+    }
+
+    /// Restores `principal`'s mirror grant from a snapshot.
+    pub(crate) fn restore_mirror(&mut self, principal: &str, streams: BTreeSet<String>) {
+        if let Some(entry) = self.principals.get_mut(principal) {
+            entry.mirror = streams;
+        }
+    }
+
+    /// The streams `principal` may mirror, if it exists.
+    pub fn mirror_grants(&self, principal: &str) -> Option<&BTreeSet<String>> {
+        self.principals.get(principal).map(|p| &p.mirror)
     }
 
     /// Revokes a token. Returns the principal that held it.

@@ -511,6 +511,14 @@ pub enum Command {
         /// How many logged recalls the mirror has applied.
         recalls_applied: u64,
     },
+    /// Replaces the streams `principal` may mirror (register as the stream's mirror, read it for mirroring, report its
+    /// progress, and read its info), in stored names; none takes the grant away. Cluster admin only.
+    GrantMirror {
+        /// The principal.
+        principal: String,
+        /// The streams, in stored names.
+        streams: Vec<String>,
+    },
 }
 
 /// A message copied into a stream moving here, at the position it held on the cell it moves from.
@@ -763,6 +771,8 @@ pub enum Outcome {
         /// The last sequence of each partition, by partition.
         last_seqs: Vec<u64>,
     },
+    /// The principal may mirror these streams now, and no other.
+    MirrorGranted,
 }
 
 impl From<v3::ProducerRef> for ProducerRef {

@@ -191,7 +191,8 @@ impl<'a> Scope<'a> {
             | Command::CreateMirror { .. }
             | Command::MirrorIngest { .. }
             | Command::RegisterMirror { .. }
-            | Command::MirrorProgress { .. }) => other,
+            | Command::MirrorProgress { .. }
+            | Command::GrantMirror { .. }) => other,
         }
     }
 

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -80,13 +80,7 @@ pub const OPENING_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A node's sealed mail: its keys, where other cells live, and the delivery schedule while it leads.
 pub struct Mailroom {
-    key: CellKey,
-    keyring: RwLock<Keyring>,
-    keyring_dir: Option<PathBuf>,
-    /// The keyring directory's modification time when the keyring was last read from it. An unknown signer re-reads
-    /// the directory only when it changed since (a key file added, removed or renamed into place), so a flood of
-    /// envelopes from a cell nobody trusts costs a `stat` each, not a read of every key.
-    keyring_read_at: Mutex<Option<SystemTime>>,
+    keys: Arc<Keys>,
     homes: BTreeMap<String, Vec<String>>,
     home_cas: BTreeMap<String, Vec<u8>>,
     pub(crate) retry: RetryPolicy,
@@ -95,9 +89,22 @@ pub struct Mailroom {
     metrics: MailMetrics,
     pub(crate) outbox: Mutex<Outbox<Instant>>,
     clients: Mutex<BTreeMap<String, Client>>,
-    /// One envelope is opened (decrypted and verified, up to 8 MiB of OpenPGP) at a time: a delivery carries no
-    /// credential of this cell, so a flood of them may take one of the node's runtime threads, never all of them.
+    /// One envelope is opened (decrypted and verified, up to 8 MiB of OpenPGP) at a time, on a blocking thread: a
+    /// delivery carries no credential of this cell, so a flood of them takes one blocking thread, and none of the
+    /// node's runtime threads.
     opening: tokio::sync::Semaphore,
+}
+
+/// This cell's key and the keyring of the cells it trusts: what opening and sealing an envelope need, shared with
+/// the blocking thread an envelope is opened on.
+struct Keys {
+    key: CellKey,
+    keyring: RwLock<Keyring>,
+    keyring_dir: Option<PathBuf>,
+    /// The keyring directory's modification time when the keyring was last read from it. An unknown signer re-reads
+    /// the directory only when it changed since (a key file added, removed or renamed into place), so a flood of
+    /// envelopes from a cell nobody trusts costs a `stat` each, not a read of every key.
+    keyring_read_at: Mutex<Option<SystemTime>>,
 }
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -125,6 +132,34 @@ async fn create_stream(
     }
 }
 
+impl Keys {
+    /// Opens an envelope, reading the keyring again once if its sender is unknown.
+    fn open(&self, bytes: &[u8], now_ms: u64) -> Result<cellog_envelope::Opened, OpenError> {
+        let first = {
+            let keyring = self.keyring.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+            open(&self.key, &keyring, bytes, now_ms)
+        };
+        let (Err(OpenError::UnknownSigner { .. }), Some(dir)) = (&first, &self.keyring_dir) else { return first };
+        let changed = modified(dir);
+        let mut read_at = lock(&self.keyring_read_at);
+        if changed.is_some() && changed == *read_at {
+            return first;
+        }
+        match Keyring::open(dir) {
+            Ok(fresh) => {
+                *read_at = changed;
+                let mut keyring = self.keyring.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+                *keyring = fresh;
+                open(&self.key, &keyring, bytes, now_ms)
+            }
+            Err(error) => {
+                tracing::warn!(%error, "the keyring could not be read again");
+                first
+            }
+        }
+    }
+}
+
 /// A directory's modification time, if it can be read.
 fn modified(dir: &Path) -> Option<SystemTime> {
     std::fs::metadata(dir).and_then(|metadata| metadata.modified()).ok()
@@ -145,10 +180,12 @@ impl Mailroom {
     /// A mailroom for `config`, counting into `metrics`.
     pub fn new(config: MailConfig, metrics: MailMetrics) -> Self {
         Mailroom {
-            key: config.key,
-            keyring: RwLock::new(config.keyring),
-            keyring_read_at: Mutex::new(config.keyring_dir.as_deref().and_then(modified)),
-            keyring_dir: config.keyring_dir,
+            keys: Arc::new(Keys {
+                key: config.key,
+                keyring: RwLock::new(config.keyring),
+                keyring_read_at: Mutex::new(config.keyring_dir.as_deref().and_then(modified)),
+                keyring_dir: config.keyring_dir,
+            }),
             homes: config.homes,
             home_cas: config.home_cas,
             retry: config.retry,
@@ -163,7 +200,7 @@ impl Mailroom {
 
     /// This cell's name.
     pub fn cell(&self) -> &str {
-        self.key.cell()
+        self.keys.key.cell()
     }
 
     fn new_id(&self) -> String {
@@ -275,8 +312,8 @@ impl Mailroom {
         let recipients: Vec<&str> = request.recipients.iter().map(String::as_str).collect();
         let now_ms = cell.now_ms();
         let sealed = {
-            let keyring = self.keyring.read().unwrap_or_else(|poisoned| poisoned.into_inner());
-            seal((&self.key, principal), &keyring, &recipients, id.clone(), now_ms, &request.payload)
+            let keyring = self.keys.keyring.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+            seal((&self.keys.key, principal), &keyring, &recipients, id.clone(), now_ms, &request.payload)
         }
         .map_err(|error| match &error {
             SealError::UnknownRecipient { .. } => failed(Code::NotFound, "UNKNOWN_RECIPIENT", error.to_string()),
@@ -332,29 +369,19 @@ impl Mailroom {
         );
     }
 
-    /// Opens an envelope, reading the keyring again once if its sender is unknown.
-    fn open(&self, bytes: &[u8], now_ms: u64) -> Result<cellog_envelope::Opened, OpenError> {
-        let first = {
-            let keyring = self.keyring.read().unwrap_or_else(|poisoned| poisoned.into_inner());
-            open(&self.key, &keyring, bytes, now_ms)
-        };
-        let (Err(OpenError::UnknownSigner { .. }), Some(dir)) = (&first, &self.keyring_dir) else { return first };
-        let changed = modified(dir);
-        let mut read_at = lock(&self.keyring_read_at);
-        if changed.is_some() && changed == *read_at {
-            return first;
+    /// Opens `bytes` as [`Keys::open`] does, on a blocking thread (in simulation, in place).
+    async fn open_aside(&self, bytes: Bytes, now_ms: u64) -> Result<cellog_envelope::Opened, OpenError> {
+        let keys = self.keys.clone();
+        #[cfg(not(madsim))]
+        {
+            match tokio::task::spawn_blocking(move || keys.open(&bytes, now_ms)).await {
+                Ok(opened) => opened,
+                Err(error) => std::panic::resume_unwind(error.into_panic()),
+            }
         }
-        match Keyring::open(dir) {
-            Ok(fresh) => {
-                *read_at = changed;
-                let mut keyring = self.keyring.write().unwrap_or_else(|poisoned| poisoned.into_inner());
-                *keyring = fresh;
-                open(&self.key, &keyring, bytes, now_ms)
-            }
-            Err(error) => {
-                tracing::warn!(%error, "the keyring could not be read again");
-                first
-            }
+        #[cfg(madsim)]
+        {
+            keys.open(&bytes, now_ms)
         }
     }
 
@@ -388,7 +415,8 @@ impl Mailroom {
             ));
         };
         let opened = self
-            .open(&bytes, cell.now_ms())
+            .open_aside(bytes.clone(), cell.now_ms())
+            .await
             .map_err(|error| failed(Code::PermissionDenied, "DENIED", error.to_string()))?;
         let header = &opened.header;
         for (what, text) in [("envelope id", &header.id), ("sender", &header.sender)] {
@@ -456,7 +484,7 @@ impl Mailroom {
                 failed(Code::DataLoss, "BODY_UNREADABLE", message)
             })?;
             let Some(bytes) = bytes else { continue };
-            let opened = self.open(&bytes, record.stored_at.0).map_err(|error| {
+            let opened = self.keys.open(&bytes, record.stored_at.0).map_err(|error| {
                 failed(
                     Code::DataLoss,
                     "UNREADABLE_MAIL",

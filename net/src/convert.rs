@@ -272,10 +272,11 @@ pub fn grants(grants: v1::Grants) -> Grants {
     Grants { publish, subscribe, consume, admin, cluster_admin }
 }
 
-/// A principal, its grants and how many tokens it holds, for the wire.
-pub fn principal_to_wire((name, grants, tokens): (Arc<str>, Grants, usize)) -> v1::Principal {
+/// A principal of `cell`, its grants, how many tokens it holds and the streams it may mirror, for the wire.
+pub fn principal_to_wire(cell: &cellog_core::Cell, (name, grants, tokens): (Arc<str>, Grants, usize)) -> v1::Principal {
     let Grants { publish, subscribe, consume, admin, cluster_admin } = grants;
     v1::Principal {
+        mirror: cell.mirror_grants(&name).map(|streams| streams.iter().cloned().collect()).unwrap_or_default(),
         name: name.to_string(),
         grants: Some(v1::Grants { publish, subscribe, consume, admin, cluster_admin }),
         tokens: u32::try_from(tokens).unwrap_or(u32::MAX),

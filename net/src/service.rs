@@ -133,7 +133,12 @@ fn cluster_admin(cell: &Cell, principal: &str) -> Result<(), Rejection> {
 
 /// May see a stream's info: an admin, or a principal that may read it.
 fn sees_stream<'a>(stream: &'a str) -> impl FnOnce(&Cell, &str) -> Result<(), Rejection> + 'a {
-    move |cell, principal| admin(cell, principal).or_else(|_| cell.authorize_read(principal, stream))
+    move |cell, principal| {
+        admin(cell, principal).or_else(|_| cell.authorize_read(principal, stream)).or_else(|refused| {
+            // A mirror's principal sees the stream it mirrors (its probe of the source), and no other.
+            cell.authorize_mirror(principal, stream).map_err(|_| refused)
+        })
+    }
 }
 
 /// May see a consumer: an admin, or a principal that may consume it.
@@ -1476,10 +1481,12 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         request: Request<v1::ListPrincipalsRequest>,
     ) -> Result<Response<v1::ListPrincipalsResponse>, Status> {
         let actor = self.callers.actor(&request)?;
-        let principals = self.read(&actor, cluster_admin, |cell| Ok(cell.principals())).await?;
-        Ok(Response::new(v1::ListPrincipalsResponse {
-            principals: principals.into_iter().map(convert::principal_to_wire).collect(),
-        }))
+        let principals = self
+            .read(&actor, cluster_admin, |cell| {
+                Ok(cell.principals().into_iter().map(|principal| convert::principal_to_wire(cell, principal)).collect())
+            })
+            .await?;
+        Ok(Response::new(v1::ListPrincipalsResponse { principals }))
     }
 
     async fn add_token(&self, request: Request<v1::AddTokenRequest>) -> Result<Response<v1::AddTokenResponse>, Status> {
@@ -1518,6 +1525,13 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         self.list_revoked_certificates_op(request).await
     }
 
+    async fn grant_mirror(
+        &self,
+        request: Request<v1::GrantMirrorRequest>,
+    ) -> Result<Response<v1::GrantMirrorResponse>, Status> {
+        self.grant_mirror_op(request).await
+    }
+
     async fn set_quotas(
         &self,
         request: Request<v1::SetQuotasRequest>,
@@ -1540,10 +1554,11 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
                 cell.principals()
                     .into_iter()
                     .find(|(name, ..)| *name == principal)
+                    .map(|me| convert::principal_to_wire(cell, me))
                     .ok_or(Rejection::PrincipalNotFound { principal: principal.to_string() })
             })
             .await?;
-        Ok(Response::new(convert::principal_to_wire(me)))
+        Ok(Response::new(me))
     }
 
     async fn put_cell(&self, request: Request<v1::PutCellRequest>) -> Result<Response<v1::PutCellResponse>, Status> {
@@ -1755,9 +1770,11 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         };
         let (stream, peer) = (&request.stream, &request.peer);
         let read = self
-            .read(&actor, cluster_admin, |cell| {
-                cell.mirror_read(stream, peer, &request.from, max, MAX_RESPONSE_BYTES, request.recalls_from)
-            })
+            .read(
+                &actor,
+                |cell, principal| cell.authorize_mirror(principal, stream),
+                |cell| cell.mirror_read(stream, peer, &request.from, max, MAX_RESPONSE_BYTES, request.recalls_from),
+            )
             .await?;
         let MirrorRead { records, mut scanned, last_seqs, recalls, recalls_next } = read;
         let payloads = self.payloads(stream, &records.iter().collect::<Vec<_>>());

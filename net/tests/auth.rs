@@ -331,6 +331,52 @@ async fn each_principal_but_root_is_held_to_its_rate() {
     node.stop().await.expect("stops");
 }
 
+/// A mirror's token needs no cluster admin of its source: a principal with a mirror grant on one stream registers as
+/// its mirror, reads it for the mirror, sees its info and reports progress, and is refused everything else, writing
+/// nothing. Only a cluster admin grants one, and the listing shows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirror_grant_reads_one_stream_for_its_mirror_and_nothing_else() {
+    let node = secure_node().await;
+    let root = client(&node, Some(ROOT_TOKEN));
+    root_token_works(&root).await;
+    for (name, subjects) in [("orders", "orders.>"), ("audit", "audit.>")] {
+        let config = v1::StreamConfig { subjects: vec![subjects.into()], ..Default::default() };
+        root.create_stream(name, config).await.expect("a stream");
+    }
+    for subject in ["orders.1", "orders.2", "audit.1"] {
+        root.publish(publish(subject)).await.expect("published");
+    }
+    let west = client(&node, Some(&principal(&root, "west-mirror", v1::Grants::default()).await));
+    let ops = client(&node, Some(&principal(&root, "ops", v1::Grants { admin: true, ..Default::default() }).await));
+    assert_eq!(reason(west.mirror_read("orders", "west", vec![0], 10, 0).await), "PERMISSION_DENIED");
+    assert_eq!(reason(ops.grant_mirror("west-mirror", &["orders".to_string()]).await), "PERMISSION_DENIED");
+    assert_eq!(reason(west.grant_mirror("west-mirror", &["orders".to_string()]).await), "PERMISSION_DENIED");
+    root.grant_mirror("west-mirror", &["orders".to_string()]).await.expect("root grants it");
+
+    west.register_mirror("orders", "west").await.expect("registers as the stream's mirror");
+    let read = west.mirror_read("orders", "west", vec![0], 10, 0).await.expect("reads the stream for its mirror");
+    assert_eq!(read.messages.len(), 2);
+    assert_eq!(west.stream_info("orders").await.expect("sees the stream it mirrors").messages, 2);
+    west.mirror_progress("orders", "west", vec![2], 0).await.expect("reports its progress");
+
+    let audit_before = root.stream_info("audit").await.expect("info");
+    assert_eq!(reason(west.mirror_read("audit", "west", vec![0], 10, 0).await), "PERMISSION_DENIED");
+    assert_eq!(reason(west.register_mirror("audit", "west").await), "PERMISSION_DENIED");
+    assert_eq!(reason(west.stream_info("audit").await), "PERMISSION_DENIED");
+    assert_eq!(reason(west.publish(publish("orders.3")).await), "PERMISSION_DENIED");
+    assert_eq!(reason(west.delete_stream("orders").await), "PERMISSION_DENIED");
+    assert_eq!(reason(west.list_principals().await), "PERMISSION_DENIED");
+    assert_eq!(root.stream_info("audit").await.expect("info"), audit_before, "the refused calls wrote nothing");
+    assert_eq!(root.stream_info("orders").await.expect("info").messages, 2);
+
+    let listed = root.list_principals().await.expect("listed");
+    let mirror = listed.iter().find(|p| p.name == "west-mirror").map(|p| p.mirror.clone());
+    assert_eq!(mirror, Some(vec!["orders".to_string()]));
+    root.grant_mirror("west-mirror", &[]).await.expect("taken away");
+    assert_eq!(reason(west.mirror_read("orders", "west", vec![0], 10, 0).await), "PERMISSION_DENIED");
+    node.stop().await.expect("stops");
+}
+
 /// A client that sheds load itself, as `token`'s bearer: a refusal comes back at once.
 fn shedding(node: &RunningNode<SimDisk>, token: &str) -> Client {
     let options =

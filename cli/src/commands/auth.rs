@@ -51,6 +51,16 @@ pub enum PrincipalCommand {
         #[command(flatten)]
         connect: Connect,
     },
+    /// Let a principal of the cell mirror these streams and no others (none: no longer any): register as their
+    /// mirror, read them for it and report its progress. What a mirror's token needs of its source cell, in place of
+    /// a cluster admin's.
+    Mirror {
+        name: String,
+        /// The streams, as the cell stores them (`acme/orders` for a tenant's).
+        streams: Vec<String>,
+        #[command(flatten)]
+        connect: Connect,
+    },
     /// Delete a principal and its tokens.
     Rm {
         name: String,
@@ -121,15 +131,22 @@ pub async fn run(command: AuthCommand) -> anyhow::Result<()> {
             let verb = if created { "created" } else { "updated" };
             println!("principal {name} {verb}: {}", describe(&grants));
         }
+        AuthCommand::Principal(PrincipalCommand::Mirror { name, streams, connect }) => {
+            client(&connect)?.grant_mirror(&name, &streams).await?;
+            match streams.is_empty() {
+                true => println!("principal {name} mirrors no stream"),
+                false => println!("principal {name} may mirror {}", streams.join(", ")),
+            }
+        }
         AuthCommand::Principal(PrincipalCommand::Rm { name, connect }) => {
             client(&connect)?.delete_principal(&name).await?;
             println!("principal {name} deleted, with its tokens");
         }
         AuthCommand::Principal(PrincipalCommand::Ls { connect }) => {
-            let mut table = Table::new(["PRINCIPAL", "TOKENS", "GRANTS"]).right([1]);
+            let mut table = Table::new(["PRINCIPAL", "TOKENS", "GRANTS", "MIRRORS"]).right([1]);
             for principal in client(&connect)?.list_principals().await? {
                 let grants = describe(&principal.grants.unwrap_or_default());
-                table.row([principal.name, principal.tokens.to_string(), grants]);
+                table.row([principal.name, principal.tokens.to_string(), grants, principal.mirror.join(",")]);
             }
             table.print(0);
         }

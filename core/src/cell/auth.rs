@@ -158,8 +158,11 @@ impl Cell {
             | Command::Ingest { .. }
             | Command::CreateMirror { .. }
             | Command::MirrorIngest { .. }
-            | Command::RegisterMirror { .. }
-            | Command::MirrorProgress { .. } => auth.authorize(principal, &Access::ClusterAdmin)?,
+            | Command::GrantMirror { .. } => auth.authorize(principal, &Access::ClusterAdmin)?,
+            // A mirror's own calls on its source: its principal's mirror grant on the stream is enough.
+            Command::RegisterMirror { stream, .. } | Command::MirrorProgress { stream, .. } => {
+                auth.authorize(principal, &Access::Mirror(stream))?
+            }
             Command::Tick | Command::As { .. } | Command::ReserveSubjects { .. } => {
                 return Err(Rejection::PermissionDenied {
                     principal: principal.to_string(),
@@ -192,6 +195,16 @@ impl Cell {
         let principal = self.auth.authenticate(&Actor::Token(token))?;
         self.effects.push(Effect::TokenAdded { principal, token });
         Ok(Outcome::TokenAdded)
+    }
+
+    pub(super) fn grant_mirror(&mut self, principal: &str, streams: &[String]) -> Result<Outcome, Rejection> {
+        self.auth.grant_mirror(principal, streams)?;
+        Ok(Outcome::MirrorGranted)
+    }
+
+    /// Whether `principal` may mirror `stream` (stored name) here: read it for its mirror, and its info.
+    pub fn authorize_mirror(&self, principal: &str, stream: &str) -> Result<(), Rejection> {
+        self.auth.authorize(principal, &Access::Mirror(stream))
     }
 
     pub(super) fn revoke_token(&mut self, token: TokenHash) -> Result<Outcome, Rejection> {

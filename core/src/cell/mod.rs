@@ -22,7 +22,7 @@ use crate::mirror::Mirroring;
 use crate::placement::{Directory, Ownership};
 use crate::quota::QuotaBook;
 use crate::route::Router;
-use crate::snapshot::{v3, v4, v5, v6, v7, v8, v9, v10};
+use crate::snapshot::{v3, v4, v5, v6, v7, v8, v9, v10, v11};
 use crate::stream::Stream;
 use crate::time::Millis;
 use ledger::Ledger;
@@ -282,6 +282,16 @@ impl Cell {
         cell
     }
 
+    /// The state a version 11 snapshot holds: version 10's and each principal's mirror grant.
+    pub(crate) fn from_v11(cell: v11::Cell) -> Self {
+        let (state, mirror_grants) = cell.split();
+        let mut cell = Cell::from_v10(state);
+        for (principal, streams) in mirror_grants {
+            cell.auth.restore_mirror(&principal, streams);
+        }
+        cell
+    }
+
     /// Rebuilds what is derived from the state and not encoded (the subject router), after decoding.
     pub(crate) fn rebuild_derived(&mut self) {
         let mut router = Router::default();
@@ -425,6 +435,7 @@ impl Cell {
                 }
             }
             Command::AbortTransaction(r) => self.abort_transaction(r),
+            Command::GrantMirror { principal, streams } => self.grant_mirror(&principal, &streams),
             Command::RegisterPeer { stream, peer } => self.register_peer(&stream, peer),
             Command::PeerProgress { stream, peer, partition, received_seq } => {
                 self.peer_progress(at, &stream, &peer, partition, received_seq)

@@ -174,6 +174,11 @@ impl Cell {
         self.auth.principals().iter().map(|(name, p)| (name.clone(), p.grants.clone(), p.tokens.len())).collect()
     }
 
+    /// The streams `principal` may mirror (a mirror grant; a cluster admin may mirror any), if it exists.
+    pub fn mirror_grants(&self, principal: &str) -> Option<&std::collections::BTreeSet<String>> {
+        self.auth.mirror_grants(principal)
+    }
+
     /// The revoked certificates the cell remembers, by serial.
     pub fn revoked_certificates(&self) -> &std::collections::BTreeMap<Vec<u8>, crate::auth::Revoked> {
         self.auth.revoked()

@@ -36,6 +36,7 @@ use crate::cell::Cell;
 use crate::error::SnapshotError;
 
 pub(crate) mod v10;
+pub(crate) mod v11;
 pub(crate) mod v3;
 pub(crate) mod v4;
 pub(crate) mod v5;
@@ -54,8 +55,9 @@ const MAGIC: &[u8; 8] = b"CELLOGSN";
 /// 7 added consumer groups (an earlier state has none); version 8 added the directory's records of cells and placements,
 /// and each moved stream's ownership epoch (an earlier state has none: it owns every stream at epoch 0); version 9
 /// added mirrors and the recall logs kept for them (an earlier state has none); version 10 added revoked certificates and
-/// quotas (an earlier state has neither). Versions before 3 are refused as unsupported.
-pub const SNAPSHOT_VERSION: u32 = 10;
+/// quotas (an earlier state has neither); version 11 added each principal's mirror grant (an earlier state's principals
+/// have none). Versions before 3 are refused as unsupported.
+pub const SNAPSHOT_VERSION: u32 = 11;
 const HEADER_BYTES: usize = 16;
 
 /// A SHA-256 digest of a cell's whole state.
@@ -211,6 +213,7 @@ fn format(version: u32) -> Option<Format> {
         8 => Some(Format { read: read_v8, reencode: reencode::<v8::Cell> }),
         9 => Some(Format { read: read_v9, reencode: reencode::<v9::Cell> }),
         10 => Some(Format { read: read_v10, reencode: reencode::<v10::Cell> }),
+        11 => Some(Format { read: read_v11, reencode: reencode::<v11::Cell> }),
         _ => None,
     }
 }
@@ -253,6 +256,11 @@ fn read_v9(body: &[u8]) -> Result<(Cell, &[u8]), SnapshotError> {
 fn read_v10(body: &[u8]) -> Result<(Cell, &[u8]), SnapshotError> {
     let (state, rest) = take_state::<v10::Cell>(body)?;
     Ok((Cell::from_v10(state), rest))
+}
+
+fn read_v11(body: &[u8]) -> Result<(Cell, &[u8]), SnapshotError> {
+    let (state, rest) = take_state::<v11::Cell>(body)?;
+    Ok((Cell::from_v11(state), rest))
 }
 
 fn reencode<State: Serialize + DeserializeOwned>(body: &[u8]) -> Result<Vec<u8>, SnapshotError> {

@@ -556,3 +556,62 @@ fn a_revoked_certificate_is_refused_and_forgotten_once_it_ends() {
     assert_eq!(serials, [vec![3u8; 16]]);
     stored_state_holds(&h.cell, &h.bodies).unwrap();
 }
+
+/// A mirror grant lets a principal mirror the streams it names and nothing else: register as their mirror and report
+/// its progress (and, on the node, read them for the mirror), but not publish, administer, or mirror another stream.
+/// Only a cluster admin grants one, never to a tenant's principal; replacing a principal's grants keeps it, and an
+/// empty grant takes it away. Each refusal changes nothing.
+#[test]
+fn a_mirror_grant_mirrors_the_streams_it_names_and_nothing_else() {
+    let mut h = cell();
+    h.ok(as_token(9, Command::PutPrincipal { name: "east".into(), grants: Grants::default() }));
+    h.ok(as_token(9, Command::AddToken { principal: "east".into(), token: token(5) }));
+    let grant = |streams: &[&str]| Command::GrantMirror {
+        principal: "east".into(),
+        streams: streams.iter().map(|s| s.to_string()).collect(),
+    };
+    let register = |stream: &str| Command::RegisterMirror { stream: stream.into(), peer: "east-mirror".into() };
+    let progress = |stream: &str| Command::MirrorProgress {
+        stream: stream.into(),
+        peer: "east-mirror".into(),
+        received: vec![0],
+        recalls_applied: 0,
+    };
+    // Before the grant, and from anyone but a cluster admin, nothing.
+    for (who, command) in [(5, register("orders")), (3, grant(&["orders"])), (5, grant(&["orders"]))] {
+        let before = state_parts(&h.cell);
+        let result = h.apply(as_token(who, command));
+        assert!(denied(result).is_some(), "token {who}");
+        assert_eq!(state_parts(&h.cell), before, "token {who}: a refusal changed the state");
+    }
+    h.ok(as_token(9, grant(&["orders"])));
+    assert!(h.cell.authorize_mirror("east", "orders").is_ok());
+    h.ok(as_token(5, register("orders")));
+    h.ok(as_token(5, progress("orders")));
+    // (what east asks, the grant it lacks)
+    let table = [
+        (register("audit"), "a mirror grant on stream \"audit\" (or cluster admin)"),
+        (progress("audit"), "a mirror grant on stream \"audit\" (or cluster admin)"),
+        (publish("orders.eu.1"), "publish on \"orders.eu.1\""),
+        (Command::DeleteStream { name: "orders".into() }, "admin"),
+        (grant(&["orders", "audit"]), "cluster admin"),
+    ];
+    for (command, needs) in table {
+        let before = state_parts(&h.cell);
+        let row = format!("{command:?}");
+        assert_eq!(denied(h.apply(as_token(5, command))).as_deref(), Some(needs), "{row}");
+        assert_eq!(state_parts(&h.cell), before, "{row}: a refusal changed the state");
+    }
+    assert!(h.cell.authorize_mirror("east", "audit").is_err());
+    // New grants keep the mirror grant; an empty one ends it.
+    h.ok(as_token(9, Command::PutPrincipal { name: "east".into(), grants: grants(&[], &["audit.>"], &[]) }));
+    assert!(h.cell.authorize_mirror("east", "orders").is_ok());
+    h.ok(as_token(9, grant(&[])));
+    assert!(h.cell.authorize_mirror("east", "orders").is_err());
+    // A tenant's principal holds none; an unknown principal is named.
+    h.ok(as_token(9, Command::PutPrincipal { name: "acme/ops".into(), grants: Grants::default() }));
+    let tenant = Command::GrantMirror { principal: "acme/ops".into(), streams: vec!["acme/orders".into()] };
+    assert!(matches!(h.apply(as_token(9, tenant)), Err(Rejection::InvalidConfig { .. })));
+    let nobody = Command::GrantMirror { principal: "nobody".into(), streams: vec!["orders".into()] };
+    assert!(matches!(h.apply(as_token(9, nobody)), Err(Rejection::PrincipalNotFound { .. })));
+}

@@ -1220,6 +1220,46 @@ fn the_committed_version_10_snapshot_restores_to_the_state_that_wrote_it() {
     }
 }
 
+/// [`busy_with_bounds`] with a principal holding a mirror grant.
+fn busy_with_mirror_grants() -> Harness {
+    let mut h = busy_with_bounds();
+    h.ok(Command::PutPrincipal { name: "east".into(), grants: Grants::default() });
+    h.ok(Command::GrantMirror { principal: "east".into(), streams: vec!["orders".into(), "audit".into()] });
+    h
+}
+
+/// The whole snapshot of [`busy_with_mirror_grants`] as version 11 writes it. Committed: every later version must
+/// keep restoring it.
+const VERSION_11_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/snapshot-v11-busy.bin");
+
+#[test]
+fn the_committed_version_11_snapshot_restores_to_the_state_that_wrote_it() {
+    let h = busy_with_mirror_grants();
+    let (whole, _) = whole_snapshot(&h);
+    let committed = fixture(VERSION_11_FIXTURE, &whole);
+    let restored = restored_whole(&committed, h.now);
+    assert_eq!(restored.cell.without_stale_timers(), h.cell.without_stale_timers());
+    assert!(restored.cell.authorize_mirror("east", "audit").is_ok());
+    assert!(restored.cell.authorize_mirror("east", "clicks").is_err());
+    assert!(restored.cell.is_revoked(&[0x4c, 0x01, 0x99]));
+    assert!(Cell::reencode_snapshot(&committed).expect("the fixture decodes") == committed);
+    if SNAPSHOT_VERSION == 11 {
+        let (again, _) = whole_snapshot(&restored_whole(&committed, h.now));
+        assert!(again == committed, "the version 11 encoding changed; bump SNAPSHOT_VERSION and migrate");
+    }
+}
+
+/// A version 10 state knew no mirror grants: its principals mirror nothing but as cluster admins.
+#[test]
+fn a_version_10_snapshot_grants_no_mirror() {
+    let committed = std::fs::read(VERSION_10_FIXTURE).expect("the fixture is committed");
+    let cell = Cell::restore(&committed).expect("a version 10 snapshot restores");
+    for (principal, _, _) in cell.principals() {
+        assert!(cell.mirror_grants(&principal).is_some_and(|streams| streams.is_empty()), "{principal}");
+    }
+    assert!(cell.authorize_mirror("root", "orders").is_ok(), "root is a cluster admin");
+}
+
 /// A version 9 state knew no quotas and no revoked certificates.
 #[test]
 fn a_version_9_snapshot_has_no_quotas_and_revokes_nothing() {

@@ -271,6 +271,7 @@ operations! {
     "RevokeCertificate" => revoke_certificate,
     "ListRevokedCertificates" => list_revoked_certificates,
     "SetQuotas" => set_quotas,
+    "GrantMirror" => grant_mirror,
     "ListQuotas" => list_quotas,
     "PutCell" => put_cell,
     "ListCells" => list_cells,

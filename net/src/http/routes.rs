@@ -104,6 +104,7 @@ pub(crate) const ROUTES: &[Route] = &[
     route(Get, "/v1/certificates/revoked", "ListRevokedCertificates", "principals"),
     route(Get, "/v1/quotas", "ListQuotas", "quotas"),
     route(Put, "/v1/quotas", "SetQuotas", "quotas"),
+    route(Put, "/v1/principals/{principal}/mirror", "GrantMirror", "principals"),
     route(Get, "/v1/cells", "ListCells", "cells"),
     route(Put, "/v1/cells/{cell}", "PutCell", "cells"),
     route(Get, "/v1/placements/{stream}", "LocateStream", "cells"),

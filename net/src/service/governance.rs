@@ -70,6 +70,18 @@ impl<S: Storage + Clone> CellogService<S> {
         Ok(Response::new(v1::ListRevokedCertificatesResponse { certificates }))
     }
 
+    pub(super) async fn grant_mirror_op(
+        &self,
+        request: Request<v1::GrantMirrorRequest>,
+    ) -> Result<Response<v1::GrantMirrorResponse>, Status> {
+        let actor = self.callers.actor(&request)?;
+        let v1::GrantMirrorRequest { principal, streams } = request.into_inner();
+        match self.write(&actor, Command::GrantMirror { principal, streams }).await? {
+            Outcome::MirrorGranted => Ok(Response::new(v1::GrantMirrorResponse {})),
+            other => Err(unexpected(&other)),
+        }
+    }
+
     pub(super) async fn set_quotas_op(
         &self,
         request: Request<v1::SetQuotasRequest>,
