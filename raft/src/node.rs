@@ -168,7 +168,7 @@ pub struct CellNode<S> {
     pub(crate) raft: Raft,
     pub(crate) replica: Arc<Mutex<Replica>>,
     /// The serials of the certificates the applied state revokes.
-    revoked: crate::state_machine::Revoked,
+    credentials: crate::state_machine::Credentials,
     pub(crate) recovery: Recovery,
     pub(crate) bodies: Arc<StoredBodies<S>>,
     storage: S,
@@ -409,7 +409,7 @@ impl<S: Storage + Clone> CellNode<S> {
         }
         recovery.format_migrated_from = recovery.format_migrated_from.or(format.migrated_from);
         let replica = state_machine.replica();
-        let revoked = state_machine.revoked();
+        let credentials = state_machine.credentials();
         let bodies = state_machine.bodies();
         let applied = state_machine.applied();
         let fatal_seen = state_machine.fatal_seen();
@@ -504,7 +504,7 @@ impl<S: Storage + Clone> CellNode<S> {
             id,
             raft,
             replica,
-            revoked,
+            credentials,
             recovery,
             bodies,
             storage,
@@ -883,7 +883,13 @@ impl<S: Storage + Clone> CellNode<S> {
     /// Whether the applied state revokes the certificate with `serial`. Never waits on applying: a door asks it on
     /// every call.
     pub fn is_revoked(&self, serial: &[u8]) -> bool {
-        self.revoked.contains(serial)
+        self.credentials.is_revoked(serial)
+    }
+
+    /// The principal `actor` is, as the applied state would authenticate it. Never waits on applying: a door asks it
+    /// before a call's message is read.
+    pub fn authenticate(&self, actor: &cellog_core::Actor) -> Result<Arc<str>, cellog_core::Rejection> {
+        self.credentials.authenticate(actor)
     }
 
     /// What opening its storage found and repaired.

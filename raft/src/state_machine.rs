@@ -250,9 +250,8 @@ pub struct StateMachineStore<S> {
     fatal_seen: Arc<watch::Sender<bool>>,
     /// The stored snapshot's size in bytes (0: none), for the node's snapshot budget.
     snapshot_bytes: Arc<AtomicU64>,
-    /// The serials of the certificates the applied state revokes: what the node's doors check on every call without
-    /// waiting on the replica (which applying holds).
-    revoked: Revoked,
+    /// What the node's doors check credentials against, without waiting on the replica (which applying holds).
+    credentials: Credentials,
     /// What the operator said about entries to halt at or pass over.
     control: Arc<ApplyControl>,
     /// Where applying halted, once it did.
@@ -261,21 +260,44 @@ pub struct StateMachineStore<S> {
     applying: Applying,
 }
 
-/// The serials of revoked certificates, as the applied state last had them; replaced whole, read without waiting.
+/// What the node's doors check a caller's credential against: the principals, their tokens and the revoked
+/// certificates as the applied state last had them. Replaced whole when an entry changes one of them or a snapshot is
+/// installed, and read without waiting on the replica (which applying holds), so a door costs a call no turn at it.
 #[derive(Clone, Debug, Default)]
-pub struct Revoked(Arc<std::sync::RwLock<Arc<std::collections::BTreeSet<Vec<u8>>>>>);
+pub struct Credentials(Arc<std::sync::RwLock<Arc<cellog_core::auth::Auth>>>);
 
-impl Revoked {
-    /// Takes the revoked serials of `cell`.
+impl Credentials {
+    /// Takes the credentials of `cell`.
     fn follow(&self, cell: &Cell) {
-        let serials = Arc::new(cell.revoked_certificates().keys().cloned().collect());
-        *self.0.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = serials;
+        let auth = Arc::new(cell.auth().clone());
+        *self.0.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = auth;
+    }
+
+    fn current(&self) -> Arc<cellog_core::auth::Auth> {
+        self.0.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
     }
 
     /// Whether the certificate with `serial` is revoked.
-    pub fn contains(&self, serial: &[u8]) -> bool {
-        self.0.read().unwrap_or_else(|poisoned| poisoned.into_inner()).contains(serial)
+    pub fn is_revoked(&self, serial: &[u8]) -> bool {
+        self.current().revoked().contains_key(serial)
     }
+
+    /// The principal `actor` is, as the cell would authenticate it now.
+    pub fn authenticate(&self, actor: &cellog_core::Actor) -> Result<Arc<str>, cellog_core::Rejection> {
+        self.current().authenticate(actor)
+    }
+}
+
+/// Whether an outcome changed what [`Credentials`] holds.
+fn changes_credentials(result: &Result<Outcome, cellog_core::Rejection>) -> bool {
+    matches!(
+        result,
+        Ok(Outcome::CertificateRevoked { revoked: true }
+            | Outcome::TokenAdded
+            | Outcome::TokenRevoked
+            | Outcome::PrincipalPut { .. }
+            | Outcome::PrincipalDeleted)
+    )
 }
 
 fn state_error(error: impl std::fmt::Display) -> RaftStorageError {
@@ -306,8 +328,8 @@ impl<S: Storage + Clone> StateMachineStore<S> {
         let fatal_seen = Arc::new(watch::Sender::new(false));
         let replica = Arc::new(Mutex::new(replica));
         let snapshot_bytes = Arc::new(AtomicU64::new(snapshot_bytes));
-        let revoked = Revoked::default();
-        revoked.follow(&replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).cell);
+        let credentials = Credentials::default();
+        credentials.follow(&replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).cell);
         Ok(StateMachineStore {
             storage,
             bodies,
@@ -317,7 +339,7 @@ impl<S: Storage + Clone> StateMachineStore<S> {
             applied,
             fatal_seen,
             snapshot_bytes,
-            revoked,
+            credentials,
             control: Arc::default(),
             halted: Halted::default(),
             applying: Applying::default(),
@@ -360,9 +382,9 @@ impl<S: Storage + Clone> StateMachineStore<S> {
         self.applied.clone()
     }
 
-    /// The serials of the certificates the applied state revokes.
-    pub fn revoked(&self) -> Revoked {
-        self.revoked.clone()
+    /// What the node's doors check credentials against.
+    pub fn credentials(&self) -> Credentials {
+        self.credentials.clone()
     }
 
     /// Set once the node cannot go on: by applying, if it panics, and by the node's watchdog.
@@ -545,8 +567,8 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
                         #[cfg(madsim)]
                         poisoned(&command);
                         let result = replica.cell.apply(request.at, command);
-                        if matches!(result, Ok(Outcome::CertificateRevoked { revoked: true })) {
-                            self.revoked.follow(&replica.cell);
+                        if changes_credentials(&result) {
+                            self.credentials.follow(&replica.cell);
                         }
                         results.push(result);
                         for effect in replica.cell.drain_effects() {
@@ -676,7 +698,7 @@ impl<S: Storage + Clone> StateMachineStore<S> {
         self.snapshot_bytes.store(received.file.len() as u64, Ordering::Release);
         drop(stored);
         current.cell = replica.cell;
-        self.revoked.follow(&current.cell);
+        self.credentials.follow(&current.cell);
         #[cfg(madsim)]
         if cellog_planted::active(cellog_planted::Mutant::SnapshotSkipsConsumers) {
             current.cell.forget_consumers();

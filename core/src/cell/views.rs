@@ -146,6 +146,12 @@ impl Cell {
         s.record(partition, seq).ok_or_else(not_found)
     }
 
+    /// The principals, their tokens and grants, and the revoked certificates: what a node's doors copy to check
+    /// credentials without waiting on the replica.
+    pub fn auth(&self) -> &crate::auth::Auth {
+        &self.auth
+    }
+
     /// The principal an actor is, as a command it sends would be authenticated against this state (a node
     /// authenticates a read with it).
     pub fn authenticate(&self, actor: &Actor) -> Result<Arc<str>, Rejection> {
