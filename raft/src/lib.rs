@@ -30,6 +30,7 @@ pub mod apply_control;
 pub mod bodies;
 pub mod body_repair;
 pub mod format;
+mod founder;
 pub mod founding;
 pub mod identity;
 pub mod log_store;
