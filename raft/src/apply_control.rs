@@ -78,7 +78,7 @@ impl Halted {
     }
 }
 
-/// The entry being applied, so that a panic names it.
+/// The entry a panic interrupted while it was applied, so that the node's fatal reason names it.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Applying(Arc<std::sync::Mutex<Option<LogId>>>);
 

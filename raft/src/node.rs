@@ -1040,6 +1040,10 @@ async fn tick(
         if watchdog.looks(&raft) {
             return;
         }
+        if watchdog.halted.at().is_some() {
+            tokio::time::sleep(TICK_POLL).await;
+            continue;
+        }
         let (deadline, last_at) = {
             let replica = replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             (replica.cell.next_deadline(), replica.cell.last_at())
@@ -1047,10 +1051,6 @@ async fn tick(
         let now = clock.now(last_at);
         let idle_until = Millis(last_at.0.saturating_add(IDLE_TICK_MS));
         let deadline = Some(deadline.map_or(idle_until, |deadline| deadline.min(idle_until)));
-        if watchdog.halted.at().is_some() {
-            tokio::time::sleep(TICK_POLL).await;
-            continue;
-        }
         let due = deadline.is_some_and(|deadline| deadline <= now);
         if !due || !raft.metrics().borrow().state.is_leader() {
             let wait = deadline.map_or(TICK_POLL, |d| Duration::from_millis(d.since(now)).min(TICK_POLL));

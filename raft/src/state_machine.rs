@@ -197,16 +197,20 @@ pub(crate) fn stored_last_applied<S: Storage>(storage: &S) -> Result<Option<LogI
 /// Declared before the replica's guard, it drops after it: the replica is poisoned by the time the alarm rings.
 struct PanicAlarm<'a> {
     seen: &'a watch::Sender<bool>,
+    /// Where the entry a panic interrupted is told, when entries are applied.
     applying: Option<&'a Applying>,
+    /// The entry being applied: kept here, not behind the shared lock, which only a panic takes.
+    current: std::cell::Cell<Option<LogId>>,
 }
 
 impl Drop for PanicAlarm<'_> {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            if let Some(log_id) = self.applying.and_then(Applying::get) {
+            if let (Some(applying), Some(log_id)) = (self.applying, self.current.get()) {
                 let (index, term) = (log_id.index, log_id.leader_id.term);
                 tracing::error!(target: transition::TARGET, index, term, "apply-panicked");
                 tracing::error!("{}", apply_control::panicked_at(&log_id));
+                applying.set(Some(log_id));
             }
             self.seen.send_replace(true);
         }
@@ -504,7 +508,7 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let _alarm = PanicAlarm { seen: &self.fatal_seen, applying: Some(&self.applying) };
+        let alarm = PanicAlarm { seen: &self.fatal_seen, applying: Some(&self.applying), current: Default::default() };
         let mut replica = self.lock();
         let replica = &mut *replica;
         let mut work = BodyWork::default();
@@ -552,7 +556,7 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
                 responses.push(response);
                 continue;
             }
-            self.applying.set(Some(entry.log_id));
+            alarm.current.set(Some(entry.log_id));
             let traced = transition::tracing_entries();
             // Transitions, collected only to be traced; body work goes to `work` as each command's effects drain.
             let mut transitions: Vec<Effect> = Vec::new();
@@ -601,7 +605,7 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
             }
             responses.push(response);
         }
-        self.applying.set(None);
+        alarm.current.set(None);
         // Written while the replica is held, so a snapshot taken of this state finds its bodies written (and makes
         // them durable before it is stored). Not durable here: the log holds these bodies until a snapshot covers
         // them (see `crate::bodies`).
@@ -652,7 +656,7 @@ impl<S: Storage + Clone> StateMachineStore<S> {
         meta: &SnapshotMeta<NodeId, NodeAddrs>,
         snapshot: Box<SnapshotData>,
     ) -> Result<(), RaftStorageError> {
-        let _alarm = PanicAlarm { seen: &self.fatal_seen, applying: None };
+        let _alarm = PanicAlarm { seen: &self.fatal_seen, applying: None, current: Default::default() };
         self.take_initial_meta();
         // openraft installs only a stream that ended whole: the receiver checked every body as it arrived, and wrote
         // it. A stream handed over within the process (openraft's storage suite does that) is received here.
@@ -733,11 +737,11 @@ mod tests {
     fn a_panic_while_applying_raises_the_alarm_and_a_return_does_not() {
         let seen = watch::Sender::new(false);
         {
-            let _alarm = PanicAlarm { seen: &seen, applying: None };
+            let _alarm = PanicAlarm { seen: &seen, applying: None, current: Default::default() };
         }
         assert!(!*seen.borrow(), "applying returned");
         let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let _alarm = PanicAlarm { seen: &seen, applying: None };
+            let _alarm = PanicAlarm { seen: &seen, applying: None, current: Default::default() };
             panic!("applying went wrong");
         }));
         assert!(panicked.is_err());
