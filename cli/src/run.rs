@@ -112,6 +112,13 @@ pub struct NodeArgs {
     /// Commands every caller together may send at once after a quiet spell [default: twice the rate].
     #[arg(long, env = "CELLOG_CELL_BURST")]
     cell_burst: Option<u32>,
+    /// Publishes per second to one subject, all the principals of its tenant together, on this node
+    /// [default: unlimited].
+    #[arg(long, env = "CELLOG_SUBJECT_RATE")]
+    subject_rate: Option<u32>,
+    /// Publishes to one subject at once after a quiet spell [default: twice the rate].
+    #[arg(long, env = "CELLOG_SUBJECT_BURST")]
+    subject_burst: Option<u32>,
     /// Connections open on the client port (and, apart, the HTTP port) at once; one past them is closed unread
     /// [default: 4096].
     #[arg(long, env = "CELLOG_MAX_CONNECTIONS")]
@@ -131,6 +138,10 @@ pub struct NodeArgs {
     /// keeps serving reads, acks and deletes; 0 turns it off [default: 256].
     #[arg(long, env = "CELLOG_MIN_FREE_DISK_MIB")]
     min_free_disk_mib: Option<u64>,
+    /// Bytes of requests, in MiB, all callers together may have sent this node and not yet had read (on the client
+    /// and HTTP ports); past them a request is refused as REQUEST_BYTES. At least 22 [default: 256].
+    #[arg(long, env = "CELLOG_MAX_REQUEST_MIB_IN_FLIGHT")]
+    max_request_mib_in_flight: Option<u64>,
     /// Apply no log entry at or past this index: the node starts, votes and replicates its log, serves what it applied
     /// before, and refuses writes and linearizable reads as APPLY_HALTED. The way to keep a cell up when an entry
     /// panics on every node (the panic names the entry); give it to every node. Not read from the config file: it is
@@ -203,11 +214,14 @@ struct FileConfig {
     tenant_burst: Option<u32>,
     cell_rate: Option<u32>,
     cell_burst: Option<u32>,
+    subject_rate: Option<u32>,
+    subject_burst: Option<u32>,
     max_connections: Option<usize>,
     max_calls_per_connection: Option<u32>,
     max_subscriptions: Option<usize>,
     max_subscriptions_per_principal: Option<usize>,
     min_free_disk_mib: Option<u64>,
+    max_request_mib_in_flight: Option<u64>,
     request_timeout_ms: Option<u64>,
     keepalive_ms: Option<u64>,
     root_token_file: Option<PathBuf>,
@@ -359,6 +373,11 @@ impl NodeArgs {
         let tenant_rate =
             rate_of(self.tenant_rate.or(file.tenant_rate), self.tenant_burst.or(file.tenant_burst), most.tenant_rate);
         let cell_rate = rate_of(self.cell_rate.or(file.cell_rate), self.cell_burst.or(file.cell_burst), most.cell_rate);
+        let subject_rate = rate_of(
+            self.subject_rate.or(file.subject_rate),
+            self.subject_burst.or(file.subject_burst),
+            most.subject_rate,
+        );
         let limits = Limits {
             max_connections: self.max_connections.or(file.max_connections).unwrap_or(most.max_connections),
             max_calls_per_connection: self
@@ -381,7 +400,18 @@ impl NodeArgs {
                 .map_or(most.min_free_disk_bytes, |mib| mib.saturating_mul(1024 * 1024)),
             tenant_rate,
             cell_rate,
+            subject_rate,
+            max_request_bytes_in_flight: self
+                .max_request_mib_in_flight
+                .or(file.max_request_mib_in_flight)
+                .map_or(most.max_request_bytes_in_flight, |mib| mib.saturating_mul(1024 * 1024)),
         };
+        if limits.max_request_bytes_in_flight < Limits::LEAST_REQUEST_BYTES_IN_FLIGHT {
+            bail!(
+                "max_request_mib_in_flight must hold one largest request: at least {} MiB",
+                Limits::LEAST_REQUEST_BYTES_IN_FLIGHT.div_ceil(1024 * 1024)
+            );
+        }
         if limits.max_connections == 0
             || limits.max_calls_per_connection == 0
             || limits.max_subscriptions == 0

@@ -457,15 +457,21 @@ impl Consumer {
     /// messages one by one after every batch.
     ///
     /// With `only`, about those partitions alone (a group member's).
+    ///
+    /// With `per_subject`, at most that many deliveries of one subject await an ack (see [`Consumer::fetch`]).
     pub fn work(
         &self,
         partitions: &[Partition],
         subjects: &BTreeMap<Arc<str>, SubjectState>,
         only: Option<&BTreeSet<u32>>,
+        per_subject: Option<u32>,
     ) -> Work {
         let allowed = |partition: u32| only.is_none_or(|only| only.contains(&partition));
         if self.n_pending >= self.config.max_in_flight {
             return Work::None;
+        }
+        if let Some(cap) = per_subject {
+            return self.work_capped(partitions, cap, &allowed);
         }
         if self.ready.iter().any(|&(partition, _)| allowed(partition)) {
             return Work::Deliver;
@@ -515,6 +521,61 @@ impl Consumer {
         if unmatched { Work::Skip } else { Work::None }
     }
 
+    /// [`Consumer::work`] under a cap per subject: exact, as a fetch under it would go (a subscription proposes a
+    /// fetch only when it would change something). Looks at every delivery awaiting an ack and at most
+    /// [`WORK_SCAN_LIMIT`] slots past the cursors.
+    fn work_capped(&self, partitions: &[Partition], cap: u32, allowed: &impl Fn(u32) -> bool) -> Work {
+        let pending = self.pending_by_subject(partitions);
+        let open = |subject: &Arc<str>| pending.get(subject).is_none_or(|&n| n < cap);
+        for &(partition, seq) in &self.ready {
+            if !allowed(partition) {
+                continue;
+            }
+            match partitions[partition as usize].get(seq) {
+                Some(message) if !open(&message.subject) => {}
+                // Deliverable, or gone (a fetch forgets it).
+                _ => return Work::Deliver,
+            }
+        }
+        let may_hold_back = self.ready.len() < self.config.max_in_flight as usize;
+        let (mut scanned, mut unmatched) = (0usize, false);
+        for (index, (log, cursor)) in partitions.iter().zip(&self.cursors).enumerate() {
+            if !allowed(index as u32) {
+                continue;
+            }
+            for seq in (*cursor).max(log.first_seq)..log.next_seq() {
+                if scanned == WORK_SCAN_LIMIT {
+                    return Work::Skip;
+                }
+                scanned += 1;
+                match log.get(seq) {
+                    Some(message) if self.matches(&message.subject) => {
+                        if open(&message.subject) || may_hold_back {
+                            return Work::Deliver;
+                        }
+                        // Its subject is at its cap and no more may be held back: the cursor waits on it.
+                        break;
+                    }
+                    _ => unmatched = true,
+                }
+            }
+        }
+        if unmatched { Work::Skip } else { Work::None }
+    }
+
+    /// Deliveries awaiting an ack, by their message's subject (one whose message is gone counts for none).
+    fn pending_by_subject(&self, partitions: &[Partition]) -> BTreeMap<Arc<str>, u32> {
+        let mut pending: BTreeMap<Arc<str>, u32> = BTreeMap::new();
+        for (&(partition, seq), entry) in &self.outstanding {
+            if matches!(entry.phase, Phase::Pending { .. })
+                && let Some(message) = partitions[partition as usize].get(seq)
+            {
+                *pending.entry(message.subject.clone()).or_insert(0) += 1;
+            }
+        }
+        pending
+    }
+
     /// How many deliveries to `member` in `partitions` await an ack: a group member's subscription window.
     pub fn n_pending_of(&self, member: &str, partitions: &BTreeSet<u32>) -> u32 {
         let mut n = 0;
@@ -552,6 +613,11 @@ impl Consumer {
     /// Delivers up to `max` messages to `member`: redelivery candidates first (oldest first), then new messages from
     /// the cursors, starting at a rotating partition; only from the partitions in `only` when given (a group member's).
     /// Returns the deliveries and the timers to set.
+    ///
+    /// With `per_subject`, at most that many deliveries of one subject await an ack: a candidate of a subject at its
+    /// cap stays a candidate, and a new message of one is held back as a candidate (in order, behind the subject's
+    /// earlier ones) while the consumer's other subjects go on. At most `max_in_flight` candidates are held at once;
+    /// past that the cursor waits on the next message of a capped subject.
     pub fn fetch(
         &mut self,
         partitions: &[Partition],
@@ -559,8 +625,14 @@ impl Consumer {
         max: u32,
         at: Millis,
         only: Option<&BTreeSet<u32>>,
+        per_subject: Option<u32>,
     ) -> (Vec<Delivery>, Vec<DeliveryTimer>) {
         let allowed = |partition: u32| only.is_none_or(|only| only.contains(&partition));
+        let mut pending = per_subject.map(|_| self.pending_by_subject(partitions)).unwrap_or_default();
+        let cap = per_subject.unwrap_or(u32::MAX);
+        let at_cap = |pending: &BTreeMap<Arc<str>, u32>, subject: &Arc<str>| {
+            per_subject.is_some() && pending.get(subject).is_some_and(|&n| n >= cap)
+        };
         let mut deliveries = Vec::new();
         let mut timers = Vec::new();
         let mut budget = max.min(self.config.max_in_flight.saturating_sub(self.n_pending));
@@ -583,10 +655,16 @@ impl Consumer {
                 self.forget(partition, seq);
                 continue;
             };
+            if at_cap(&pending, &message.subject) {
+                continue;
+            }
             let record = message.record(partition, seq);
             if !fits(&record, deliveries.len()) {
                 budget = 0;
                 break;
+            }
+            if per_subject.is_some() {
+                *pending.entry(message.subject.clone()).or_insert(0) += 1;
             }
             self.set_phase(partition, seq, Phase::Pending { deadline });
             let entry = self.outstanding.get_mut(&(partition, seq)).expect("just set");
@@ -643,12 +721,27 @@ impl Consumer {
                     timers.push((deliver_at, partition, seq));
                     continue;
                 }
+                if at_cap(&pending, &message.subject) {
+                    if self.ready.len() >= self.config.max_in_flight as usize {
+                        // No more may be held back: the cursor waits on it.
+                        *cursor = seq;
+                        break;
+                    }
+                    let held_back =
+                        Outstanding { delivery_count: 0, phase: Phase::Ready, state: AckState::Received, member: None };
+                    self.outstanding.insert((partition, seq), held_back);
+                    self.ready.insert((partition, seq));
+                    continue;
+                }
                 let record = message.record(partition, seq);
                 if !fits(&record, deliveries.len()) {
                     // Not taken: the cursor stays on it.
                     *cursor = seq;
                     budget = 0;
                     break;
+                }
+                if per_subject.is_some() {
+                    *pending.entry(message.subject.clone()).or_insert(0) += 1;
                 }
                 self.outstanding.insert(
                     (partition, seq),

@@ -30,12 +30,34 @@ pub struct Quotas {
     pub max_messages: Option<u64>,
     /// Most retained bytes (accounted sizes), across its streams.
     pub max_bytes: Option<u64>,
+    /// Most deliveries awaiting an ack, across every consumer of its streams (each consumer's own `max_in_flight`
+    /// still holds): at it, fetches and subscriptions deliver nothing more, first or again, until acks (or expired
+    /// deadlines) make room. Counted when a fetch is applied, by a pass over the holder's consumers.
+    pub max_in_flight: Option<u64>,
+    /// Most deliveries of one subject awaiting an ack at one consumer of its streams: a message of a subject at it is
+    /// held back, in order, while the consumer's other subjects go on (see [`crate::Consumer::fetch`]).
+    pub max_in_flight_per_subject: Option<u32>,
 }
 
 impl Quotas {
     /// Whether nothing is limited.
     pub fn is_unlimited(&self) -> bool {
         *self == Quotas::default()
+    }
+
+    /// Refuses caps on deliveries that no delivery could meet: each is at least 1. (The other limits' zero is refused
+    /// where a request is taken, as it was before these caps existed, so that an older log applies as it did.)
+    pub fn check(&self) -> Result<(), Rejection> {
+        let zero = [
+            ("max_in_flight", self.max_in_flight),
+            ("max_in_flight_per_subject", self.max_in_flight_per_subject.map(u64::from)),
+        ]
+        .into_iter()
+        .find(|(_, limit)| *limit == Some(0));
+        match zero {
+            Some((what, _)) => Err(Rejection::Invalid { reason: format!("{what} must be at least 1 (or none)") }),
+            None => Ok(()),
+        }
     }
 }
 
@@ -51,6 +73,7 @@ pub struct QuotaBook {
 impl QuotaBook {
     /// Sets the quotas of `tenant` (the cell's own with `None`); an unlimited tenant's entry is dropped.
     pub(crate) fn set(&mut self, tenant: Option<&str>, quotas: Quotas) -> Result<(), Rejection> {
+        quotas.check()?;
         let Some(tenant) = tenant else {
             self.cell = quotas;
             return Ok(());
@@ -75,6 +98,15 @@ impl QuotaBook {
     pub fn of(&self, tenant: &str) -> Quotas {
         self.tenants.get(tenant).copied().unwrap_or_default()
     }
+
+    /// The cap per subject on a consumer of stream `stream` (a stored name): its tenant's or the cell's, the lower.
+    pub(crate) fn in_flight_per_subject(&self, stream: &str) -> Option<u32> {
+        let tenant = crate::subject::tenant_of(stream).and_then(|tenant| self.tenants.get(tenant));
+        [tenant.and_then(|quotas| quotas.max_in_flight_per_subject), self.cell.max_in_flight_per_subject]
+            .into_iter()
+            .flatten()
+            .min()
+    }
 }
 
 /// What one holder keeps now.
@@ -86,6 +118,8 @@ pub struct Held {
     pub messages: u64,
     /// Their accounted bytes.
     pub bytes: u64,
+    /// Deliveries awaiting an ack across the consumers of its streams.
+    pub in_flight: u64,
 }
 
 /// Refuses a growth of `more` for a holder that holds `held` under `quotas`: the first quota it would pass.

@@ -720,9 +720,10 @@ impl Stream {
         max: u32,
         at: Millis,
         only: Option<&BTreeSet<u32>>,
+        per_subject: Option<u32>,
     ) -> Result<(u64, Vec<Delivery>, Vec<DeliveryTimer>), Rejection> {
         let c = self.consumers.get_mut(consumer).ok_or_else(|| consumer_not_found(&self.name, consumer))?;
-        let (deliveries, timers) = c.fetch(&self.partitions, member, max, at, only);
+        let (deliveries, timers) = c.fetch(&self.partitions, member, max, at, only, per_subject);
         Ok((c.id(), deliveries, timers))
     }
 

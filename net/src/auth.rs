@@ -45,8 +45,8 @@ impl PrincipalRate {
 }
 
 /// The rates a node holds its callers to, each a token bucket: each principal's, each tenant's (all its principals
-/// together), and the cell's (every caller together, through this node). Root is held to none: the operator must
-/// always reach the cell.
+/// together), the cell's (every caller together, through this node), and each subject's publishes (per tenant, so one
+/// hot subject cannot take a tenant's whole rate). Root is held to none: the operator must always reach the cell.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Rates {
     /// Each principal's, if limited.
@@ -55,6 +55,8 @@ pub struct Rates {
     pub tenant: Option<PrincipalRate>,
     /// Every caller's together, if limited.
     pub cell: Option<PrincipalRate>,
+    /// Each subject's publishes (every principal of a tenant publishing to it together), if limited.
+    pub subject: Option<PrincipalRate>,
 }
 
 /// The buckets of this node's callers. Admission control, not authorization: it guards this node's resources, so it
@@ -70,7 +72,12 @@ struct Buckets {
     principals: BTreeMap<Arc<str>, Bucket>,
     tenants: BTreeMap<String, Bucket>,
     cell: Option<Bucket>,
+    /// By tenant and subject, `TENANT/SUBJECT` (a subject has no `/`).
+    subjects: BTreeMap<String, Bucket>,
 }
+
+/// Subjects whose buckets are kept at once; past it, the idle ones are forgotten (a forgotten bucket is a full one).
+const MAX_SUBJECT_BUCKETS: usize = 100_000;
 
 #[derive(Debug)]
 struct Bucket {
@@ -104,18 +111,28 @@ fn limited(rate: Option<PrincipalRate>) -> Option<PrincipalRate> {
 
 impl Limiter {
     pub(crate) fn new(rates: Rates) -> Self {
-        let rates =
-            Rates { principal: limited(rates.principal), tenant: limited(rates.tenant), cell: limited(rates.cell) };
+        let rates = Rates {
+            principal: limited(rates.principal),
+            tenant: limited(rates.tenant),
+            cell: limited(rates.cell),
+            subject: limited(rates.subject),
+        };
         Limiter { rates, buckets: Mutex::default() }
     }
 
     /// Takes one command's token for `principal` from its own bucket, its tenant's and the cell's, or none of them and
     /// says which is empty (`RESOURCE_EXHAUSTED RATE_LIMITED`, with when to retry). Root is not limited: the operator
     /// must always reach the cell.
-    #[allow(clippy::disallowed_methods, reason = "a node-local admission limit, on the runtime's clock")]
     pub(crate) fn take(&self, principal: &Arc<str>) -> Result<(), Status> {
-        let Rates { principal: own, tenant, cell } = self.rates;
-        if (own.is_none() && tenant.is_none() && cell.is_none()) || **principal == *ROOT {
+        self.take_for(principal, None)
+    }
+
+    /// [`Limiter::take`] for a command that publishes to `subject`: its subject's bucket too, all or none.
+    #[allow(clippy::disallowed_methods, reason = "a node-local admission limit, on the runtime's clock")]
+    pub(crate) fn take_for(&self, principal: &Arc<str>, subject: Option<&str>) -> Result<(), Status> {
+        let Rates { principal: own, tenant, cell, subject: per_subject } = self.rates;
+        let per_subject = per_subject.filter(|_| subject.is_some());
+        if (own.is_none() && tenant.is_none() && cell.is_none() && per_subject.is_none()) || **principal == *ROOT {
             return Ok(());
         }
         let now = Instant::now();
@@ -127,16 +144,22 @@ impl Limiter {
         if buckets.tenants.len() > 2 * cellog_core::auth::MAX_PRINCIPALS {
             buckets.tenants.retain(|_, bucket| now.duration_since(bucket.at) < IDLE);
         }
+        if buckets.subjects.len() > MAX_SUBJECT_BUCKETS {
+            buckets.subjects.retain(|_, bucket| now.duration_since(bucket.at) < IDLE);
+        }
         let tenant_name = cellog_core::subject::tenant_of(principal);
+        let subject_key = per_subject.and(subject).map(|subject| format!("{}/{subject}", tenant_name.unwrap_or("")));
         // Each bucket that applies, taken out of its map while it is looked at, and put back after.
         let mut own_slot = own.map(|_| buckets.principals.remove(principal));
         let mut tenant_slot = tenant.zip(tenant_name).map(|(_, name)| buckets.tenants.remove(name));
         let mut cell_slot = cell.map(|_| buckets.cell.take());
+        let mut subject_slot = subject_key.as_ref().map(|key| buckets.subjects.remove(key));
         let mut empty = None;
         let levels = [
             (own, own_slot.as_mut(), format!("principal {principal:?}")),
             (tenant, tenant_slot.as_mut(), format!("tenant {:?}", tenant_name.unwrap_or_default())),
             (cell, cell_slot.as_mut(), "the cell".to_string()),
+            (per_subject, subject_slot.as_mut(), format!("subject {:?}", subject.unwrap_or_default())),
         ];
         let mut looked = Vec::new();
         for (rate, slot, who) in levels {
@@ -160,6 +183,11 @@ impl Limiter {
         }
         if let Some(bucket) = cell_slot {
             buckets.cell = bucket;
+        }
+        if let (Some(Some(bucket)), Some(key)) = (subject_slot, subject_key)
+            && buckets.subjects.len() < MAX_SUBJECT_BUCKETS
+        {
+            buckets.subjects.insert(key, bucket);
         }
         let Some((who, rate, retry_after_ms)) = empty else { return Ok(()) };
         let message = format!(

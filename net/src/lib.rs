@@ -17,6 +17,8 @@
 #![allow(clippy::result_large_err, reason = "tonic's Status is large, and it is what every call returns")]
 
 pub mod auth;
+#[cfg(not(madsim))]
+mod budget;
 pub mod convert;
 #[cfg(not(madsim))]
 pub mod http;

@@ -13,6 +13,10 @@ use crate::auth::PrincipalRate;
 /// longer.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The largest request body the JSON API reads: the largest gRPC message, its bytes in base64 (a third more), and
+/// room for the JSON around them.
+pub const MAX_HTTP_BODY_BYTES: usize = cellog_client::limits::MAX_CLIENT_MESSAGE / 3 * 4 + 64 * 1024;
+
 /// Longest a request's head may take to arrive on the HTTP port (its line and headers, the first or the next on a
 /// kept-alive connection).
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -49,6 +53,13 @@ pub struct Limits {
     /// Commands per second every caller but root together may send this node. Default none: set it from what the
     /// node's disk and cores take.
     pub cell_rate: Option<PrincipalRate>,
+    /// Publishes per second to one subject, all the principals of its tenant together, beside the rates above.
+    /// Default none.
+    pub subject_rate: Option<PrincipalRate>,
+    /// Bytes of requests every caller together may have sent this node and not yet had read (a gRPC message until it
+    /// is whole, an HTTP body for its call's life): past it, a request is refused as `RESOURCE_EXHAUSTED
+    /// REQUEST_BYTES` (see `crate::budget`). At least one largest request. Default 256 MiB.
+    pub max_request_bytes_in_flight: u64,
 }
 
 impl Limits {
@@ -63,6 +74,15 @@ impl Limits {
         min_free_disk_bytes: 256 * 1024 * 1024,
         tenant_rate: Some(PrincipalRate { per_second: 50_000, burst: 100_000 }),
         cell_rate: None,
+        subject_rate: None,
+        max_request_bytes_in_flight: 256 * 1024 * 1024,
+    };
+
+    /// The least [`Limits::max_request_bytes_in_flight`] may be: one largest request on either port.
+    pub const LEAST_REQUEST_BYTES_IN_FLIGHT: u64 = {
+        let grpc = cellog_client::limits::MAX_CLIENT_MESSAGE as u64 + 5;
+        let http = MAX_HTTP_BODY_BYTES as u64;
+        if grpc > http { grpc } else { http }
     };
 }
 

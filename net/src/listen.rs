@@ -129,11 +129,14 @@ impl Listeners {
         use tonic::transport::server::TcpIncoming;
 
         let keepalive = Some(limits.keepalive);
+        // One budget of request bytes for the client port and the HTTP port together.
+        let request_bytes = crate::budget::RequestBytes::new(limits.max_request_bytes_in_flight);
         let mut client_server = Server::builder()
             .timeout(limits.request_timeout)
             .max_concurrent_streams(limits.max_calls_per_connection)
             .http2_keepalive_interval(keepalive)
-            .http2_keepalive_timeout(keepalive);
+            .http2_keepalive_timeout(keepalive)
+            .layer(crate::budget::CountLayer { budget: request_bytes.clone() });
         // Peers are members of the cell: their calls (a snapshot sent in chunks among them) are not timed out.
         let raft_server = Server::builder()
             .http2_keepalive_interval(keepalive)
@@ -240,7 +243,8 @@ impl Listeners {
                 handshake_timeout: crate::limits::HANDSHAKE_TIMEOUT,
                 header_timeout: crate::limits::HEADER_TIMEOUT,
             };
-            let router = crate::http::router(api, node, metrics, limits, tls.map(|tls| tls.ca_pem().to_vec()));
+            let router =
+                crate::http::router(api, node, metrics, limits, request_bytes, tls.map(|tls| tls.ca_pem().to_vec()));
             servers.push(crate::http::serve::serve(listener, router, door, stopped));
         }
         Ok(servers)

@@ -316,7 +316,8 @@ impl<S: Storage + Clone> RunningNode<S> {
             Some(files) => Some(NodeTls::load(files).map_err(NodeError::Config)?),
             None => None,
         };
-        let network = grpc_network(identity.clone(), tls.clone(), metrics.clone());
+        let revoked = crate::transport::Revoked::default();
+        let network = grpc_network(identity.clone(), tls.clone(), revoked.clone(), metrics.clone());
         // Only the data directory's identity says a node was a member, and a node whose identity went with its disk
         // cannot tell it is not new. So a founder starting on an empty store votes only once the cell's founder finds
         // every founder holding nothing, and a node joining later (a learner, which catches up before it votes
@@ -333,6 +334,7 @@ impl<S: Storage + Clone> RunningNode<S> {
         node.set_snapshot_every_bytes(config.timing.snapshot_every_bytes);
         node.set_min_free_bytes(config.limits.min_free_disk_bytes);
         let node = Arc::new(node);
+        revoked.follow(&node);
         if let Some(from) = node.recovery().format_migrated_from {
             tracing::info!("storage format {from} migrated to {}", cellog_raft::STORE_FORMAT);
         }

@@ -206,7 +206,12 @@ fn membership_error(error: MembershipError) -> Status {
 impl<S: Storage + Clone> CellogService<S> {
     /// The API of `node`, recording into `metrics`, treating callers as `callers` says.
     pub fn new(node: Arc<CellNode<S>>, metrics: Arc<Metrics>, callers: Callers, limits: &Limits) -> Self {
-        let rates = Rates { principal: callers.rate, tenant: limits.tenant_rate, cell: limits.cell_rate };
+        let rates = Rates {
+            principal: callers.rate,
+            tenant: limits.tenant_rate,
+            cell: limits.cell_rate,
+            subject: limits.subject_rate,
+        };
         let limiter = Arc::new(Limiter::new(rates));
         let subscriptions = Arc::new(Semaphore::new(limits.max_subscriptions));
         let subscriptions_per_principal = PerPrincipal::new(limits.max_subscriptions_per_principal);
@@ -261,7 +266,11 @@ impl<S: Storage + Clone> CellogService<S> {
     ) -> Result<Command, Status> {
         match decision {
             Ok(principal) => {
-                self.limiter.take(&principal)?;
+                let subject = match &command {
+                    Command::Publish(request) => Some(request.subject.as_str()),
+                    _ => None,
+                };
+                self.limiter.take_for(&principal, subject)?;
                 Ok(run_as(actor, command))
             }
             Err(rejection) => {

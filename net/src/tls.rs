@@ -42,14 +42,17 @@ mod real {
     use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
     use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
     use tokio_rustls::rustls::sign::CertifiedKey;
-    use tonic::transport::{Certificate, ClientTlsConfig, Identity};
     use x509_parser::extensions::GeneralName;
 
     use super::TlsFiles;
 
-    /// How often a node looks at its certificate and key files for a rotated certificate (`cellog certs rotate`
-    /// writes new ones in place): the next handshake after a change serves the new certificate, and calls to peers
-    /// dial with it, without a restart; connections already open go on with the one they began with.
+    /// Whether the cell revokes the certificate with a serial (as its DER encodes it).
+    pub type IsRevoked = Arc<dyn Fn(&[u8]) -> bool + Send + Sync>;
+
+    /// How often a node looks at its certificate, key and CA files for a rotated certificate (`cellog certs rotate`
+    /// writes new ones in place) or a changed CA (one that adds a new CA's certificate beside the old while a cell
+    /// moves to it): the next handshake after a change serves the new certificate and verifies against the new CA,
+    /// and calls to peers dial with them, without a restart; connections already open go on as they began.
     pub const RELOAD_EVERY: Duration = Duration::from_secs(1);
 
     /// A node's TLS material: the cell's CA, and its own certificate and key, read again from their files when they
@@ -62,19 +65,21 @@ mod real {
     #[derive(Debug)]
     struct Shared {
         files: TlsFiles,
-        ca: Vec<u8>,
         current: RwLock<Arc<Loaded>>,
         /// When the files were last looked at.
         checked: Mutex<std::time::Instant>,
     }
 
-    /// The node's certificate and key as last read.
+    /// The node's certificate and key, and the CA, as last read.
     #[derive(Debug)]
     struct Loaded {
         cert: Vec<u8>,
         key: Vec<u8>,
-        /// The files' modification times when read: a change makes the next look read them again.
-        modified: [Option<SystemTime>; 2],
+        ca: Vec<u8>,
+        roots: Arc<rustls::RootCertStore>,
+        /// The files' modification times when read (certificate, key, CA): a change makes the next look read them
+        /// again.
+        modified: [Option<SystemTime>; 3],
         certified: Arc<CertifiedKey>,
         /// How many times the files were read with a change (0: as the node started).
         generation: u64,
@@ -94,11 +99,30 @@ mod real {
         Arc::new(rustls::crypto::ring::default_provider())
     }
 
+    fn modified_times(files: &TlsFiles) -> [Option<SystemTime>; 3] {
+        [modified(&files.cert), modified(&files.key), modified(&files.ca)]
+    }
+
+    /// The roots a CA file holds (one certificate, or more while a cell moves to a new CA).
+    fn roots_of(ca: &[u8]) -> Result<Arc<rustls::RootCertStore>, String> {
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(ca) {
+            let cert = cert.map_err(|error| format!("the CA certificate: {error}"))?;
+            roots.add(cert).map_err(|error| format!("the CA certificate: {error}"))?;
+        }
+        if roots.is_empty() {
+            return Err("the CA certificate is not a PEM certificate".to_string());
+        }
+        Ok(Arc::new(roots))
+    }
+
     impl Loaded {
         fn read(files: &TlsFiles, generation: u64) -> Result<Loaded, String> {
-            let modified = [modified(&files.cert), modified(&files.key)];
+            let modified = modified_times(files);
             let cert = read("node certificate", &files.cert)?;
             let key = read("node key", &files.key)?;
+            let ca = read("CA certificate", &files.ca)?;
+            let roots = roots_of(&ca)?;
             let chain = CertificateDer::pem_slice_iter(&cert)
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|error| format!("the node certificate: {error}"))?;
@@ -108,21 +132,17 @@ mod real {
             let der = PrivateKeyDer::from_pem_slice(&key).map_err(|error| format!("the node key: {error}"))?;
             let certified = CertifiedKey::from_der(chain, der, &provider())
                 .map_err(|error| format!("the node certificate and key do not go together: {error}"))?;
-            Ok(Loaded { cert, key, modified, certified: Arc::new(certified), generation })
+            Ok(Loaded { cert, key, ca, roots, modified, certified: Arc::new(certified), generation })
         }
     }
 
     impl NodeTls {
         /// Reads the files.
         pub fn load(files: &TlsFiles) -> Result<Self, String> {
-            let ca = read("CA certificate", &files.ca)?;
-            if !String::from_utf8_lossy(&ca).contains("-----BEGIN CERTIFICATE-----") {
-                return Err("the CA certificate is not a PEM certificate".to_string());
-            }
             let loaded = Loaded::read(files, 0)?;
             #[allow(clippy::disallowed_methods, reason = "when the node's own files were last looked at")]
             let checked = Mutex::new(std::time::Instant::now());
-            let shared = Shared { files: files.clone(), ca, current: RwLock::new(Arc::new(loaded)), checked };
+            let shared = Shared { files: files.clone(), current: RwLock::new(Arc::new(loaded)), checked };
             Ok(NodeTls { shared: Arc::new(shared) })
         }
 
@@ -142,14 +162,20 @@ mod real {
                 due
             };
             let current = shared.current.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
-            if !due || [modified(&shared.files.cert), modified(&shared.files.key)] == current.modified {
+            if !due || modified_times(&shared.files) == current.modified {
                 return current;
             }
             match Loaded::read(&shared.files, current.generation + 1) {
-                Ok(loaded) if loaded.cert == current.cert && loaded.key == current.key => current,
+                Ok(loaded) if loaded.cert == current.cert && loaded.key == current.key && loaded.ca == current.ca => {
+                    current
+                }
                 Ok(loaded) => {
                     let loaded = Arc::new(loaded);
-                    tracing::info!(file = %shared.files.cert.display(), "serving the node's rotated certificate");
+                    tracing::info!(
+                        cert = %shared.files.cert.display(),
+                        ca = %shared.files.ca.display(),
+                        "serving the node's rotated certificate and CA"
+                    );
                     *shared.current.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = loaded.clone();
                     loaded
                 }
@@ -160,7 +186,7 @@ mod real {
             }
         }
 
-        /// How many times the node's certificate was rotated since it started: a peer link made with an earlier
+        /// How many times the node's certificate or CA changed since it started: a peer link made with an earlier
         /// one dials again.
         pub fn generation(&self) -> u64 {
             self.current().generation
@@ -169,15 +195,6 @@ mod real {
         /// The DER of the certificate the node presents now.
         pub fn certificate_der(&self) -> Vec<u8> {
             self.current().certified.cert.first().map(|cert| cert.to_vec()).unwrap_or_default()
-        }
-
-        fn roots(&self) -> Result<Arc<rustls::RootCertStore>, String> {
-            let mut roots = rustls::RootCertStore::empty();
-            for cert in CertificateDer::pem_slice_iter(&self.shared.ca) {
-                let cert = cert.map_err(|error| format!("the CA certificate: {error}"))?;
-                roots.add(cert).map_err(|error| format!("the CA certificate: {error}"))?;
-            }
-            Ok(Arc::new(roots))
         }
 
         /// A server configuration presenting the node's current certificate, with `verifier` for clients' ones.
@@ -202,9 +219,9 @@ mod real {
             &self,
             required: bool,
         ) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, String> {
-            let builder = WebPkiClientVerifier::builder_with_provider(self.roots()?, provider());
-            let builder = if required { builder } else { builder.allow_unauthenticated() };
-            builder.build().map_err(|error| format!("the client certificate verifier is refused: {error}"))
+            // Built once here, so that a verifier the CA refuses fails the node's start rather than a handshake.
+            client_verifier_of(&self.current().roots, required)?;
+            Ok(Arc::new(RotatingClientVerifier { tls: self.clone(), required }))
         }
 
         /// The client port: a client certificate is checked against the CA if one is sent, but not required (a token
@@ -224,18 +241,176 @@ mod real {
             self.server(None, b"http/1.1")
         }
 
-        /// The cell's CA certificate (PEM).
-        pub fn ca_pem(&self) -> &[u8] {
-            &self.shared.ca
+        /// The cell's CA certificate (PEM), as last read.
+        pub fn ca_pem(&self) -> Vec<u8> {
+            self.current().ca.clone()
         }
 
-        /// Dialing a peer: its certificate must chain to the CA (and name the address dialed); this node's current
-        /// certificate goes with the call.
-        pub fn dial(&self) -> ClientTlsConfig {
+        /// Dialing a peer: its certificate must chain to the CA as it is now (and name the address dialed), name a
+        /// node of `cell`, and not be revoked (`revoked` says, by serial); this node's current certificate goes with
+        /// the call. The connection speaks HTTP/2.
+        pub fn dial(&self, cell: &str, revoked: IsRevoked) -> Result<rustls::ClientConfig, String> {
             let current = self.current();
-            ClientTlsConfig::new()
-                .ca_certificate(Certificate::from_pem(&self.shared.ca))
-                .identity(Identity::from_pem(&current.cert, &current.key))
+            let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(current.roots.clone(), provider())
+                .build()
+                .map_err(|error| format!("the peer certificate verifier is refused: {error}"))?;
+            let verifier = PeerVerifier { webpki, cell: cell.to_string(), revoked };
+            let mut config = rustls::ClientConfig::builder_with_provider(provider())
+                .with_safe_default_protocol_versions()
+                .map_err(|error| format!("the TLS configuration is refused: {error}"))?
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(verifier))
+                .with_client_cert_resolver(Arc::new(RotatingClient(self.clone())));
+            config.alpn_protocols = vec![b"h2".to_vec()];
+            Ok(config)
+        }
+    }
+
+    fn client_verifier_of(
+        roots: &Arc<rustls::RootCertStore>,
+        required: bool,
+    ) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, String> {
+        let builder = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider());
+        let builder = if required { builder } else { builder.allow_unauthenticated() };
+        builder.build().map_err(|error| format!("the client certificate verifier is refused: {error}"))
+    }
+
+    /// Verifies a client's certificate against the CA as the node has it at the handshake (see [`RELOAD_EVERY`]).
+    #[derive(Debug)]
+    struct RotatingClientVerifier {
+        tls: NodeTls,
+        required: bool,
+    }
+
+    impl RotatingClientVerifier {
+        /// The verifier of the CA as it is now, or the refusal of every certificate when that CA builds none (a
+        /// node never falls back to accepting what it cannot verify).
+        fn now(&self) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, rustls::Error> {
+            client_verifier_of(&self.tls.current().roots, self.required).map_err(rustls::Error::General)
+        }
+    }
+
+    impl rustls::server::danger::ClientCertVerifier for RotatingClientVerifier {
+        fn offer_client_auth(&self) -> bool {
+            true
+        }
+
+        fn client_auth_mandatory(&self) -> bool {
+            self.required
+        }
+
+        fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+            // No hints: they would have to outlive a rotation of the CA.
+            &[]
+        }
+
+        fn verify_client_cert(
+            &self,
+            end_entity: &CertificateDer<'_>,
+            intermediates: &[CertificateDer<'_>],
+            now: rustls::pki_types::UnixTime,
+        ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+            self.now()?.verify_client_cert(end_entity, intermediates, now)
+        }
+
+        fn verify_tls12_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls12_signature(message, cert, dss, &provider().signature_verification_algorithms)
+        }
+
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls13_signature(message, cert, dss, &provider().signature_verification_algorithms)
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+            provider().signature_verification_algorithms.supported_schemes()
+        }
+    }
+
+    /// Verifies the peer a node dials: a certificate of the CA for the address dialed, naming a node of the cell,
+    /// and not revoked.
+    struct PeerVerifier {
+        webpki: Arc<rustls::client::WebPkiServerVerifier>,
+        cell: String,
+        revoked: IsRevoked,
+    }
+
+    impl std::fmt::Debug for PeerVerifier {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("PeerVerifier").field("cell", &self.cell).finish_non_exhaustive()
+        }
+    }
+
+    impl rustls::client::danger::ServerCertVerifier for PeerVerifier {
+        fn verify_server_cert(
+            &self,
+            end_entity: &CertificateDer<'_>,
+            intermediates: &[CertificateDer<'_>],
+            server_name: &rustls::pki_types::ServerName<'_>,
+            ocsp_response: &[u8],
+            now: rustls::pki_types::UnixTime,
+        ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+            let verified =
+                self.webpki.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)?;
+            let refused = |why: &str| rustls::Error::General(format!("the peer's certificate {why}"));
+            match node_of(end_entity) {
+                Some((cell, _)) if cell == self.cell => {}
+                _ => return Err(refused("names no node of this cell")),
+            }
+            match serial_of(end_entity) {
+                Some(serial) if !(self.revoked)(&serial) => Ok(verified),
+                Some(_) => Err(rustls::Error::InvalidCertificate(rustls::CertificateError::Revoked)),
+                None => Err(refused("has no serial")),
+            }
+        }
+
+        fn verify_tls12_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            self.webpki.verify_tls12_signature(message, cert, dss)
+        }
+
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            self.webpki.verify_tls13_signature(message, cert, dss)
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+            self.webpki.supported_verify_schemes()
+        }
+    }
+
+    /// The node's certificate to each peer it dials, as [`NodeTls`] has it now.
+    #[derive(Debug)]
+    struct RotatingClient(NodeTls);
+
+    impl rustls::client::ResolvesClientCert for RotatingClient {
+        fn resolve(
+            &self,
+            _root_hint_subjects: &[&[u8]],
+            _sigschemes: &[rustls::SignatureScheme],
+        ) -> Option<Arc<CertifiedKey>> {
+            Some(self.0.current().certified.clone())
+        }
+
+        fn has_certs(&self) -> bool {
+            true
         }
     }
 

@@ -42,15 +42,47 @@ fn from_wire(message: RaftMessage) -> Result<Frame, Status> {
 }
 
 /// The network of a node of `cell`, over gRPC (over mutual TLS with `tls`), timing its `AppendEntries` into
-/// `metrics`.
-pub fn grpc_network(cell: CellIdentity, tls: Option<NodeTls>, metrics: Arc<Metrics>) -> Network<GrpcLinks> {
-    Network::new(cell, GrpcLinks { tls, metrics })
+/// `metrics`. A peer dialed over TLS must present a certificate that `revoked` does not name (see [`Revoked`]).
+pub fn grpc_network(
+    cell: CellIdentity,
+    tls: Option<NodeTls>,
+    revoked: Revoked,
+    metrics: Arc<Metrics>,
+) -> Network<GrpcLinks> {
+    let name = cell.name().to_string();
+    Network::new(cell, GrpcLinks { tls, cell: name, revoked, metrics })
+}
+
+/// Whether a serial is revoked, as [`Revoked`] asks its node.
+type IsRevokedFn = dyn Fn(&[u8]) -> bool + Send + Sync;
+
+/// Which certificate serials the cell revokes, as the node that dials knows them; nothing until the node is set in
+/// (its network is made before it).
+#[derive(Clone, Default)]
+pub struct Revoked(Arc<std::sync::OnceLock<Box<IsRevokedFn>>>);
+
+impl Revoked {
+    /// Asks `node` from now on (without keeping it alive).
+    pub fn follow<S: Storage + Clone>(&self, node: &Arc<CellNode<S>>) {
+        let node = Arc::downgrade(node);
+        let _ = self.0.set(Box::new(move |serial| node.upgrade().is_some_and(|node| node.is_revoked(serial))));
+    }
+
+    #[cfg_attr(madsim, allow(dead_code))]
+    fn is_revoked(&self, serial: &[u8]) -> bool {
+        self.0.get().is_some_and(|revoked| revoked(serial))
+    }
 }
 
 /// Connections to peers over gRPC.
 #[derive(Clone)]
 pub struct GrpcLinks {
     tls: Option<NodeTls>,
+    /// The cell a dialed peer's certificate must name.
+    #[cfg_attr(madsim, allow(dead_code))]
+    cell: String,
+    #[cfg_attr(madsim, allow(dead_code))]
+    revoked: Revoked,
     metrics: Arc<Metrics>,
 }
 
@@ -64,25 +96,105 @@ pub struct GrpcLink {
     tls: Option<(NodeTls, u64)>,
     #[cfg(not(madsim))]
     raft_addr: String,
+    #[cfg(not(madsim))]
+    cell: String,
+    #[cfg(not(madsim))]
+    revoked: Revoked,
 }
 
-/// A client of the peer port at `raft_addr`, over TLS with `tls` (connected at its first call).
-fn raft_client(tls: Option<&NodeTls>, raft_addr: &str) -> Result<RaftClient<Channel>, String> {
-    let scheme = if tls.is_some() { "https" } else { "http" };
-    let endpoint = Endpoint::from_shared(format!("{scheme}://{raft_addr}"));
-    #[cfg(not(madsim))]
-    let endpoint = endpoint.and_then(|endpoint| match tls {
-        Some(tls) => endpoint.tls_config(tls.dial()),
-        None => Ok(endpoint),
-    });
-    endpoint
-        .map(|endpoint| {
-            let channel = endpoint.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true).connect_lazy();
-            RaftClient::new(channel)
-                .max_decoding_message_size(MAX_RAFT_MESSAGE)
-                .max_encoding_message_size(MAX_RAFT_MESSAGE)
+/// A client of the peer port at `raft_addr` (connected at its first call), over TLS with `dial`: the node's own
+/// dialer, which verifies the peer against the CA as the node has it now, the cell and the revoked certificates.
+fn raft_client(dial: Option<Dial<'_>>, raft_addr: &str) -> Result<RaftClient<Channel>, String> {
+    let bad = |error: &dyn std::fmt::Display| format!("bad peer address {raft_addr:?}: {error}");
+    let endpoint = Endpoint::from_shared(format!("http://{raft_addr}")).map_err(|error| bad(&error))?;
+    let endpoint = endpoint.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true);
+    let channel = match dial {
+        #[cfg(not(madsim))]
+        Some(dial) => {
+            let config = dial.tls.dial(dial.cell, dial.revoked).map_err(|error| bad(&error))?;
+            endpoint.connect_with_connector_lazy(dialer::Dialer::new(config, raft_addr).map_err(|error| bad(&error))?)
+        }
+        #[cfg(madsim)]
+        Some(_) => return Err("no TLS in simulation".to_string()),
+        None => endpoint.connect_lazy(),
+    };
+    Ok(RaftClient::new(channel).max_decoding_message_size(MAX_RAFT_MESSAGE).max_encoding_message_size(MAX_RAFT_MESSAGE))
+}
+
+/// What dialing a peer over TLS needs.
+struct Dial<'a> {
+    #[cfg_attr(madsim, allow(dead_code))]
+    tls: &'a NodeTls,
+    #[cfg_attr(madsim, allow(dead_code))]
+    cell: &'a str,
+    #[cfg_attr(madsim, allow(dead_code))]
+    revoked: Arc<IsRevokedFn>,
+}
+
+impl GrpcLinks {
+    fn dial(&self) -> Option<Dial<'_>> {
+        let revoked = self.revoked.clone();
+        self.tls.as_ref().map(|tls| Dial {
+            tls,
+            cell: &self.cell,
+            revoked: Arc::new(move |serial: &[u8]| revoked.is_revoked(serial)),
         })
-        .map_err(|error| format!("bad peer address {raft_addr:?}: {error}"))
+    }
+}
+
+#[cfg(not(madsim))]
+mod dialer {
+    //! The connections a node dials to its peers over TLS, made by the node itself (not tonic's TLS) so that its
+    //! verifier can refuse a revoked peer and follow a changed CA.
+
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::Arc;
+    use std::task::{Context, Poll};
+
+    use tokio_rustls::rustls;
+    use tokio_rustls::rustls::pki_types::ServerName;
+
+    /// Dials one peer address over TLS.
+    #[derive(Clone)]
+    pub(super) struct Dialer {
+        connector: tokio_rustls::TlsConnector,
+        addr: String,
+        name: ServerName<'static>,
+    }
+
+    impl Dialer {
+        pub(super) fn new(config: rustls::ClientConfig, addr: &str) -> Result<Self, String> {
+            let host = match addr.rsplit_once(':') {
+                Some((host, _)) => host.trim_start_matches('[').trim_end_matches(']'),
+                None => return Err("an address is host:port".to_string()),
+            };
+            let name = ServerName::try_from(host.to_string()).map_err(|error| error.to_string())?;
+            Ok(Dialer { connector: tokio_rustls::TlsConnector::from(Arc::new(config)), addr: addr.to_string(), name })
+        }
+    }
+
+    type Connection = hyper_util::rt::TokioIo<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>;
+
+    impl tower_service::Service<http::Uri> for Dialer {
+        type Response = Connection;
+        type Error = std::io::Error;
+        type Future = Pin<Box<dyn Future<Output = Result<Connection, std::io::Error>> + Send>>;
+
+        fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _uri: http::Uri) -> Self::Future {
+            let (connector, addr, name) = (self.connector.clone(), self.addr.clone(), self.name.clone());
+            Box::pin(async move {
+                let stream = tokio::net::TcpStream::connect(&addr).await?;
+                stream.set_nodelay(true)?;
+                let tls = connector.connect(name, stream).await?;
+                Ok(hyper_util::rt::TokioIo::new(tls))
+            })
+        }
+    }
 }
 
 impl Links for GrpcLinks {
@@ -90,12 +202,16 @@ impl Links for GrpcLinks {
 
     fn link(&mut self, _target: NodeId, addrs: &NodeAddrs) -> GrpcLink {
         GrpcLink {
-            client: raft_client(self.tls.as_ref(), &addrs.raft_addr),
+            client: raft_client(self.dial(), &addrs.raft_addr),
             metrics: self.metrics.clone(),
             #[cfg(not(madsim))]
             tls: self.tls.as_ref().map(|tls| (tls.clone(), tls.generation())),
             #[cfg(not(madsim))]
             raft_addr: addrs.raft_addr.clone(),
+            #[cfg(not(madsim))]
+            cell: self.cell.clone(),
+            #[cfg(not(madsim))]
+            revoked: self.revoked.clone(),
         }
     }
 }
@@ -108,7 +224,9 @@ impl Link for GrpcLink {
             let now = tls.generation();
             if now != *generation {
                 *generation = now;
-                self.client = raft_client(Some(tls), &self.raft_addr);
+                let revoked = self.revoked.clone();
+                let dial = Dial { tls, cell: &self.cell, revoked: Arc::new(move |serial| revoked.is_revoked(serial)) };
+                self.client = raft_client(Some(dial), &self.raft_addr);
             }
         }
         let mut client = self.client.clone().map_err(LinkError::Unreachable)?;

@@ -263,7 +263,7 @@ async fn a_tenant_is_held_to_its_quotas() {
         let config = v1::StreamConfig { subjects: vec!["orders.>".into()], ..Default::default() };
         tenant.create_stream("orders", config).await.expect("the tenant's stream");
     }
-    let quotas = v1::Quotas { max_streams: Some(1), max_messages: Some(2), max_bytes: None };
+    let quotas = v1::Quotas { max_streams: Some(1), max_messages: Some(2), ..Default::default() };
     assert_eq!(reason(acme.set_quotas(Some("acme"), quotas).await), "PERMISSION_DENIED");
     root.set_quotas(Some("acme"), quotas).await.expect("root sets acme's quotas");
     for n in 0..2 {
@@ -287,6 +287,24 @@ async fn a_tenant_is_held_to_its_quotas() {
     assert_eq!(holders, [("", 3), ("acme", 2)], "the cell first, then each tenant with a quota");
     let carol = client(&node, Some(&principal(&root, "carol", grants(&[">"], &[], &[])).await));
     assert_eq!(reason(carol.quotas().await), "PERMISSION_DENIED");
+
+    // Deliveries awaiting an ack are capped too: one at a time across acme's consumers, counted in its usage.
+    let capped = v1::Quotas { max_in_flight: Some(1), ..quotas };
+    root.set_quotas(Some("acme"), capped).await.expect("root caps acme's deliveries");
+    for consumer in ["one", "two"] {
+        acme.create_consumer("orders", consumer, v1::ConsumerConfig::default()).await.expect("a consumer");
+    }
+    let first = acme.fetch("orders", "one", "m", 10).await.expect("a fetch");
+    assert_eq!(first.len(), 1, "one delivery under the cap");
+    assert!(acme.fetch("orders", "two", "m", 10).await.expect("a fetch").is_empty(), "no room for another");
+    let mine = acme.quotas().await.expect("acme reads its own");
+    assert_eq!(mine[0].in_flight, 1);
+    let message = first[0].message.as_ref().expect("a message");
+    let ack = v1::AckItem { partition: message.partition, seq: message.seq, ..Default::default() };
+    acme.ack("orders", "one", vec![ack]).await.expect("acked");
+    assert_eq!(acme.fetch("orders", "two", "m", 10).await.expect("a fetch").len(), 1, "the ack made room");
+    let zero = v1::Quotas { max_in_flight_per_subject: Some(0), ..Default::default() };
+    assert_eq!(reason(root.set_quotas(Some("acme"), zero).await), "INVALID_ARGUMENT");
     node.stop().await.expect("stops");
 }
 
@@ -419,6 +437,43 @@ async fn a_tenant_and_the_whole_cell_are_held_to_their_rates() {
     assert_eq!(root.stream_info("orders").await.expect("info").messages, 3, "the refused publishes wrote nothing");
     assert_eq!(root.stream_info("acme/orders").await.expect("info").messages, 2);
     root.publish(publish("orders.root")).await.expect("root is held to no rate");
+    node.stop().await.expect("stops");
+}
+
+/// One subject's publishes are held to the subject rate, all of a tenant's principals together, while the tenant's
+/// other subjects go on; a refused publish (in a batch too) writes nothing; another tenant's subject of the same name
+/// has a bucket of its own, and root is not limited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_subject_is_held_to_the_subject_rate() {
+    let limits = cellog_net::Limits {
+        subject_rate: Some(PrincipalRate { per_second: 1, burst: 2 }),
+        ..cellog_net::Limits::DEFAULT
+    };
+    let node = secure_node_limited(None, limits).await;
+    let root = client(&node, Some(ROOT_TOKEN));
+    root_token_works(&root).await;
+    let writer = v1::Grants { admin: true, ..grants(&[">"], &[">"], &[]) };
+    let ops = shedding(&node, &principal(&root, "acme/ops", writer.clone()).await);
+    let dev = shedding(&node, &principal(&root, "acme/dev", writer.clone()).await);
+    let beta = shedding(&node, &principal(&root, "beta/ops", writer).await);
+    for tenant in [&ops, &beta, &root] {
+        let config = v1::StreamConfig { subjects: vec!["orders.>".into()], ..Default::default() };
+        tenant.create_stream("orders", config).await.expect("the tenant's stream");
+    }
+    ops.publish(publish("orders.hot")).await.expect("within the subject's burst");
+    dev.publish(publish("orders.hot")).await.expect("within the subject's burst");
+    let refused = dev.publish(publish("orders.hot")).await.expect_err("over the subject's rate");
+    assert_eq!(refused.reason(), Some("RATE_LIMITED"), "{refused}");
+    assert!(refused.to_string().contains("subject \"orders.hot\""), "{refused}");
+    let batch = ops.publish_batch(vec![publish("orders.hot"), publish("orders.cold")], 16).await;
+    let refused_items: Vec<bool> = batch.iter().map(|item| item.result.is_err()).collect();
+    assert_eq!(refused_items, [true, false], "the hot subject's item is refused, the cold one's goes on");
+    dev.publish(publish("orders.cold")).await.expect("another subject has its own bucket");
+    beta.publish(publish("orders.hot")).await.expect("another tenant's subject has its own bucket");
+    assert_eq!(root.stream_info("acme/orders").await.expect("info").messages, 4, "the refused publishes wrote nothing");
+    for _ in 0..5 {
+        root.publish(publish("orders.hot")).await.expect("root is held to no rate");
+    }
     node.stop().await.expect("stops");
 }
 

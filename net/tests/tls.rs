@@ -599,3 +599,298 @@ async fn the_http_port_under_tls_serves_https_to_credentials_only() {
     assert_eq!(root.list_streams().await.expect("streams").len(), 1);
     node.stop().await.expect("stops");
 }
+
+/// A TLS connection to `addr` verified with `ca_pem`, offering `alpn`.
+async fn tls_to(
+    addr: std::net::SocketAddr,
+    ca_pem: &str,
+    alpn: &[u8],
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    use tokio_rustls::rustls;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).expect("a CA")).expect("a root");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![alpn.to_vec()];
+    let stream = tokio::net::TcpStream::connect(addr).await.expect("connected");
+    let server = ServerName::IpAddress(addr.ip().into());
+    tokio_rustls::TlsConnector::from(Arc::new(config)).connect(server, stream).await.expect("a handshake")
+}
+
+/// A `PublishBatch` call on the client port at `addr` whose one message declares `declared` bytes and sends `sent` of
+/// them, then waits: what a slow (or hostile) sender leaves the node holding. Held while the returned handles live.
+async fn partial_grpc_publish(
+    addr: std::net::SocketAddr,
+    ca_pem: &str,
+    token: &str,
+    declared: u32,
+    sent: usize,
+) -> (h2::client::SendRequest<bytes::Bytes>, h2::SendStream<bytes::Bytes>, tokio::task::JoinHandle<()>) {
+    let tls = tls_to(addr, ca_pem, b"h2").await;
+    let (sender, connection) = h2::client::handshake(tls).await.expect("an HTTP/2 connection");
+    let driven = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let mut sender = sender.ready().await.expect("ready");
+    let request = http::Request::post(format!("https://{addr}/cellog.v1.Cellog/PublishBatch"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("authorization", format!("Bearer {token}"))
+        .body(())
+        .expect("a request");
+    let (_answer, mut body) = sender.send_request(request, false).expect("sent");
+    let mut prefix = vec![0u8];
+    prefix.extend_from_slice(&declared.to_be_bytes());
+    let mut data = bytes::BytesMut::from(&prefix[..]);
+    data.resize(5 + sent, 0);
+    let mut data = data.freeze();
+    while !data.is_empty() {
+        body.reserve_capacity(data.len());
+        let capacity = std::future::poll_fn(|cx| body.poll_capacity(cx)).await.expect("capacity").expect("open");
+        let chunk = data.split_to(capacity.min(data.len()));
+        body.send_data(chunk, false).expect("data sent");
+    }
+    (sender, body, driven)
+}
+
+/// The node's budget of request bytes in flight is one for its client port and its HTTP port: a gRPC message sent in
+/// part holds its bytes until the call ends, an HTTP body holds its declared length, and a request that would pass
+/// the budget is refused as `REQUEST_BYTES` on either port, writing nothing, until the holder lets go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_bytes_in_flight_are_bounded_across_both_ports() {
+    use tokio::io::AsyncWriteExt;
+    const MIB: usize = 1024 * 1024;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let cell_ca = ca("the cell's CA");
+    let addrs = [(free_addr(), free_addr())];
+    let http = free_addr();
+    let node = node_of(CELL, dir.path(), &cell_ca, 1, &node_uri(CELL, 1), &addrs, |config| {
+        config.metrics_addr = Some(http);
+        config.limits.max_request_bytes_in_flight = cellog_net::Limits::LEAST_REQUEST_BYTES_IN_FLIGHT;
+    })
+    .await;
+    let root = root_once_formed(&[addrs[0].0.to_string()], &cell_ca).await;
+    let config = v1::StreamConfig {
+        subjects: vec!["big.>".into()],
+        max_payload_bytes: Some(8 * MIB as u32),
+        ..Default::default()
+    };
+    root.create_stream("big", config).await.expect("a stream");
+    let grants = v1::Grants { publish: vec!["big.>".into()], ..Default::default() };
+    root.put_principal("loader", grants).await.expect("a principal");
+    let loader = cellog_client::token::from_random([9; 32]);
+    root.add_token("loader", cellog_client::token::hash(&loader)).await.expect("its token");
+    let count = async || root.stream_info("big").await.expect("the stream").messages;
+    let payload = vec![b'p'; 6 * MIB];
+    let publish = |subject: &str| v1::PublishRequest {
+        subject: subject.to_string(),
+        payload: payload.clone().into(),
+        ..Default::default()
+    };
+
+    // An HTTP body of 16 MiB declared and never sent holds 16 MiB: a 6 MiB publish over gRPC does not fit.
+    let mut held = tls_to(http, &cell_ca.pem, b"http/1.1").await;
+    let head = format!(
+        "POST /v1/messages HTTP/1.1\r\nHost: cellog\r\nAuthorization: Bearer {loader}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{{\"subject\": \"big.a\"",
+        16 * MIB
+    );
+    held.write_all(head.as_bytes()).await.expect("sent");
+    held.flush().await.expect("flushed");
+    let mut refused = None;
+    for _ in 0..100 {
+        match root.publish(publish("big.a")).await {
+            Err(error) => {
+                refused = Some(error);
+                break;
+            }
+            // The HTTP call may not have reached the door yet.
+            Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+    let refused = refused.expect("a publish past the budget is refused");
+    assert_eq!(refused.reason(), Some("REQUEST_BYTES"), "{refused}");
+    let before = count().await;
+    assert!(root.publish(publish("big.a")).await.is_err(), "still held");
+    assert_eq!(count().await, before, "a refused publish wrote nothing");
+    drop(held);
+    let mut published = Err(refused);
+    for _ in 0..100 {
+        published = root.publish(publish("big.a")).await;
+        if published.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    published.expect("the budget is given back when the HTTP call ends");
+    let after_grpc = count().await;
+
+    // A gRPC message of 15 MiB sent but for its last byte holds them: an HTTP publish of 6 MiB is refused.
+    let held = partial_grpc_publish(addrs[0].0, &cell_ca.pem, &loader, 15 * MIB as u32, 15 * MIB - 1).await;
+    let body = serde_json::json!({
+        "subject": "big.b",
+        "payload": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &payload),
+    })
+    .to_string();
+    let (status, answer) = https(http, &cell_ca.pem, "POST", "/v1/messages", Some(&loader), &body).await;
+    assert_eq!(status, 429, "{}", answer.chars().take(300).collect::<String>());
+    assert!(answer.contains("REQUEST_BYTES"), "{answer}");
+    assert_eq!(count().await, after_grpc, "a refused publish wrote nothing");
+    drop(held);
+    let mut published = false;
+    for _ in 0..100 {
+        let (status, _) = https(http, &cell_ca.pem, "POST", "/v1/messages", Some(&loader), &body).await;
+        if status == 200 {
+            published = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(published, "the budget is given back when the gRPC call ends");
+    assert_eq!(count().await, after_grpc + 1);
+    node.stop().await.expect("stops");
+}
+
+/// Serves `addr` over TLS with `cert` and `key` as an impostor of a peer would, counting the connections it is dialed
+/// (`.0`) and the handshakes that completed (`.1`): a dialer that refuses the certificate completes none.
+async fn impostor(
+    addr: std::net::SocketAddr,
+    cert: &str,
+    key: &str,
+) -> (Arc<std::sync::atomic::AtomicUsize>, Arc<std::sync::atomic::AtomicUsize>, tokio::task::JoinHandle<()>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio_rustls::rustls;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+    let chain = vec![CertificateDer::from_pem_slice(cert.as_bytes()).expect("a certificate")];
+    let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).expect("a key");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .expect("a server config");
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let mut listener = None;
+    for _ in 0..50 {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(bound) => {
+                listener = Some(bound);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    let listener = listener.expect("the stopped node's peer port is free again");
+    let (dialed, completed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (counted, done) = (dialed.clone(), completed.clone());
+    let served = tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { return };
+            counted.fetch_add(1, Ordering::SeqCst);
+            let (acceptor, done) = (acceptor.clone(), done.clone());
+            tokio::spawn(async move {
+                if let Ok(mut tls) = acceptor.accept(stream).await {
+                    // The handshake is over on the dialer's side only once its verifier took the certificate, and
+                    // HTTP/2 sends its preface at once: wait for a byte of it.
+                    use tokio::io::AsyncReadExt;
+                    let mut byte = [0u8; 1];
+                    if tls.read(&mut byte).await.is_ok_and(|n| n == 1) {
+                        done.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            });
+        }
+    });
+    (dialed, completed, served)
+}
+
+/// A node dials no peer whose certificate the cell revoked: an impostor holding a revoked member's certificate and
+/// key at that member's address gets no completed connection from the leader, while one with a valid certificate of
+/// the same member does (so the refusal is the revocation's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_dials_no_peer_whose_certificate_is_revoked() {
+    use std::sync::atomic::Ordering;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let cell_ca = ca("the cell's CA");
+    let (mut nodes, addrs, client_addrs) = three_nodes(dir.path(), &cell_ca).await;
+    let root = root_once_formed(&client_addrs, &cell_ca).await;
+    let leader = root.cluster_status().await.expect("status").leader_id.expect("a leader");
+    let follower = (1..=3).find(|id| *id != leader).expect("a follower");
+    let cert =
+        std::fs::read_to_string(dir.path().join(format!("{CELL}-node-{follower}.pem"))).expect("its certificate");
+    let key = std::fs::read_to_string(dir.path().join(format!("{CELL}-node-{follower}.key"))).expect("its key");
+    let facts = cellog_net::tls::certificate_facts(cert.as_bytes()).expect("facts");
+    root.revoke_certificate(&facts.serial, &facts.names, facts.until_ms).await.expect("revoked");
+    let stopped = nodes.remove(follower as usize - 1);
+    stopped.stop().await.expect("the follower stops");
+
+    let peer_addr = addrs[follower as usize - 1].1;
+    let (dialed, completed, served) = impostor(peer_addr, &cert, &key).await;
+    for _ in 0..40 {
+        if dialed.load(Ordering::SeqCst) >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(dialed.load(Ordering::SeqCst) >= 1, "the leader dials the member's address");
+    assert_eq!(completed.load(Ordering::SeqCst), 0, "and refuses the revoked certificate it is shown");
+    served.abort();
+    let _ = served.await;
+
+    let (fresh_cert, fresh_key) = issue(&cell_ca, &node_uri(CELL, follower));
+    let (_, completed, served) = impostor(peer_addr, &fresh_cert, &fresh_key).await;
+    for _ in 0..50 {
+        if completed.load(Ordering::SeqCst) > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(completed.load(Ordering::SeqCst) > 0, "a certificate the cell did not revoke is dialed");
+    served.abort();
+    for node in nodes {
+        node.stop().await.expect("stops");
+    }
+}
+
+/// A node follows its CA file without a restart: a client certificate of a second CA is refused until the file holds
+/// that CA beside the first, and then accepted, while the node's own certificate of the first CA still serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_ca_file_is_trusted_without_a_restart() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let (old_ca, new_ca) = (ca("the cell's CA"), ca("the cell's next CA"));
+    let addrs = vec![(free_addr(), free_addr())];
+    let node = node(dir.path(), &old_ca, 1, &node_uri(CELL, 1), &addrs).await;
+    let client_addrs = vec![addrs[0].0.to_string()];
+    let root = root_once_formed(&client_addrs, &old_ca).await;
+    root.put_principal("alice", v1::Grants { publish: vec![">".into()], ..Default::default() }).await.expect("alice");
+    let alice = client(&client_addrs, &old_ca.pem, Some(issue(&new_ca, &principal_uri(CELL, "alice"))), Duration::ZERO);
+    assert!(alice.list_streams().await.is_err(), "a certificate of a CA the node does not hold is refused");
+
+    let ca_path = dir.path().join(format!("{CELL}-ca.pem"));
+    let staged = ca_path.with_extension("new");
+    std::fs::write(&staged, format!("{}{}", old_ca.pem, new_ca.pem)).expect("written");
+    std::fs::rename(&staged, &ca_path).expect("renamed");
+    let mut accepted = false;
+    for _ in 0..50 {
+        if alice.list_streams().await.is_ok() {
+            accepted = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(accepted, "the node trusts the CA its file holds now");
+    root.list_streams().await.expect("a client of the first CA goes on");
+    node.stop().await.expect("stops");
+}

@@ -98,10 +98,18 @@ impl Cell {
         max: u32,
         only: Option<&BTreeSet<u32>>,
     ) -> Result<Vec<Delivery>, Rejection> {
+        // The tenant's and the cell's caps on deliveries awaiting an ack (see `crate::quota`).
+        let (room, per_subject) = self.in_flight_caps(stream);
+        let max = max.min(u32::try_from(room).unwrap_or(u32::MAX));
         let s = stream_in(&mut self.streams, stream)?;
+        if max == 0 {
+            // No room under a quota: nothing is delivered, and nothing (not even the partition a fetch starts at) moves.
+            s.consumer(consumer)?;
+            return Ok(Vec::new());
+        }
         let stream_id = s.id();
         let member: Arc<str> = Arc::from(member);
-        let (consumer_id, deliveries, timers) = s.fetch(consumer, &member, max, at, only)?;
+        let (consumer_id, deliveries, timers) = s.fetch(consumer, &member, max, at, only, per_subject)?;
         for (due, partition, seq) in timers {
             self.timers.set(at, due, Timer::Delivery { stream_id, consumer_id, partition, seq });
         }

@@ -265,10 +265,14 @@ impl Cell {
         let g = &self.groups[&key];
         g.check_member(group, member, generation)?;
         let only = g.fetchable_at(member, generation);
+        let (room, per_subject) = self.in_flight_caps(stream);
         let s = self.stream(stream)?;
         let consumer = s.consumer(group)?;
-        let work =
-            if only.is_empty() { crate::Work::None } else { consumer.work(s.partitions(), s.subjects(), Some(&only)) };
+        let work = if only.is_empty() || room == 0 {
+            crate::Work::None
+        } else {
+            consumer.work(s.partitions(), s.subjects(), Some(&only), per_subject)
+        };
         Ok((work, consumer.n_pending_of(member, &only), g.generation))
     }
 

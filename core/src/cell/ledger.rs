@@ -110,10 +110,10 @@ pub(crate) fn check_growth(
     if messages == 0 && bytes == 0 {
         return Ok(());
     }
-    let more = Held { streams: 0, messages, bytes };
+    let more = Held { streams: 0, messages, bytes, in_flight: 0 };
     let held = |tenant| {
         let (messages, bytes) = ledger.held(tenant);
-        Held { streams: 0, messages, bytes }
+        Held { streams: 0, messages, bytes, in_flight: 0 }
     };
     if let Some(tenant) = tenant_of(stream)
         && let Some(quotas) = book.tenants.get(tenant)
@@ -150,8 +150,8 @@ pub(crate) fn check_batch<'a>(
             continue;
         }
         let (held_messages, held_bytes) = ledger.held(holder);
-        let held = Held { streams: 0, messages: held_messages, bytes: held_bytes };
-        check(&quotas, held, Held { streams: 0, messages, bytes }, holder.is_some())?;
+        let held = Held { streams: 0, messages: held_messages, bytes: held_bytes, in_flight: 0 };
+        check(&quotas, held, Held { streams: 0, messages, bytes, in_flight: 0 }, holder.is_some())?;
     }
     Ok(())
 }

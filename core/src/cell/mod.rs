@@ -22,7 +22,7 @@ use crate::mirror::Mirroring;
 use crate::placement::{Directory, Ownership};
 use crate::quota::QuotaBook;
 use crate::route::Router;
-use crate::snapshot::{v3, v4, v5, v6, v7, v8, v9, v10, v11};
+use crate::snapshot::{v3, v4, v5, v6, v7, v8, v9, v10, v11, v12};
 use crate::stream::Stream;
 use crate::time::Millis;
 use ledger::Ledger;
@@ -290,6 +290,12 @@ impl Cell {
             cell.auth.restore_mirror(&principal, streams);
         }
         cell
+    }
+
+    /// The state a version 12 snapshot holds: version 11's, its quotas with the caps on deliveries.
+    pub(crate) fn from_v12(cell: v12::Cell) -> Self {
+        let (state, quotas) = cell.split();
+        Cell { quotas, ..Cell::from_v11(state) }
     }
 
     /// Rebuilds what is derived from the state and not encoded (the subject router), after decoding.

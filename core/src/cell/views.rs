@@ -84,9 +84,15 @@ impl Cell {
     /// read-only and cheap (unlike [`Cell::consumer_info`], which scans for the oldest unacknowledged message), for
     /// a subscription to ask after every applied batch before it proposes a fetch.
     pub fn consumer_work(&self, stream: &str, consumer: &str) -> Result<(Work, u32), Rejection> {
+        let (room, per_subject) = self.in_flight_caps(stream);
         let stream = self.stream(stream)?;
         let consumer = stream.consumer(consumer)?;
-        Ok((consumer.work(stream.partitions(), stream.subjects(), None), consumer.n_pending()))
+        let work = if room == 0 {
+            Work::None
+        } else {
+            consumer.work(stream.partitions(), stream.subjects(), None, per_subject)
+        };
+        Ok((work, consumer.n_pending()))
     }
 
     /// A consumer's outstanding deliveries, in (partition, sequence) order, at most `max`.

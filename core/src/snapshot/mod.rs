@@ -37,6 +37,7 @@ use crate::error::SnapshotError;
 
 pub(crate) mod v10;
 pub(crate) mod v11;
+pub(crate) mod v12;
 pub(crate) mod v3;
 pub(crate) mod v4;
 pub(crate) mod v5;
@@ -56,8 +57,9 @@ const MAGIC: &[u8; 8] = b"CELLOGSN";
 /// and each moved stream's ownership epoch (an earlier state has none: it owns every stream at epoch 0); version 9
 /// added mirrors and the recall logs kept for them (an earlier state has none); version 10 added revoked certificates and
 /// quotas (an earlier state has neither); version 11 added each principal's mirror grant (an earlier state's principals
-/// have none). Versions before 3 are refused as unsupported.
-pub const SNAPSHOT_VERSION: u32 = 11;
+/// have none); version 12 added the quotas on deliveries awaiting an ack (an earlier state's holders have none). Versions
+/// before 3 are refused as unsupported.
+pub const SNAPSHOT_VERSION: u32 = 12;
 const HEADER_BYTES: usize = 16;
 
 /// A SHA-256 digest of a cell's whole state.
@@ -214,6 +216,7 @@ fn format(version: u32) -> Option<Format> {
         9 => Some(Format { read: read_v9, reencode: reencode::<v9::Cell> }),
         10 => Some(Format { read: read_v10, reencode: reencode::<v10::Cell> }),
         11 => Some(Format { read: read_v11, reencode: reencode::<v11::Cell> }),
+        12 => Some(Format { read: read_v12, reencode: reencode::<v12::Cell> }),
         _ => None,
     }
 }
@@ -261,6 +264,11 @@ fn read_v10(body: &[u8]) -> Result<(Cell, &[u8]), SnapshotError> {
 fn read_v11(body: &[u8]) -> Result<(Cell, &[u8]), SnapshotError> {
     let (state, rest) = take_state::<v11::Cell>(body)?;
     Ok((Cell::from_v11(state), rest))
+}
+
+fn read_v12(body: &[u8]) -> Result<(Cell, &[u8]), SnapshotError> {
+    let (state, rest) = take_state::<v12::Cell>(body)?;
+    Ok((Cell::from_v12(state), rest))
 }
 
 fn reencode<State: Serialize + DeserializeOwned>(body: &[u8]) -> Result<Vec<u8>, SnapshotError> {

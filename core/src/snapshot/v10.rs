@@ -112,7 +112,7 @@ impl From<Revoked> for crate::auth::Revoked {
 impl From<Quotas> for crate::quota::Quotas {
     fn from(quotas: Quotas) -> Self {
         let Quotas { max_streams, max_messages, max_bytes } = quotas;
-        crate::quota::Quotas { max_streams, max_messages, max_bytes }
+        crate::quota::Quotas { max_streams, max_messages, max_bytes, ..crate::quota::Quotas::default() }
     }
 }
 

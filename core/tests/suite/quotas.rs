@@ -8,7 +8,8 @@ use common::*;
 use bytes::Bytes;
 use cellog_core::quota::{Held, Quotas};
 use cellog_core::{
-    Command, DiscardPolicy, Grants, Outcome, ProducerRef, PublishRequest, Quota, ROOT, Rejection, StreamConfig,
+    AckKind, Command, ConsumerConfig, DiscardPolicy, Grants, Outcome, ProducerRef, PublishRequest, Quota, ROOT,
+    Rejection, StreamConfig, Work,
 };
 
 fn publish(subject: &str, payload: &str) -> Command {
@@ -87,7 +88,7 @@ fn the_cell_s_quotas_count_every_stream_of_every_tenant() {
     h.ok(as_token(9, publish("ops.c", "3")));
     refused(&mut h, as_token(2, publish("orders.b", "4")), Quota::CellMessages, 3);
     refused(&mut h, as_token(1, stream("more")), Quota::CellStreams, 3);
-    assert_eq!(h.cell.held(None), Held { streams: 3, messages: 3, bytes: h.cell.held(None).bytes });
+    assert_eq!(h.cell.held(None), Held { streams: 3, messages: 3, bytes: h.cell.held(None).bytes, in_flight: 0 });
     // Deleting a stream gives its messages back.
     h.ok(as_token(9, Command::DeleteStream { name: "ops".into() }));
     h.ok(as_token(2, publish("orders.b", "4")));
@@ -158,4 +159,104 @@ fn only_a_cluster_admin_sets_quotas_and_they_survive_a_snapshot() {
     // Unlimited quotas drop a tenant's entry.
     h.ok(set(Some("acme"), Quotas::default()));
     assert!(h.cell.quotas().tenants.is_empty());
+}
+
+/// The subjects of deliveries, in order.
+fn subjects(deliveries: &[cellog_core::Delivery]) -> Vec<String> {
+    deliveries.iter().map(|delivery| delivery.record.subject.to_string()).collect()
+}
+
+fn acked(h: &mut Harness, stream: &str, consumer: &str, deliveries: &[cellog_core::Delivery]) {
+    for delivery in deliveries {
+        let (partition, seq) = (delivery.record.partition, delivery.record.seq);
+        h.ack(stream, consumer, partition, seq, AckKind::Applied).expect("acked");
+    }
+}
+
+/// A tenant's `max_in_flight` counts the deliveries awaiting an ack across all of its consumers: a fetch past it
+/// delivers only the room left, and nothing at all when none is left (a subscription sees no work, so proposes no
+/// fetch); acks give room back. Another tenant's consumers are not counted, and the cell's cap counts everyone.
+#[test]
+fn deliveries_awaiting_an_ack_are_capped_per_tenant_and_per_cell() {
+    let mut h = cell();
+    for n in 0..10 {
+        h.ok(as_token(1, publish("orders.a", &format!("a{n}"))));
+        h.ok(as_token(2, publish("orders.b", &format!("b{n}"))));
+    }
+    for (stream, consumer) in [("acme/orders", "one"), ("acme/orders", "two"), ("beta/orders", "one")] {
+        h.create_consumer(stream, consumer, ConsumerConfig::default());
+    }
+    h.ok(set(Some("acme"), Quotas { max_in_flight: Some(5), ..Quotas::default() }));
+    assert_eq!(h.fetch("acme/orders", "one", 3).len(), 3);
+    assert_eq!(h.fetch("acme/orders", "two", 10).len(), 2, "the room left under the tenant's cap");
+    assert_eq!(h.cell.held(Some("acme")).in_flight, 5);
+    assert_eq!(h.cell.consumer_work("acme/orders", "one").map(|(work, _)| work), Ok(Work::None));
+    assert!(h.fetch("acme/orders", "one", 10).is_empty(), "no room");
+    assert_eq!(h.fetch("beta/orders", "one", 10).len(), 10, "another tenant is not counted");
+
+    // An ack gives its room back, to any consumer of the tenant.
+    h.ack("acme/orders", "one", 0, 1, AckKind::Applied).expect("acked");
+    assert_eq!(h.cell.consumer_work("acme/orders", "two").map(|(work, _)| work), Ok(Work::Deliver));
+    assert_eq!(h.fetch("acme/orders", "two", 10).len(), 1);
+
+    // The cell's cap counts every tenant's deliveries: beta holds 10 already.
+    h.ok(set(None, Quotas { max_in_flight: Some(12), ..Quotas::default() }));
+    h.ok(set(Some("acme"), Quotas::default()));
+    assert_eq!(h.cell.held(None).in_flight, 15);
+    assert!(h.fetch("acme/orders", "one", 10).is_empty(), "the cell is past its cap");
+    let beta: Vec<_> = (1..=10).collect();
+    for seq in beta {
+        h.ack("beta/orders", "one", 0, seq, AckKind::Applied).expect("acked");
+    }
+    assert_eq!(h.fetch("acme/orders", "one", 10).len(), 7, "room for 12 less acme's 5");
+    let before = state_parts(&h.cell);
+    assert!(h.fetch("acme/orders", "two", 10).is_empty());
+    assert_eq!(state_parts(&h.cell), before, "a fetch with no room changes nothing");
+}
+
+/// `max_in_flight_per_subject` holds a subject's later messages back while as many of its deliveries await an ack,
+/// and lets the consumer's other subjects go on; once acked, the held-back messages come in order.
+#[test]
+fn a_subject_at_its_cap_waits_in_order_while_other_subjects_go_on() {
+    let mut h = Harness::new();
+    h.simple_stream("orders");
+    h.create_consumer("orders", "c", ConsumerConfig::default());
+    for (subject, payload) in [("orders.a", "a1"), ("orders.a", "a2"), ("orders.a", "a3"), ("orders.b", "b1")] {
+        h.publish(subject, payload).expect("published");
+    }
+    h.ok(Command::SetQuotas {
+        tenant: None,
+        quotas: Quotas { max_in_flight_per_subject: Some(1), ..Quotas::default() },
+    });
+    let first = h.fetch("orders", "c", 10);
+    assert_eq!(subjects(&first), ["orders.a", "orders.b"]);
+    assert_eq!(first.iter().map(|d| h.text(d)).collect::<Vec<_>>(), ["a1", "b1"]);
+    assert_eq!(h.cell.consumer_work("orders", "c").map(|(work, _)| work), Ok(Work::None));
+    assert!(h.fetch("orders", "c", 10).is_empty(), "a2 and a3 wait for a1's ack");
+    h.publish("orders.b", "b2").expect("published");
+    assert_eq!(h.fetch("orders", "c", 10).len(), 0, "b1 awaits its ack too");
+    acked(&mut h, "orders", "c", &first);
+    let second = h.fetch("orders", "c", 10);
+    assert_eq!(second.iter().map(|d| h.text(d)).collect::<Vec<_>>(), ["a2", "b2"], "in order, one per subject");
+    acked(&mut h, "orders", "c", &second);
+    let third = h.fetch("orders", "c", 10);
+    assert_eq!(third.iter().map(|d| h.text(d)).collect::<Vec<_>>(), ["a3"]);
+    assert_eq!(third[0].delivery_count, 1, "a held-back message is delivered for the first time");
+    acked(&mut h, "orders", "c", &third);
+    let info = h.cell.consumer_info("orders", "c", h.now).expect("the consumer");
+    assert_eq!(info.n_pending, 0);
+    assert_eq!(h.cell.consumer_work("orders", "c").map(|(work, _)| work), Ok(Work::None));
+}
+
+#[test]
+fn a_cap_on_deliveries_of_zero_is_refused() {
+    let mut h = cell();
+    for quotas in [
+        Quotas { max_in_flight: Some(0), ..Quotas::default() },
+        Quotas { max_in_flight_per_subject: Some(0), ..Quotas::default() },
+    ] {
+        let before = state_parts(&h.cell);
+        assert!(matches!(h.apply(set(Some("acme"), quotas)), Err(Rejection::Invalid { .. })));
+        assert_eq!(state_parts(&h.cell), before);
+    }
 }

@@ -1189,7 +1189,12 @@ fn the_committed_version_9_snapshot_restores_to_the_state_that_wrote_it() {
 /// [`busy_with_mirrors`] with quotas (the cell's and a tenant's) and a revoked certificate.
 fn busy_with_bounds() -> Harness {
     let mut h = busy_with_mirrors();
-    let quotas = cellog_core::quota::Quotas { max_streams: Some(100), max_messages: None, max_bytes: Some(1 << 30) };
+    let quotas = cellog_core::quota::Quotas {
+        max_streams: Some(100),
+        max_messages: None,
+        max_bytes: Some(1 << 30),
+        ..Default::default()
+    };
     h.ok(Command::SetQuotas { tenant: None, quotas });
     let tenant = cellog_core::quota::Quotas { max_messages: Some(1_000), ..Default::default() };
     h.ok(Command::SetQuotas { tenant: Some("acme".into()), quotas: tenant });
@@ -1246,6 +1251,59 @@ fn the_committed_version_11_snapshot_restores_to_the_state_that_wrote_it() {
     if SNAPSHOT_VERSION == 11 {
         let (again, _) = whole_snapshot(&restored_whole(&committed, h.now));
         assert!(again == committed, "the version 11 encoding changed; bump SNAPSHOT_VERSION and migrate");
+    }
+}
+
+/// [`busy_with_mirror_grants`] with caps on deliveries awaiting an ack: the cell's and a tenant's.
+fn busy_with_delivery_caps() -> Harness {
+    let mut h = busy_with_mirror_grants();
+    let cell = cellog_core::quota::Quotas {
+        max_streams: Some(100),
+        max_bytes: Some(1 << 30),
+        max_in_flight: Some(50_000),
+        ..Default::default()
+    };
+    h.ok(Command::SetQuotas { tenant: None, quotas: cell });
+    let tenant = cellog_core::quota::Quotas {
+        max_messages: Some(1_000),
+        max_in_flight: Some(500),
+        max_in_flight_per_subject: Some(3),
+        ..Default::default()
+    };
+    h.ok(Command::SetQuotas { tenant: Some("acme".into()), quotas: tenant });
+    h
+}
+
+/// The whole snapshot of [`busy_with_delivery_caps`] as version 12 writes it. Committed: every later version must
+/// keep restoring it.
+const VERSION_12_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/snapshot-v12-busy.bin");
+
+#[test]
+fn the_committed_version_12_snapshot_restores_to_the_state_that_wrote_it() {
+    let h = busy_with_delivery_caps();
+    let (whole, _) = whole_snapshot(&h);
+    let committed = fixture(VERSION_12_FIXTURE, &whole);
+    let restored = restored_whole(&committed, h.now);
+    assert_eq!(restored.cell.without_stale_timers(), h.cell.without_stale_timers());
+    assert_eq!(restored.cell.quotas(), h.cell.quotas());
+    assert_eq!(restored.cell.quotas().of("acme").max_in_flight_per_subject, Some(3));
+    assert_eq!(restored.cell.held(None), h.cell.held(None));
+    assert!(Cell::reencode_snapshot(&committed).expect("the fixture decodes") == committed);
+    if SNAPSHOT_VERSION == 12 {
+        let (again, _) = whole_snapshot(&restored_whole(&committed, h.now));
+        assert!(again == committed, "the version 12 encoding changed; bump SNAPSHOT_VERSION and migrate");
+    }
+}
+
+/// A version 11 state knew no caps on deliveries: its holders' quotas keep their other limits and cap none.
+#[test]
+fn a_version_11_snapshot_caps_no_deliveries() {
+    let committed = std::fs::read(VERSION_11_FIXTURE).expect("the fixture is committed");
+    let cell = Cell::restore(&committed).expect("a version 11 snapshot restores");
+    assert_eq!(cell.quotas().cell.max_streams, Some(100));
+    assert_eq!(cell.quotas().of("acme").max_messages, Some(1_000));
+    for quotas in std::iter::once(&cell.quotas().cell).chain(cell.quotas().tenants.values()) {
+        assert_eq!((quotas.max_in_flight, quotas.max_in_flight_per_subject), (None, None));
     }
 }
 

@@ -41,9 +41,8 @@ use crate::service::CellogService;
 pub use routes::MAX_BATCH;
 pub use tail::{DEFAULT_MAX_BEHIND, HEARTBEAT, MAX_MAX_BEHIND};
 
-/// The largest request body the JSON API reads: the largest gRPC message, its bytes in base64 (a third more), and
-/// room for the JSON around them.
-pub const MAX_BODY_BYTES: usize = cellog_client::limits::MAX_CLIENT_MESSAGE / 3 * 4 + 64 * 1024;
+/// The largest request body the JSON API reads (see [`crate::limits::MAX_HTTP_BODY_BYTES`]).
+pub const MAX_BODY_BYTES: usize = crate::limits::MAX_HTTP_BODY_BYTES;
 
 /// What every handler shares.
 pub(crate) struct Http<S: Storage + Clone> {
@@ -61,6 +60,8 @@ pub(crate) struct Http<S: Storage + Clone> {
     pub request_timeout: std::time::Duration,
     /// How a call refused as `NOT_LEADER` reaches the leader.
     pub forward: forward::Forward,
+    /// The node's budget of request bytes in flight, which a JSON call's body counts against for the call's life.
+    pub request_bytes: Arc<crate::budget::RequestBytes>,
 }
 
 /// The node's HTTP router.
@@ -69,6 +70,7 @@ pub(crate) fn router<S: Storage + Clone>(
     node: Arc<CellNode<Metered<S>>>,
     metrics: Arc<Metrics>,
     limits: &Limits,
+    request_bytes: Arc<crate::budget::RequestBytes>,
     ca_pem: Option<Vec<u8>>,
 ) -> axum::Router {
     let max_calls = limits.max_connections.max(1);
@@ -84,6 +86,7 @@ pub(crate) fn router<S: Storage + Clone>(
         tails_per_principal: crate::limits::PerPrincipal::new(limits.max_subscriptions_per_principal),
         request_timeout: limits.request_timeout,
         forward: forward::Forward::new(ca_pem),
+        request_bytes,
     });
     axum::Router::new()
         .route("/metrics", get(render_metrics::<S>))
@@ -175,6 +178,11 @@ async fn door<S: Storage + Clone>(
             format!("this node answers at most {} HTTP calls at once; retry shortly", http.max_calls),
         ))
         .into_response();
+    };
+    let _bytes = match http.request_bytes.hold(crate::budget::http_body_bytes(request.headers(), MAX_BODY_BYTES as u64))
+    {
+        Ok(held) => held,
+        Err(status) => return ApiError::from(status).into_response(),
     };
     match tokio::time::timeout(http.request_timeout, next.run(request)).await {
         Ok(response) => response,

@@ -12,11 +12,13 @@ use crate::status::invalid_argument;
 
 fn quotas_from_wire(quotas: Option<v1::Quotas>) -> Quotas {
     let quotas = quotas.unwrap_or_default();
-    Quotas { max_streams: quotas.max_streams, max_messages: quotas.max_messages, max_bytes: quotas.max_bytes }
+    let v1::Quotas { max_streams, max_messages, max_bytes, max_in_flight, max_in_flight_per_subject } = quotas;
+    Quotas { max_streams, max_messages, max_bytes, max_in_flight, max_in_flight_per_subject }
 }
 
 fn quotas_to_wire(quotas: Quotas) -> v1::Quotas {
-    v1::Quotas { max_streams: quotas.max_streams, max_messages: quotas.max_messages, max_bytes: quotas.max_bytes }
+    let Quotas { max_streams, max_messages, max_bytes, max_in_flight, max_in_flight_per_subject } = quotas;
+    v1::Quotas { max_streams, max_messages, max_bytes, max_in_flight, max_in_flight_per_subject }
 }
 
 /// A holder's quotas and what it holds, on the wire (`tenant` `None`: the cell).
@@ -32,6 +34,7 @@ fn usage(cell: &Cell, tenant: Option<&str>) -> v1::QuotaUsage {
         streams: held.streams,
         messages: held.messages,
         bytes: held.bytes,
+        in_flight: held.in_flight,
     }
 }
 
@@ -89,7 +92,13 @@ impl<S: Storage + Clone> CellogService<S> {
         let actor = self.callers.actor(&request)?;
         let v1::SetQuotasRequest { tenant, quotas } = request.into_inner();
         let quotas = quotas_from_wire(quotas);
-        for (what, limit) in [("max_streams", quotas.max_streams), ("max_messages", quotas.max_messages)] {
+        let zero = [
+            ("max_streams", quotas.max_streams),
+            ("max_messages", quotas.max_messages),
+            ("max_in_flight", quotas.max_in_flight),
+            ("max_in_flight_per_subject", quotas.max_in_flight_per_subject.map(u64::from)),
+        ];
+        for (what, limit) in zero {
             if limit == Some(0) {
                 return Err(invalid_argument(format!("{what} of 0 would refuse everything; leave it out for none")));
             }
