@@ -73,6 +73,19 @@ pub fn from_propose(error: ProposeError) -> Status {
         // Neither passes with a retry: the operator restarts the node without the halt, or another command is sent.
         ProposeError::ApplyHalted { .. } => failed(Code::FailedPrecondition, "APPLY_HALTED", error.to_string()),
         ProposeError::EntrySkipped { .. } => failed(Code::FailedPrecondition, "ENTRY_SKIPPED", error.to_string()),
+        ProposeError::QuorumStorageFull { low } => cellog_client::status::status(
+            Code::ResourceExhausted,
+            ErrorDetail {
+                reason: "STORAGE_FULL".to_string(),
+                message: format!(
+                    "the disks of nodes {low:?} are below their watermarks and take no entries, which leaves too few \
+                     voters to commit: writes that grow the store are refused until room is made (reads, \
+                     acknowledgements, recalls and deletes go on); nothing was written"
+                ),
+                retry_after_ms: 1000,
+                ..Default::default()
+            },
+        ),
         // A pause worth waiting before a retry: the disk frees as retention and deletes run.
         ProposeError::StorageFull { free, min } => cellog_client::status::status(
             Code::ResourceExhausted,

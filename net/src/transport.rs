@@ -250,6 +250,11 @@ impl Link for GrpcLink {
             Ok(response) => from_wire(response.into_inner()).map_err(|status| LinkError::Failed(status.to_string())),
             Err(status) => match status.code() {
                 tonic::Code::Unavailable | tonic::Code::Cancelled => Err(LinkError::Unreachable(status.to_string())),
+                tonic::Code::ResourceExhausted
+                    if cellog_client::status::detail_of(&status).reason == "STORAGE_FULL" =>
+                {
+                    Err(LinkError::StorageFull(status.message().to_string()))
+                }
                 _ => Err(LinkError::Failed(status.to_string())),
             },
         }
@@ -365,6 +370,9 @@ impl<S: Storage + Clone> RaftService<S> {
             Err(AnswerError::Refused(error)) => {
                 tracing::warn!(%error, "refused a raft message");
                 Err(Status::invalid_argument(error.to_sender()))
+            }
+            Err(error @ AnswerError::StorageFull { .. }) => {
+                Err(cellog_client::status::failed(tonic::Code::ResourceExhausted, "STORAGE_FULL", error.to_string()))
             }
             Err(error @ (AnswerError::Unencodable(_) | AnswerError::Storage(_))) => {
                 Err(Status::internal(error.to_string()))

@@ -77,6 +77,21 @@ async fn node_of(
     addrs: &[(std::net::SocketAddr, std::net::SocketAddr)],
     edit: impl FnOnce(&mut NodeConfig),
 ) -> RunningNode<SimDisk> {
+    node_of_on(cell, dir, ca, id, cert_uri, addrs, edit, SimDisk::new(id)).await
+}
+
+/// [`node_of`] on `disk`.
+#[allow(clippy::too_many_arguments)]
+async fn node_of_on(
+    cell: &str,
+    dir: &std::path::Path,
+    ca: &Ca,
+    id: u64,
+    cert_uri: &str,
+    addrs: &[(std::net::SocketAddr, std::net::SocketAddr)],
+    edit: impl FnOnce(&mut NodeConfig),
+    disk: SimDisk,
+) -> RunningNode<SimDisk> {
     let (cert, key) = issue(ca, cert_uri);
     let files = TlsFiles {
         ca: dir.join(format!("{cell}-ca.pem")),
@@ -117,7 +132,7 @@ async fn node_of(
         apply: cellog_raft::ApplyControl::default(),
     };
     edit(&mut config);
-    RunningNode::start(&config, SimDisk::new(id), Arc::new(SystemClock)).await.expect("the node starts")
+    RunningNode::start(&config, disk, Arc::new(SystemClock)).await.expect("the node starts")
 }
 
 fn client(addrs: &[String], ca_pem: &str, identity: Option<(String, String)>, retry: Duration) -> Client {
@@ -893,4 +908,85 @@ async fn a_changed_ca_file_is_trusted_without_a_restart() {
     assert!(accepted, "the node trusts the CA its file holds now");
     root.list_streams().await.expect("a client of the first CA goes on");
     node.stop().await.expect("stops");
+}
+
+/// A follower whose disk falls below its watermark takes no entries (so its store never fills), and a leader left
+/// with too few voters with room refuses writes that grow the store as `STORAGE_FULL`, writing nothing; reads go on,
+/// and once the disks have room the write that was waiting commits and writes are taken again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_are_refused_while_too_few_voters_have_disk_room() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let cell_ca = ca("the cell's CA");
+    let addrs: Addrs = (0..3).map(|_| (free_addr(), free_addr())).collect();
+    let disks: Vec<SimDisk> = (1..=3).map(SimDisk::new).collect();
+    let mut nodes = Vec::new();
+    for id in 1..=3u64 {
+        let disk = disks[id as usize - 1].clone();
+        nodes.push(node_of_on(CELL, dir.path(), &cell_ca, id, &node_uri(CELL, id), &addrs, |_| {}, disk).await);
+    }
+    let client_addrs: Vec<String> = addrs.iter().map(|(client, _)| client.to_string()).collect();
+    let root = root_once_formed(&client_addrs, &cell_ca).await;
+    let config = v1::StreamConfig { subjects: vec!["orders.>".into()], ..Default::default() };
+    root.create_stream("orders", config).await.expect("a stream");
+    let message = |n: u32| v1::PublishRequest {
+        subject: format!("orders.{n}"),
+        payload: bytes::Bytes::from_static(b"x"),
+        msg_id: Some(format!("m-{n}")),
+        ..Default::default()
+    };
+    root.publish(message(0)).await.expect("published");
+    let leader = root.cluster_status().await.expect("status").leader_id.expect("a leader");
+
+    // Both followers' disks fall below the watermark (256 MiB by default).
+    for id in (1..=3u64).filter(|id| *id != leader) {
+        disks[id as usize - 1].set_free_bytes(Some(1024 * 1024));
+    }
+    // A node reads its free bytes again at most every 250 ms.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let root_cert = issue(&cell_ca, &principal_uri(CELL, "root"));
+    let tls =
+        ClientTls { ca_pem: cell_ca.pem.as_bytes().to_vec(), identity: Some((root_cert.0.into(), root_cert.1.into())) };
+    let brief = ClientOptions {
+        retry_for: Duration::from_millis(500),
+        attempt_timeout: Duration::from_millis(500),
+        retry_backpressure: false,
+        tls: Some(tls),
+        ..ClientOptions::default()
+    };
+    let impatient = Client::new(client_addrs.clone(), brief).expect("a client");
+    // The first write finds out: its entry reaches no follower, and it waits.
+    let waited = impatient.publish(message(1)).await.expect_err("no quorum takes the entry");
+    let mut refused = None;
+    for n in 2..40 {
+        match impatient.publish(message(n)).await {
+            Err(error) if error.reason() == Some("STORAGE_FULL") => {
+                refused = Some(error);
+                break;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    let refused = refused.unwrap_or_else(|| panic!("writes are refused once the leader knows (first: {waited})"));
+    assert!(refused.to_string().contains("below their watermarks"), "{refused}");
+    let held = root.stream_info("orders").await.expect("reads go on").messages;
+    assert!(held <= 1, "only what committed before the disks filled: {held}");
+
+    // Room again: the waiting write commits, and writes are taken.
+    for id in (1..=3u64).filter(|id| *id != leader) {
+        disks[id as usize - 1].set_free_bytes(None);
+    }
+    let mut published = Err(refused);
+    for _ in 0..100 {
+        published = root.publish(message(100)).await;
+        if published.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    published.expect("writes are taken once the disks have room");
+    let info = root.stream_info("orders").await.expect("info");
+    assert_eq!(info.messages, 3, "the first message, the one that waited, and the last; none of the refused");
+    for node in nodes {
+        node.stop().await.expect("stops");
+    }
 }

@@ -68,6 +68,11 @@ pub trait PeerBodies {
     fn ask_founding(&self) -> Option<Arc<dyn crate::founding::AskFounding>> {
         None
     }
+
+    /// The peers this transport found low on disk ([`crate::network::PeersLow`]); none, if it does not tell.
+    fn peers_low(&self) -> crate::network::PeersLow {
+        crate::network::PeersLow::default()
+    }
 }
 
 /// Answers a peer's [`BodiesRequest`] from this node's bodies. A body this node cannot read is answered `None` and

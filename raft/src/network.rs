@@ -166,6 +166,31 @@ pub enum LinkError {
     /// The call failed otherwise.
     #[error("{0}")]
     Failed(String),
+    /// The peer took nothing: its disk is below its free-space watermark (see [`PeersLow`]).
+    #[error("the peer's disk is below its watermark: {0}")]
+    StorageFull(String),
+}
+
+/// The peers whose last answer to entries (or a snapshot) said their disk is below its free-space watermark: they
+/// take no entries until they have room, and a leader that counts too few voters with room refuses writes that grow
+/// the store ([`crate::ProposeError::QuorumStorageFull`]). Set and cleared by the answers themselves.
+#[derive(Clone, Debug, Default)]
+pub struct PeersLow(Arc<std::sync::Mutex<std::collections::BTreeSet<NodeId>>>);
+
+impl PeersLow {
+    fn mark(&self, peer: NodeId, low: bool) {
+        let mut peers = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if low {
+            peers.insert(peer);
+        } else {
+            peers.remove(&peer);
+        }
+    }
+
+    /// The peers low on disk now.
+    pub fn now(&self) -> std::collections::BTreeSet<NodeId> {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
 }
 
 /// A connection to one peer, as the transport provides it.
@@ -214,6 +239,10 @@ impl<L: Links + Clone> PeerBodies for Network<L> {
     fn ask_founding(&self) -> Option<Arc<dyn AskFounding>> {
         Some(Arc::new(LinkBodies { cell: self.cell.clone(), links: std::sync::Mutex::new(self.links.clone()) }))
     }
+
+    fn peers_low(&self) -> PeersLow {
+        self.low.clone()
+    }
 }
 
 impl<L: Links> AskFounding for LinkBodies<L> {
@@ -238,12 +267,13 @@ pub struct Network<L> {
     cell: CellIdentity,
     links: L,
     max_message: usize,
+    low: PeersLow,
 }
 
 impl<L: Links> Network<L> {
     /// The network of a node of `cell`, its messages at most [`MAX_MESSAGE_BYTES`].
     pub fn new(cell: CellIdentity, links: L) -> Self {
-        Network { cell, links, max_message: MAX_MESSAGE_BYTES }
+        Network { cell, links, max_message: MAX_MESSAGE_BYTES, low: PeersLow::default() }
     }
 
     /// The same with messages of at most `bytes` (a transport that carries less; tests).
@@ -258,6 +288,7 @@ pub struct Connection<K> {
     target: NodeId,
     link: K,
     max_message: usize,
+    low: PeersLow,
 }
 
 impl<L: Links> RaftNetworkFactory<TypeConfig> for Network<L> {
@@ -269,6 +300,7 @@ impl<L: Links> RaftNetworkFactory<TypeConfig> for Network<L> {
             target,
             link: self.links.link(target, node),
             max_message: self.max_message,
+            low: self.low.clone(),
         }
     }
 }
@@ -301,9 +333,20 @@ impl<K: Link> Connection<K> {
             let message = format!("{rpc:?} of {size} bytes is over the {max} bytes a message may take");
             return Err(RPCError::Network(NetworkError::new(&io_error(message))));
         }
-        let answer = self.link.call(rpc, frame, option.hard_ttl()).await.map_err(|error| match error {
+        let answer = self.link.call(rpc, frame, option.hard_ttl()).await;
+        // Entries or a snapshot taken, or refused for the disk: what the leader knows of the peer's room.
+        if entries > 0 || rpc == Rpc::InstallSnapshot {
+            match &answer {
+                Ok(_) => self.low.mark(self.target, false),
+                Err(LinkError::StorageFull(_)) => self.low.mark(self.target, true),
+                Err(_) => {}
+            }
+        }
+        let answer = answer.map_err(|error| match error {
             LinkError::Unreachable(message) => RPCError::Unreachable(Unreachable::new(&io_error(message))),
-            LinkError::Failed(message) => RPCError::Network(NetworkError::new(&io_error(message))),
+            error @ (LinkError::Failed(_) | LinkError::StorageFull(_)) => {
+                RPCError::Network(NetworkError::new(&io_error(error)))
+            }
         })?;
         let answer: Result<R, E> =
             unframe_message(&self.cell, &answer).map_err(|error| RPCError::Network(NetworkError::new(&error)))?;
@@ -353,6 +396,17 @@ pub enum AnswerError {
     /// The cell id it brought could not be stored.
     #[error("the cell id could not be stored: {0}")]
     Storage(#[from] StorageError),
+    /// Entries or a snapshot, refused unread: this node's disk is below its free-space watermark, and writing them
+    /// could fill it (a full disk stops the store).
+    #[error(
+        "this node's disk has {free} bytes free, below its watermark of {min}; it takes no entries until it has room"
+    )]
+    StorageFull {
+        /// Bytes free.
+        free: u64,
+        /// The watermark.
+        min: u64,
+    },
 }
 
 /// Refuses a message whose vote names another node (the leader, or the candidate) than the verified `sender`.
@@ -404,12 +458,20 @@ impl<S: Storage + Clone> CellNode<S> {
                 let request: AppendEntriesRequest<TypeConfig> = unframe_message(cell, frame)?;
                 check_sender(sender, &request.vote)?;
                 self.learn_cell_id(frame)?;
+                if !request.entries.is_empty()
+                    && let Some((free, min)) = self.below_watermark()
+                {
+                    return Err(AnswerError::StorageFull { free, min });
+                }
                 frame_message(cell, &self.append_entries(request).await)
             }
             Rpc::InstallSnapshot => {
                 let request: InstallSnapshotRequest<TypeConfig> = unframe_message(cell, frame)?;
                 check_sender(sender, &request.vote)?;
                 self.learn_cell_id(frame)?;
+                if let Some((free, min)) = self.below_watermark() {
+                    return Err(AnswerError::StorageFull { free, min });
+                }
                 frame_message(cell, &self.raft.install_snapshot(request).await)
             }
             Rpc::Vote => {

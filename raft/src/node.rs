@@ -201,6 +201,8 @@ pub struct CellNode<S> {
     min_free_bytes: AtomicU64,
     /// The free bytes last read from the store, and when (read again after [`FREE_BYTES_EVERY`]).
     free_seen: Mutex<Option<(tokio::time::Instant, Option<u64>)>>,
+    /// The peers whose disks said they are below their watermarks (see [`crate::network::PeersLow`]).
+    peers_low: crate::network::PeersLow,
 }
 
 /// How long a reading of the store's free bytes serves the watermark's checks: proposals come faster than a
@@ -422,6 +424,7 @@ impl<S: Storage + Clone> CellNode<S> {
         let log_sizes = log_store.sizes();
         let fetch = network.fetch_bodies();
         let ask_founding = network.ask_founding();
+        let peers_low = network.peers_low();
         let raft = Raft::new(id, config, network, log_store, state_machine)
             .await
             .map_err(|error| StartError::Raft(error.to_string()))?;
@@ -515,6 +518,7 @@ impl<S: Storage + Clone> CellNode<S> {
             proposals,
             min_free_bytes: AtomicU64::new(0),
             free_seen: Mutex::new(None),
+            peers_low,
             keep_log_bytes,
             snapshot_every_bytes,
             snapshot_bytes,
@@ -578,12 +582,34 @@ impl<S: Storage + Clone> CellNode<S> {
         self.min_free_bytes.store(bytes, Ordering::Relaxed);
     }
 
-    /// Refuses a write that grows the store while its device is below the watermark.
-    #[allow(clippy::disallowed_methods, reason = "a node-local admission check, on the runtime's clock")]
+    /// Refuses a write that grows the store while this node's device is below the watermark, or while too few voters
+    /// have room for a quorum: the peers below theirs take no entries, so a write the rest cannot commit would wait
+    /// on them.
     fn check_room(&self) -> Result<(), ProposeError> {
+        let own = self.below_watermark();
+        if let Some((free, min)) = own {
+            return Err(ProposeError::StorageFull { free, min });
+        }
+        let peers = self.peers_low.now();
+        if peers.is_empty() {
+            return Ok(());
+        }
+        let metrics = self.raft.metrics().borrow().clone();
+        let membership = metrics.membership_config.membership();
+        let voters: Vec<NodeId> = membership.voter_ids().collect();
+        let low: Vec<NodeId> = voters.iter().copied().filter(|voter| peers.contains(voter)).collect();
+        if voters.len() - low.len() < voters.len() / 2 + 1 {
+            return Err(ProposeError::QuorumStorageFull { low });
+        }
+        Ok(())
+    }
+
+    /// This node's free bytes and watermark while its device is below it.
+    #[allow(clippy::disallowed_methods, reason = "a node-local admission check, on the runtime's clock")]
+    pub(crate) fn below_watermark(&self) -> Option<(u64, u64)> {
         let min = self.min_free_bytes.load(Ordering::Relaxed);
         if min == 0 {
-            return Ok(());
+            return None;
         }
         let now = tokio::time::Instant::now();
         let mut seen = self.free_seen.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -596,8 +622,8 @@ impl<S: Storage + Clone> CellNode<S> {
             }
         };
         match free {
-            Some(free) if free < min => Err(ProposeError::StorageFull { free, min }),
-            _ => Ok(()),
+            Some(free) if free < min => Some((free, min)),
+            _ => None,
         }
     }
 

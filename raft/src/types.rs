@@ -199,6 +199,13 @@ pub enum ProposeError {
         /// The watermark.
         min: u64,
     },
+    /// Too few voters have room on their disks for a quorum: the peers named are below their free-space watermarks and
+    /// take no entries, so a write that would grow the store was refused, and nothing was queued.
+    #[error("nodes {low:?} are below their disks' watermarks; too few voters have room to commit a write")]
+    QuorumStorageFull {
+        /// The voters without room (this node among them if it is one).
+        low: Vec<NodeId>,
+    },
     /// This node stopped applying entries at `index`, as its operator asked (`--halt-apply-at`): it takes no write
     /// and no linearizable read until it is restarted without the halt. Refused before the log: nothing was written.
     #[error(

@@ -259,6 +259,7 @@ impl TestCell {
                     ) => continue,
                     Err(
                         error @ (ProposeError::StorageFull { .. }
+                        | ProposeError::QuorumStorageFull { .. }
                         | ProposeError::ApplyHalted { .. }
                         | ProposeError::EntrySkipped { .. }),
                     ) => panic!("{error}"),
