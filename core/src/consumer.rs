@@ -500,6 +500,18 @@ impl Consumer {
                 return Work::Deliver;
             }
         }
+        self.scan_cursors(partitions, &allowed, |_| true)
+    }
+
+    /// What a fetch would do with the messages past the cursors (at most [`WORK_SCAN_LIMIT`] slots looked at):
+    /// deliver the first match that `takes`; a match it does not take ends its partition's scan (the cursor would
+    /// wait on it).
+    fn scan_cursors(
+        &self,
+        partitions: &[Partition],
+        allowed: &impl Fn(u32) -> bool,
+        takes: impl Fn(&crate::partition::Message) -> bool,
+    ) -> Work {
         let (mut scanned, mut unmatched) = (0usize, false);
         for (index, (log, cursor)) in partitions.iter().zip(&self.cursors).enumerate() {
             if !allowed(index as u32) {
@@ -513,7 +525,12 @@ impl Consumer {
                 }
                 scanned += 1;
                 match log.get(seq) {
-                    Some(message) if self.matches(&message.subject) => return Work::Deliver,
+                    Some(message) if self.matches(&message.subject) => {
+                        if takes(message) {
+                            return Work::Deliver;
+                        }
+                        break;
+                    }
                     _ => unmatched = true,
                 }
             }
@@ -537,30 +554,9 @@ impl Consumer {
                 _ => return Work::Deliver,
             }
         }
+        // A message of a subject at its cap is held back while there is room to; past that the cursor waits on it.
         let may_hold_back = self.ready.len() < self.config.max_in_flight as usize;
-        let (mut scanned, mut unmatched) = (0usize, false);
-        for (index, (log, cursor)) in partitions.iter().zip(&self.cursors).enumerate() {
-            if !allowed(index as u32) {
-                continue;
-            }
-            for seq in (*cursor).max(log.first_seq)..log.next_seq() {
-                if scanned == WORK_SCAN_LIMIT {
-                    return Work::Skip;
-                }
-                scanned += 1;
-                match log.get(seq) {
-                    Some(message) if self.matches(&message.subject) => {
-                        if open(&message.subject) || may_hold_back {
-                            return Work::Deliver;
-                        }
-                        // Its subject is at its cap and no more may be held back: the cursor waits on it.
-                        break;
-                    }
-                    _ => unmatched = true,
-                }
-            }
-        }
-        if unmatched { Work::Skip } else { Work::None }
+        self.scan_cursors(partitions, allowed, |message| may_hold_back || open(&message.subject))
     }
 
     /// Deliveries awaiting an ack, by their message's subject (one whose message is gone counts for none).
