@@ -68,9 +68,11 @@ impl Revoked {
         let _ = self.0.set(Box::new(move |serial| node.upgrade().is_some_and(|node| node.is_revoked(serial))));
     }
 
+    /// The question a dialer's verifier asks of each peer's serial.
     #[cfg_attr(madsim, allow(dead_code))]
-    fn is_revoked(&self, serial: &[u8]) -> bool {
-        self.0.get().is_some_and(|revoked| revoked(serial))
+    fn checker(&self) -> Arc<IsRevokedFn> {
+        let revoked = self.clone();
+        Arc::new(move |serial: &[u8]| revoked.0.get().is_some_and(|is_revoked| is_revoked(serial)))
     }
 }
 
@@ -111,7 +113,7 @@ fn raft_client(dial: Option<Dial<'_>>, raft_addr: &str) -> Result<RaftClient<Cha
     let channel = match dial {
         #[cfg(not(madsim))]
         Some(dial) => {
-            let config = dial.tls.dial(dial.cell, dial.revoked).map_err(|error| bad(&error))?;
+            let config = dial.tls.dial(dial.cell, dial.revoked.checker()).map_err(|error| bad(&error))?;
             endpoint.connect_with_connector_lazy(dialer::Dialer::new(config, raft_addr).map_err(|error| bad(&error))?)
         }
         #[cfg(madsim)]
@@ -128,17 +130,12 @@ struct Dial<'a> {
     #[cfg_attr(madsim, allow(dead_code))]
     cell: &'a str,
     #[cfg_attr(madsim, allow(dead_code))]
-    revoked: Arc<IsRevokedFn>,
+    revoked: &'a Revoked,
 }
 
 impl GrpcLinks {
     fn dial(&self) -> Option<Dial<'_>> {
-        let revoked = self.revoked.clone();
-        self.tls.as_ref().map(|tls| Dial {
-            tls,
-            cell: &self.cell,
-            revoked: Arc::new(move |serial: &[u8]| revoked.is_revoked(serial)),
-        })
+        self.tls.as_ref().map(|tls| Dial { tls, cell: &self.cell, revoked: &self.revoked })
     }
 }
 
@@ -224,8 +221,7 @@ impl Link for GrpcLink {
             let now = tls.generation();
             if now != *generation {
                 *generation = now;
-                let revoked = self.revoked.clone();
-                let dial = Dial { tls, cell: &self.cell, revoked: Arc::new(move |serial| revoked.is_revoked(serial)) };
+                let dial = Dial { tls, cell: &self.cell, revoked: &self.revoked };
                 self.client = raft_client(Some(dial), &self.raft_addr);
             }
         }

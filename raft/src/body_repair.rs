@@ -69,9 +69,9 @@ pub trait PeerBodies {
         None
     }
 
-    /// The peers this transport found low on disk ([`crate::network::PeersLow`]); none, if it does not tell.
-    fn peers_low(&self) -> crate::network::PeersLow {
-        crate::network::PeersLow::default()
+    /// The peers this transport found low on disk ([`crate::room::PeersLow`]); none, if it does not tell.
+    fn peers_low(&self) -> crate::room::PeersLow {
+        crate::room::PeersLow::default()
     }
 }
 

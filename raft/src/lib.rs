@@ -38,6 +38,7 @@ pub mod membership;
 pub mod network;
 pub mod node;
 pub mod recovery;
+pub mod room;
 pub mod runtime;
 pub mod snapshot_transfer;
 pub mod state_machine;

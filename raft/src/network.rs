@@ -29,6 +29,7 @@ use crate::body_repair::{BodiesAnswer, BodiesRequest, CALL_TIMEOUT, FetchBodies,
 use crate::founding::{ASK_TIMEOUT, AskFounding, FoundingAnswer, FoundingRequest};
 pub use crate::identity::{CellId, CellIdentity};
 use crate::node::CellNode;
+pub use crate::room::PeersLow;
 use crate::storage::{Space, Storage, StorageError};
 use crate::types::{NodeAddrs, NodeId, TypeConfig};
 
@@ -169,28 +170,6 @@ pub enum LinkError {
     /// The peer took nothing: its disk is below its free-space watermark (see [`PeersLow`]).
     #[error("the peer's disk is below its watermark: {0}")]
     StorageFull(String),
-}
-
-/// The peers whose last answer to entries (or a snapshot) said their disk is below its free-space watermark: they
-/// take no entries until they have room, and a leader that counts too few voters with room refuses writes that grow
-/// the store ([`crate::ProposeError::QuorumStorageFull`]). Set and cleared by the answers themselves.
-#[derive(Clone, Debug, Default)]
-pub struct PeersLow(Arc<std::sync::Mutex<std::collections::BTreeSet<NodeId>>>);
-
-impl PeersLow {
-    fn mark(&self, peer: NodeId, low: bool) {
-        let mut peers = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if low {
-            peers.insert(peer);
-        } else {
-            peers.remove(&peer);
-        }
-    }
-
-    /// The peers low on disk now.
-    pub fn now(&self) -> std::collections::BTreeSet<NodeId> {
-        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
-    }
 }
 
 /// A connection to one peer, as the transport provides it.

@@ -201,8 +201,8 @@ pub struct CellNode<S> {
     min_free_bytes: AtomicU64,
     /// The free bytes last read from the store, and when (read again after [`FREE_BYTES_EVERY`]).
     free_seen: Mutex<Option<(tokio::time::Instant, Option<u64>)>>,
-    /// The peers whose disks said they are below their watermarks (see [`crate::network::PeersLow`]).
-    peers_low: crate::network::PeersLow,
+    /// The peers whose disks said they are below their watermarks (see [`crate::room::PeersLow`]).
+    peers_low: crate::room::PeersLow,
 }
 
 /// How long a reading of the store's free bytes serves the watermark's checks: proposals come faster than a
