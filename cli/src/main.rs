@@ -7,6 +7,7 @@
 mod bench;
 mod bench_kit;
 mod commands;
+mod dev;
 mod rebalance;
 #[cfg(feature = "node")]
 mod run;
@@ -79,7 +80,7 @@ enum Command {
     /// Run a local three-node cell in this process, with data under ./.cellog-dev (with `--cells N`, the directory
     /// of N more cells beside it).
     #[cfg(feature = "node")]
-    Dev(run::DevArgs),
+    Dev(dev::DevArgs),
     /// Create, list, inspect and delete streams.
     #[command(subcommand)]
     Stream(stream::StreamCommand),
@@ -146,7 +147,7 @@ async fn main() -> std::process::ExitCode {
         Command::Dev(args) => {
             // Nodes of a starting cell cannot reach each other for a moment; openraft warns about each attempt.
             init_logging("warn,openraft=error");
-            run::dev(args).await
+            dev::dev(args).await
         }
         command => {
             init_logging("warn");
