@@ -76,6 +76,15 @@ struct Buckets {
     subjects: BTreeMap<String, Bucket>,
 }
 
+/// The buckets a command is taken from, named in a refusal.
+#[derive(Clone, Copy)]
+enum Level {
+    Principal,
+    Tenant,
+    Cell,
+    Subject,
+}
+
 /// Subjects whose buckets are kept at once; past it, the idle ones are forgotten (a forgotten bucket is a full one).
 const MAX_SUBJECT_BUCKETS: usize = 100_000;
 
@@ -155,11 +164,12 @@ impl Limiter {
         let mut cell_slot = cell.map(|_| buckets.cell.take());
         let mut subject_slot = subject_key.as_ref().map(|key| buckets.subjects.remove(key));
         let mut empty = None;
+        // Which bucket ran out is named only when one did: no text is made for an admitted command.
         let levels = [
-            (own, own_slot.as_mut(), format!("principal {principal:?}")),
-            (tenant, tenant_slot.as_mut(), format!("tenant {:?}", tenant_name.unwrap_or_default())),
-            (cell, cell_slot.as_mut(), "the cell".to_string()),
-            (per_subject, subject_slot.as_mut(), format!("subject {:?}", subject.unwrap_or_default())),
+            (own, own_slot.as_mut(), Level::Principal),
+            (tenant, tenant_slot.as_mut(), Level::Tenant),
+            (cell, cell_slot.as_mut(), Level::Cell),
+            (per_subject, subject_slot.as_mut(), Level::Subject),
         ];
         let mut looked = Vec::new();
         for (rate, slot, who) in levels {
@@ -189,7 +199,13 @@ impl Limiter {
         {
             buckets.subjects.insert(key, bucket);
         }
-        let Some((who, rate, retry_after_ms)) = empty else { return Ok(()) };
+        let Some((level, rate, retry_after_ms)) = empty else { return Ok(()) };
+        let who = match level {
+            Level::Principal => format!("principal {principal:?}"),
+            Level::Tenant => format!("tenant {:?}", tenant_name.unwrap_or_default()),
+            Level::Cell => "the cell".to_string(),
+            Level::Subject => format!("subject {:?}", subject.unwrap_or_default()),
+        };
         let message = format!(
             "{who} is over its rate of {} commands per second (burst {}) on this node; retry after {retry_after_ms} ms",
             rate.per_second, rate.burst
