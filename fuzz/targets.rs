@@ -19,7 +19,8 @@ use std::sync::OnceLock;
 
 use bytes::Bytes;
 use cellog_core::{
-    AckKind, Actor, Cell, Command, ConsumerConfig, Grants, Millis, ProducerRef, PublishRequest, StreamConfig, TokenHash,
+    AckItem, AckKind, Actor, Cell, Command, ConsumerConfig, Grants, GroupMember, Millis, ProducerRef, PublishRequest,
+    StreamConfig, TokenHash,
 };
 use cellog_envelope::{CellKey, Keyring};
 use cellog_proto::v1;
@@ -141,6 +142,15 @@ pub fn requests() -> Vec<Request> {
                 kind: AckKind::Nack { delay_ms: 100 },
             },
             Command::CommitCursor { stream: "jobs".into(), consumer: "w".into(), partition: 0, next_seq: 2 },
+            Command::Acks {
+                stream: "orders".into(),
+                consumer: "c".into(),
+                member: None,
+                items: vec![
+                    AckItem { partition: 0, seq: 1, kind: AckKind::Term },
+                    AckItem { partition: 1, seq: 2, kind: AckKind::InProgress },
+                ],
+            },
         ],
         vec![
             Command::Recall { stream: "orders".into(), partition: 0, seq: 1 },
@@ -180,6 +190,12 @@ pub fn requests() -> Vec<Request> {
                 partition: 0,
                 seq: 1,
                 kind: AckKind::Applied,
+            },
+            Command::Acks {
+                stream: "orders".into(),
+                consumer: "g".into(),
+                member: Some(GroupMember { member: "m2".into(), generation: 3 }),
+                items: vec![AckItem { partition: 1, seq: 1, kind: AckKind::Nack { delay_ms: 5 } }],
             },
             Command::MemberCommit {
                 stream: "orders".into(),

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::auth::{Actor, Grants, TokenHash};
 use crate::body::BodyRef;
 use crate::config::{ConsumerConfig, StreamConfig};
+use crate::error::Rejection;
 use crate::snapshot::v3;
 use crate::time::Millis;
 
@@ -519,6 +520,48 @@ pub enum Command {
         /// The streams, in stored names.
         streams: Vec<String>,
     },
+    /// Answer deliveries of one consumer (or, as a member of a generation, of one group), in order, each on its own:
+    /// a refused item refuses nothing else, and each answers as [`Command::Ack`] (or [`Command::MemberAck`]) would.
+    /// The acks of one call travel as one command, so the log carries and the cell checks the caller once.
+    Acks {
+        /// The stream.
+        stream: String,
+        /// The consumer, or the group.
+        consumer: String,
+        /// The member acking and the generation it knows, for a group; none for a consumer.
+        member: Option<GroupMember>,
+        /// The answers, at most [`crate::cell::MAX_FETCH`].
+        items: Vec<AckItem>,
+    },
+}
+
+/// One answer of [`Command::Acks`]: to the delivery at `seq` of `partition`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AckItem {
+    /// The partition.
+    pub partition: u32,
+    /// The sequence.
+    pub seq: u64,
+    /// The answer.
+    pub kind: AckKind,
+}
+
+/// A member of a consumer group as it names itself in a command: its name and the generation it knows.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupMember {
+    /// The member.
+    pub member: String,
+    /// The generation the member knows.
+    pub generation: u64,
+}
+
+/// What an ack did: the delivery's state after it, and whether the message was already done (nothing changed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AckAnswer {
+    /// The delivery's state after the ack.
+    pub state: AckState,
+    /// The message was already done for this consumer: nothing changed.
+    pub already_done: bool,
 }
 
 /// A message copied into a stream moving here, at the position it held on the cell it moves from.
@@ -773,6 +816,8 @@ pub enum Outcome {
     },
     /// The principal may mirror these streams now, and no other.
     MirrorGranted,
+    /// Each ack of [`Command::Acks`] answered, in order: what it did, or why it was refused.
+    AckedEach(Vec<Result<AckAnswer, Rejection>>),
 }
 
 impl From<v3::ProducerRef> for ProducerRef {

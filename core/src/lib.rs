@@ -58,8 +58,9 @@ pub use cell::{
     MirrorRead, PIN_HEADER, PRODUCER_IDLE_MS,
 };
 pub use command::{
-    AbortReason, AckKind, AckState, Body, Command, Delivery, Effect, GroupChange, Headers, IngestMessage,
-    MemberAssignment, Outcome, ProducerRef, PublishAck, PublishRequest, Record, RemovalReason, Strategy,
+    AbortReason, AckAnswer, AckItem, AckKind, AckState, Body, Command, Delivery, Effect, GroupChange, GroupMember,
+    Headers, IngestMessage, MemberAssignment, Outcome, ProducerRef, PublishAck, PublishRequest, Record, RemovalReason,
+    Strategy,
 };
 pub use config::{
     ConsumerConfig, DeliverPolicy, DiscardPolicy, MAX_DURATION_MS, MAX_PARTITIONS, MAX_PAYLOAD_LIMIT, RateLimit,

@@ -164,6 +164,9 @@ impl<'a> Scope<'a> {
             Command::MemberCommit { stream: name, group, member, generation, partition, next_seq } => {
                 Command::MemberCommit { stream: stream(name), group, member, generation, partition, next_seq }
             }
+            Command::Acks { stream: name, consumer, member, items } => {
+                Command::Acks { stream: stream(name), consumer, member, items }
+            }
             // Producer references carry ids the cell gave out; the rest is the cell's own (refused to a tenant's
             // principal by its grants, which never hold cluster admin).
             other @ (Command::BeginTransaction(_)
@@ -260,6 +263,9 @@ impl<'a> Scope<'a> {
                 messages: messages.into_iter().map(|ack| self.ack_out(ack)).collect(),
                 next,
             },
+            Outcome::AckedEach(answers) => Outcome::AckedEach(
+                answers.into_iter().map(|answer| answer.map_err(|rejection| self.rejection_out(rejection))).collect(),
+            ),
             other => other,
         }
     }
@@ -305,6 +311,7 @@ impl<'a> Scope<'a> {
                 Rejection::PermissionDenied { principal, needs: self.text_out(&needs) }
             }
             Rejection::InvalidConfig { reason } => Rejection::InvalidConfig { reason: self.text_out(&reason) },
+            Rejection::Invalid { reason } => Rejection::Invalid { reason: self.text_out(&reason) },
             Rejection::Pinned { stream: s, partition, seq } => Rejection::Pinned { stream: stream(s), partition, seq },
             other => other,
         }

@@ -10,8 +10,8 @@ use cellog_client::limits::MAX_PUBLISH_BATCH;
 use cellog_client::status::{failed, to_item_error};
 use cellog_core::mirror::MirrorSource;
 use cellog_core::{
-    Access, Actor, Cell, Command, MAX_FETCH, MAX_READ, MAX_RESPONSE_BYTES, MirrorRead, Outcome, Record, Rejection,
-    Scope, Work,
+    Access, AckAnswer, AckItem, Actor, Cell, Command, GroupMember, MAX_FETCH, MAX_READ, MAX_RESPONSE_BYTES, MirrorRead,
+    Outcome, Record, Rejection, Scope, Work,
 };
 use cellog_proto::v1::{self, cellog_server::Cellog};
 use cellog_raft::storage::Storage;
@@ -498,45 +498,68 @@ impl<S: Storage + Clone> CellogService<S> {
         Ok(Response::new(Box::pin(deliveries)))
     }
 
-    /// Hands the acks `command(partition, seq, kind)` to Raft as one group, in order, so that they share entries
-    /// (refused ones answer their error in place), then waits for each answer: one result per item.
+    /// Answers the deliveries `items` of `consumer` as `actor` (as `member` of a group, when one is named): the items
+    /// whose kind is known travel as one [`Command::Acks`], admitted and authorized once and carried in one entry, and
+    /// each is answered on its own. One result per item, in order; a refusal of the whole command answers every item.
+    #[allow(clippy::disallowed_methods, reason = "measures commit latency on the runtime's clock")]
     async fn acks(
         &self,
         actor: &Actor,
+        (stream, consumer): (String, String),
+        member: Option<GroupMember>,
         items: &[v1::AckItem],
-        command: impl Fn(u32, u64, cellog_core::AckKind) -> Command,
     ) -> Result<Response<v1::AckResponse>, Status> {
         if items.len() > MAX_FETCH as usize {
             return Err(invalid_argument(format!("at most {MAX_FETCH} acks per call")));
         }
-        let commands =
-            items.iter().map(|item| convert::ack_kind(item).map(|kind| command(item.partition, item.seq, kind)));
-        let (pending, unqueued) = self.submit_group(self.admit_all(actor, commands)).await;
-        // Nothing was handed to Raft: the whole call goes where the leader is.
-        if let Some(error @ ProposeError::NotLeader { .. }) = unqueued {
-            return Err(from_propose(error));
-        }
-        let mut results = Vec::with_capacity(pending.len());
-        for next in pending {
-            let outcome = match next {
-                Pending::Submitted(answer) => self.answered(answer.wait().await),
-                Pending::Refused(status) | Pending::Failed(status) => Err(status),
-            };
-            results.push(match outcome {
-                Ok(Outcome::Acked { state, already_done }) => {
+        let converted: Vec<Result<AckItem, Status>> = items
+            .iter()
+            .map(|item| convert::ack_kind(item).map(|kind| AckItem { partition: item.partition, seq: item.seq, kind }))
+            .collect();
+        let known: Vec<AckItem> = converted.iter().filter_map(|item| item.as_ref().ok().copied()).collect();
+        let n_known = known.len();
+        let answers: Vec<Result<AckAnswer, Status>> = if known.is_empty() {
+            Vec::new()
+        } else {
+            let whole = |status: Status| (0..n_known).map(|_| Err(status.clone())).collect();
+            match self.admit(actor, Command::Acks { stream, consumer, member, items: known }) {
+                Err(status) => whole(status),
+                Ok(command) => {
+                    let started = tokio::time::Instant::now();
+                    let result = self.node.propose_now(command).await;
+                    self.metrics.commit_latency.observe(started.elapsed().as_secs_f64());
+                    match result {
+                        // Nothing was handed to Raft: the whole call goes where the leader is.
+                        Err(error @ ProposeError::NotLeader { .. }) => return Err(from_propose(error)),
+                        result => match self.answered(result) {
+                            Ok(Outcome::AckedEach(answers)) if answers.len() == n_known => answers
+                                .into_iter()
+                                .map(|answer| answer.map_err(|rejection| from_rejection(&rejection)))
+                                .collect(),
+                            Ok(other) => return Err(unexpected(&other)),
+                            Err(status) => whole(status),
+                        },
+                    }
+                }
+            }
+        };
+        let mut answers = answers.into_iter();
+        let results = converted
+            .into_iter()
+            .map(|item| match item.and_then(|_| answers.next().expect("an answer per known item")) {
+                Ok(AckAnswer { state, already_done }) => {
                     self.metrics.acked.inc();
                     v1::AckResult {
                         result: Some(v1::ack_result::Result::State(convert::ack_state_to_wire(state) as i32)),
                         already_done,
                     }
                 }
-                Ok(other) => return Err(unexpected(&other)),
                 Err(status) => v1::AckResult {
                     result: Some(v1::ack_result::Result::Error(to_item_error(&status))),
                     already_done: false,
                 },
-            });
-        }
+            })
+            .collect();
         Ok(Response::new(v1::AckResponse { results }))
     }
 
@@ -1093,15 +1116,7 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
     async fn ack(&self, request: Request<v1::AckRequest>) -> Result<Response<v1::AckResponse>, Status> {
         let actor = self.callers.actor(&request)?;
         let request = request.into_inner();
-        let (stream, consumer) = (request.stream, request.consumer);
-        self.acks(&actor, &request.acks, |partition, seq, kind| Command::Ack {
-            stream: stream.clone(),
-            consumer: consumer.clone(),
-            partition,
-            seq,
-            kind,
-        })
-        .await
+        self.acks(&actor, (request.stream, request.consumer), None, &request.acks).await
     }
 
     async fn commit_cursor(
@@ -1274,17 +1289,8 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
     async fn member_ack(&self, request: Request<v1::MemberAckRequest>) -> Result<Response<v1::AckResponse>, Status> {
         let actor = self.callers.actor(&request)?;
         let request = request.into_inner();
-        let (stream, group, member, generation) = (request.stream, request.group, request.member, request.generation);
-        self.acks(&actor, &request.acks, |partition, seq, kind| Command::MemberAck {
-            stream: stream.clone(),
-            group: group.clone(),
-            member: member.clone(),
-            generation,
-            partition,
-            seq,
-            kind,
-        })
-        .await
+        let member = GroupMember { member: request.member, generation: request.generation };
+        self.acks(&actor, (request.stream, request.group), Some(member), &request.acks).await
     }
 
     async fn member_commit(

@@ -192,8 +192,24 @@ async fn subscriptions_respect_their_window_and_transactions_commit_whole() {
 
     // Acking lets the rest through, in order, each once.
     let mut seqs: Vec<u64> = first.iter().map(|delivery| delivery.message.as_ref().expect("a message").seq).collect();
-    let acks = seqs.iter().map(|&seq| v1::AckItem { seq, ..Default::default() }).collect();
-    client.ack("jobs", "workers", acks).await.expect("acked");
+    // One call's acks are answered each in place, in order: a kind no version defines and a sequence never delivered
+    // are refused alone, and the rest land.
+    let mut acks: Vec<v1::AckItem> = seqs.iter().map(|&seq| v1::AckItem { seq, ..Default::default() }).collect();
+    acks.insert(2, v1::AckItem { seq: 1000, ..Default::default() });
+    acks.insert(5, v1::AckItem { seq: seqs[7], kind: 99, ..Default::default() });
+    let results = client.ack("jobs", "workers", acks).await.expect("acked");
+    let answers: Vec<String> = results
+        .iter()
+        .map(|result| match &result.result {
+            Some(v1::ack_result::Result::State(_)) if !result.already_done => "acked".to_string(),
+            Some(v1::ack_result::Result::Error(error)) => error.detail.as_ref().expect("a detail").reason.clone(),
+            other => format!("{other:?} already done: {}", result.already_done),
+        })
+        .collect();
+    let mut expected = vec!["acked"; 8];
+    expected.insert(2, "NOT_DELIVERED");
+    expected.insert(5, "INVALID_ARGUMENT");
+    assert_eq!(answers, expected);
     while seqs.len() < 100 {
         let delivery = stream.message().await.expect("a delivery").expect("open");
         let seq = delivery.message.expect("a message").seq;

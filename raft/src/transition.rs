@@ -48,6 +48,16 @@ fn outcome_kind(result: &Result<Outcome, Rejection>) -> &'static str {
     }
 }
 
+/// The kinds a result shows: its own, or for a batch of acks each ack's (`acked`, or why it was refused).
+fn outcome_kinds(result: &Result<Outcome, Rejection>) -> Vec<&'static str> {
+    match result {
+        Ok(Outcome::AckedEach(answers)) => {
+            answers.iter().map(|answer| answer.as_ref().map_or_else(|rejection| rejection.into(), |_| "acked")).collect()
+        }
+        other => vec![outcome_kind(other)],
+    }
+}
+
 /// One applied entry of commands: their kinds going in and their results coming out.
 pub(crate) fn applied(index: u64, at: Millis, commands: &[&'static str], results: &[Result<Outcome, Rejection>]) {
     tracing::debug!(
@@ -55,7 +65,7 @@ pub(crate) fn applied(index: u64, at: Millis, commands: &[&'static str], results
         index,
         at = at.0,
         commands = %counted(commands.iter().copied()),
-        results = %counted(results.iter().map(outcome_kind)),
+        results = %counted(results.iter().flat_map(outcome_kinds)),
         "apply"
     );
 }
@@ -254,6 +264,15 @@ mod tests {
     fn counts_keep_the_order_kinds_first_appear_in() {
         assert_eq!(counted(["publish", "ack", "publish"]), "publish×2 ack×1");
         assert_eq!(counted([]), "");
+    }
+
+    #[test]
+    fn a_batch_of_acks_shows_each_ack_s_result() {
+        use cellog_core::{AckAnswer, AckState};
+        let acked = Ok(AckAnswer { state: AckState::Applied, already_done: false });
+        let refused = Err(Rejection::NotDelivered { partition: 0, seq: 9 });
+        let results = [Ok(Outcome::AckedEach(vec![acked.clone(), refused, acked])), Ok(Outcome::Ticked)];
+        assert_eq!(counted(results.iter().flat_map(outcome_kinds)), "acked×2 not-delivered×1 ticked×1");
     }
 
     #[test]

@@ -109,6 +109,7 @@ impl Cell {
             | Command::UnregisterPeer { .. } => auth.authorize(principal, &Access::Admin)?,
             Command::Fetch { stream, consumer, .. }
             | Command::Ack { stream, consumer, .. }
+            | Command::Acks { stream, consumer, .. }
             | Command::CommitCursor { stream, consumer, .. } => {
                 auth.authorize(principal, &Access::Consume { stream, consumer })?
             }

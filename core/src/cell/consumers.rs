@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::limits::{MAX_CONSUMERS_PER_STREAM, invalid};
 use super::timers::Timer;
 use super::{Cell, stream_in};
-use crate::command::{AckKind, AckState, Delivery, Effect, Outcome, PublishRequest};
+use crate::command::{AckAnswer, AckItem, AckKind, AckState, Delivery, Effect, GroupMember, Outcome, PublishRequest};
 use crate::config::{ConsumerConfig, RetentionPolicy};
 use crate::consumer::{Acked, DeadLetter};
 use crate::error::Rejection;
@@ -124,7 +124,7 @@ impl Cell {
         partition: u32,
         seq: u64,
         kind: AckKind,
-    ) -> Result<Outcome, Rejection> {
+    ) -> Result<AckAnswer, Rejection> {
         let s = stream_in(&mut self.streams, stream)?;
         let stream_name = s.name().clone();
         if partition >= s.config().partitions {
@@ -135,7 +135,7 @@ impl Cell {
         let consumer_id = c.id();
         let Acked { state, already_done, timer, dead_letter } = c.ack(partition, seq, kind, at)?;
         if already_done {
-            return Ok(Outcome::Acked { state, already_done: true });
+            return Ok(AckAnswer { state, already_done: true });
         }
         if !c.is_outstanding(partition, seq) {
             self.timers.cancel_delivery(stream_id, consumer_id, partition, seq);
@@ -150,7 +150,34 @@ impl Cell {
             let s = self.streams.get_mut(&stream_name).expect("exists");
             s.remove_if_uninteresting(partition, seq, &mut self.effects);
         }
-        Ok(Outcome::Acked { state, already_done: false })
+        Ok(AckAnswer { state, already_done: false })
+    }
+
+    /// The acks of [`Command::Acks`], each answered on its own and in order, as `member` of a group when one is
+    /// named (each item then refused unless the member owns its partition in its generation).
+    pub(super) fn ack_each(
+        &mut self,
+        at: Millis,
+        stream: &str,
+        consumer: &str,
+        member: Option<&GroupMember>,
+        items: Vec<AckItem>,
+    ) -> Result<Outcome, Rejection> {
+        // A stream or consumer that is not there refuses the whole batch.
+        stream_in(&mut self.streams, stream)?.consumer(consumer)?;
+        if member.is_none() {
+            self.refuse_group_consumer(stream, consumer)?;
+        }
+        let answers = items
+            .into_iter()
+            .map(|AckItem { partition, seq, kind }| {
+                if let Some(GroupMember { member, generation }) = member {
+                    self.check_member_owns(stream, consumer, member, *generation, partition)?;
+                }
+                self.ack(at, stream, consumer, partition, seq, kind)
+            })
+            .collect();
+        Ok(Outcome::AckedEach(answers))
     }
 
     /// Copies dead letters into the stream's dead-letter stream (if it has one) with their origin in headers, and

@@ -1,7 +1,7 @@
 //! What a command may ask for at all: the cell's size limits and the checks that need no state.
 
 use crate::auth::Actor;
-use crate::command::{AckKind, Command, IngestMessage, PublishRequest};
+use crate::command::{AckKind, Command, GroupMember, IngestMessage, PublishRequest};
 use crate::config::{MAX_DURATION_MS, MAX_PAYLOAD_LIMIT};
 use crate::error::{Cap, NameKind, Rejection};
 use crate::mirror::MAX_RECALLS_READ;
@@ -267,6 +267,19 @@ impl Command {
                 Ok(())
             }
             Command::Ack { kind: AckKind::Nack { delay_ms }, .. } => check_duration("nack delay_ms", *delay_ms),
+            Command::Acks { consumer, member, items, .. } => {
+                if items.is_empty() || items.len() > MAX_FETCH as usize {
+                    return Err(invalid(format!("a command carries between 1 and {MAX_FETCH} acks")));
+                }
+                if let Some(GroupMember { member, .. }) = member {
+                    check_name(NameKind::Consumer, consumer)?;
+                    check_name(NameKind::Member, member)?;
+                }
+                items.iter().try_for_each(|item| match item.kind {
+                    AckKind::Nack { delay_ms } => check_duration("nack delay_ms", delay_ms),
+                    _ => Ok(()),
+                })
+            }
             Command::JoinGroup { group, member, session_timeout_ms, config, .. } => {
                 check_name(NameKind::Consumer, group)?;
                 check_name(NameKind::Member, member)?;

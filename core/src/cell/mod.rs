@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::auth::Auth;
 use crate::body::BodyRef;
-use crate::command::{Command, Effect, Outcome};
+use crate::command::{AckAnswer, Command, Effect, Outcome};
 use crate::dedup::IdKey;
 use crate::error::Rejection;
 use crate::group::Group;
@@ -421,7 +421,8 @@ impl Cell {
             }
             Command::Ack { stream, consumer, partition, seq, kind } => {
                 self.refuse_group_consumer(&stream, &consumer)?;
-                self.ack(at, &stream, &consumer, partition, seq, kind)
+                let AckAnswer { state, already_done } = self.ack(at, &stream, &consumer, partition, seq, kind)?;
+                Ok(Outcome::Acked { state, already_done })
             }
             Command::CommitCursor { stream, consumer, partition, next_seq } => {
                 self.refuse_group_consumer(&stream, &consumer)?;
@@ -473,7 +474,11 @@ impl Cell {
             }
             Command::MemberAck { stream, group, member, generation, partition, seq, kind } => {
                 self.check_member_owns(&stream, &group, &member, generation, partition)?;
-                self.ack(at, &stream, &group, partition, seq, kind)
+                let AckAnswer { state, already_done } = self.ack(at, &stream, &group, partition, seq, kind)?;
+                Ok(Outcome::Acked { state, already_done })
+            }
+            Command::Acks { stream, consumer, member, items } => {
+                self.ack_each(at, &stream, &consumer, member.as_ref(), items)
             }
             Command::MemberCommit { stream, group, member, generation, partition, next_seq } => {
                 self.check_member_owns(&stream, &group, &member, generation, partition)?;

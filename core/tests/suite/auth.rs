@@ -7,8 +7,8 @@ use common::*;
 use bytes::Bytes;
 use cellog_core::subject::{filter_covers, filter_matches};
 use cellog_core::{
-    AckKind, Actor, Cell, Command, ConsumerConfig, Grants, Outcome, ProducerRef, PublishRequest, ROOT, Rejection,
-    SENDER_HEADER, StreamConfig,
+    AckItem, AckKind, Actor, Cell, Command, ConsumerConfig, Grants, Outcome, ProducerRef, PublishRequest, ROOT,
+    Rejection, SENDER_HEADER, StreamConfig,
 };
 
 fn publish(subject: &str) -> Command {
@@ -264,7 +264,14 @@ fn acks_need_the_consume_grant() {
         kind,
     };
     assert_eq!(denied(h.apply(as_token(2, ack(AckKind::Applied)))).as_deref(), Some("consume orders/billing"));
-    h.ok(as_token(1, ack(AckKind::Applied)));
+    // A batch is authorized as a whole: refused, it changes nothing, not even its first item.
+    let item = AckItem { partition: d.record.partition, seq: d.record.seq, kind: AckKind::Applied };
+    let acks = Command::Acks { stream: "orders".into(), consumer: "billing".into(), member: None, items: vec![item] };
+    let before = state_parts(&h.cell);
+    assert_eq!(denied(h.apply(as_token(2, acks.clone()))).as_deref(), Some("consume orders/billing"));
+    assert_eq!(state_parts(&h.cell), before, "a refused batch changed the state");
+    h.ok(as_token(1, acks));
+    assert!(matches!(h.ok(as_token(1, ack(AckKind::Applied))), Outcome::Acked { already_done: true, .. }));
 }
 
 #[test]

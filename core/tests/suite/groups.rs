@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use cellog_core::group::{Assignment, assign};
 use cellog_core::{
-    AckKind, Cap, Cell, Command, ConsumerConfig, Delivery, Effect, GroupChange, MemberAssignment, Outcome, Rejection,
-    Strategy, StreamConfig,
+    AckAnswer, AckItem, AckKind, AckState, Cap, Cell, Command, ConsumerConfig, Delivery, Effect, GroupChange,
+    GroupMember, MemberAssignment, Outcome, Rejection, Strategy, StreamConfig,
 };
 use proptest::prelude::*;
 use proptest::strategy::Strategy as _;
@@ -296,6 +296,40 @@ fn a_stale_generation_or_a_moved_partition_is_refused_and_changes_nothing() {
     // An older generation than the grant is refused even to the owner; an unknown member is told to join.
     assert!(matches!(member_ack(&mut h, "b", b.generation - 1, moving, moving_seq), Err(Rejection::NotOwner { .. })));
     assert!(matches!(member_ack(&mut h, "z", 1, moving, moving_seq), Err(Rejection::UnknownMember { .. })));
+}
+
+/// A member's batch of acks is answered item by item: what it owns in its generation is acked, a partition that moved
+/// away is refused alone; the same batch without a member is refused whole, as a plain ack on a group's consumer is.
+#[test]
+fn a_member_s_batch_of_acks_is_answered_item_by_item() {
+    let mut h = stream_of(2);
+    let a = join(&mut h, "a", Strategy::CooperativeSticky).unwrap();
+    one_per_partition(&mut h, 2);
+    let (_, got) = member_fetch(&mut h, "a", a.generation, 10).unwrap();
+    let b = join(&mut h, "b", Strategy::CooperativeSticky).unwrap();
+    let a2 = heartbeat(&mut h, "a", b.generation, &[]).unwrap();
+    let moving = a2.revoking[0];
+    heartbeat(&mut h, "a", a2.generation, &[moving]).unwrap();
+    let items: Vec<AckItem> = got
+        .iter()
+        .map(|d| AckItem { partition: d.record.partition, seq: d.record.seq, kind: AckKind::Applied })
+        .collect();
+    let plain = Command::Acks { stream: "orders".into(), consumer: "g".into(), member: None, items: items.clone() };
+    assert!(matches!(h.apply(plain), Err(Rejection::Invalid { .. })));
+    let current = generation_of(&h);
+    let member = Some(GroupMember { member: "a".into(), generation: a2.generation });
+    let acks = Command::Acks { stream: "orders".into(), consumer: "g".into(), member, items: items.clone() };
+    let Ok(Outcome::AckedEach(answers)) = h.apply(acks) else { panic!("one answer per ack") };
+    for (item, answer) in items.iter().zip(&answers) {
+        if item.partition == moving {
+            let owner_moved =
+                Rejection::NotOwner { group: "g".into(), member: "a".into(), partition: moving, generation: current };
+            assert_eq!(answer, &Err(owner_moved));
+        } else {
+            assert_eq!(answer, &Ok(AckAnswer { state: AckState::Applied, already_done: false }));
+        }
+    }
+    assert_eq!(answers.len(), 2);
 }
 
 #[test]
@@ -618,4 +652,28 @@ fn a_member_fetch_asks_for_at_most_the_fetch_bound() {
     assert_eq!(fetch(cellog_core::MAX_FETCH).check(), Ok(()));
     assert!(matches!(fetch(0).check(), Err(Rejection::Invalid { .. })));
     assert!(matches!(fetch(cellog_core::MAX_FETCH + 1).check(), Err(Rejection::Invalid { .. })));
+}
+
+/// A batch of acks carries between 1 and [`cellog_core::MAX_FETCH`] items, names its member well, and delays a nack
+/// no longer than any nack may be delayed.
+#[test]
+fn a_batch_of_acks_is_bounded_and_checked() {
+    let item = AckItem { partition: 0, seq: 1, kind: AckKind::Applied };
+    let acks = |member: Option<&str>, items: Vec<AckItem>| Command::Acks {
+        stream: "orders".into(),
+        consumer: "g".into(),
+        member: member.map(|member| GroupMember { member: member.into(), generation: 1 }),
+        items,
+    };
+    let most = cellog_core::MAX_FETCH as usize;
+    assert_eq!(acks(None, vec![item]).check(), Ok(()));
+    assert_eq!(acks(Some("m"), vec![item; most]).check(), Ok(()));
+    assert!(matches!(acks(None, vec![]).check(), Err(Rejection::Invalid { .. })));
+    assert!(matches!(acks(None, vec![item; most + 1]).check(), Err(Rejection::Invalid { .. })));
+    assert!(matches!(acks(Some("m m"), vec![item]).check(), Err(Rejection::InvalidName { .. })));
+    let long_nack = AckItem { kind: AckKind::Nack { delay_ms: u64::MAX }, ..item };
+    assert!(matches!(acks(None, vec![item, long_nack]).check(), Err(Rejection::Invalid { .. })));
+    let single =
+        Command::Ack { stream: "orders".into(), consumer: "c".into(), partition: 0, seq: 1, kind: long_nack.kind };
+    assert_eq!(acks(None, vec![long_nack]).check(), single.check(), "a batch refuses a nack as a lone ack does");
 }

@@ -14,8 +14,8 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use cellog_core::subject::partition_for_key;
 use cellog_core::{
-    AckKind, AckState, Cell, Command, ConsumerConfig, ConsumerInfo, MemoryBodies, Millis, Outcome, ProducerRef,
-    PublishRequest, Rejection, StreamConfig, Work,
+    AckAnswer, AckItem, AckKind, AckState, Cell, Command, ConsumerConfig, ConsumerInfo, MemoryBodies, Millis, Outcome,
+    ProducerRef, PublishRequest, Rejection, StreamConfig, Work,
 };
 use proptest::prelude::*;
 
@@ -61,6 +61,12 @@ enum Op {
         consumer: usize,
         pick: usize,
         kind: AckKind,
+    },
+    /// Acknowledge several deliveries of a consumer in one command, each picked as `Ack` picks one (before any of
+    /// them is applied, so that a batch may name one delivery twice).
+    Acks {
+        consumer: usize,
+        picks: Vec<(usize, AckKind)>,
     },
     Init {
         producer: usize,
@@ -111,7 +117,9 @@ fn op() -> impl Strategy<Value = Op> {
         )
             .prop_map(|(subject, key, id, ttl, delay)| Op::Publish { subject, key, id, ttl, delay }),
         3 => (0..CONSUMERS.len(), 1u32..4).prop_map(|(consumer, max)| Op::Fetch { consumer, max }),
-        4 => (0..CONSUMERS.len(), 0usize..8, kind).prop_map(|(consumer, pick, kind)| Op::Ack { consumer, pick, kind }),
+        4 => (0..CONSUMERS.len(), 0usize..8, kind.clone()).prop_map(|(consumer, pick, kind)| Op::Ack { consumer, pick, kind }),
+        2 => (0..CONSUMERS.len(), proptest::collection::vec((0usize..8, kind), 1..6))
+            .prop_map(|(consumer, picks)| Op::Acks { consumer, picks }),
         1 => (0..PRODUCERS.len()).prop_map(|producer| Op::Init { producer }),
         1 => (0..PRODUCERS.len(), proptest::bool::weighted(0.15)).prop_map(|(producer, stale)| Op::Begin { producer, stale }),
         2 => (0..PRODUCERS.len(), proptest::bool::weighted(0.1), 0..SUBJECTS.len(), proptest::option::weighted(0.3, 0u8..6))
@@ -130,6 +138,7 @@ enum Answer {
     Staged { index: u32, duplicate: bool },
     Fetched(Vec<(u32, u64, u32, u64)>),
     Acked { state: AckState, already_done: bool },
+    AckedEach(Vec<Answer>),
     Initialized { producer_id: u64, epoch: u32 },
     Begun,
     Committed { messages: Vec<(u32, u64, bool)>, next_epoch: u32 },
@@ -156,6 +165,14 @@ fn answer_of(result: Result<Outcome, Rejection>) -> Answer {
             deliveries.iter().map(|d| (d.record.partition, d.record.seq, d.delivery_count, d.ack_deadline.0)).collect(),
         ),
         Ok(Outcome::Acked { state, already_done }) => Answer::Acked { state, already_done },
+        Ok(Outcome::AckedEach(answers)) => Answer::AckedEach(
+            answers
+                .into_iter()
+                .map(|answer| {
+                    answer_of(answer.map(|AckAnswer { state, already_done }| Outcome::Acked { state, already_done }))
+                })
+                .collect(),
+        ),
         Ok(Outcome::ProducerInitialized(r)) => Answer::Initialized { producer_id: r.producer_id, epoch: r.epoch },
         Ok(Outcome::TransactionBegun) => Answer::Begun,
         Ok(Outcome::TransactionCommitted { messages, next }) => Answer::Committed {
@@ -721,6 +738,23 @@ fn step(cell: &mut Cell, model: &mut Model, op: &Op, counter: &mut u64) -> (Answ
                 kind,
             };
             (answer_of(cell.apply(at, command)), model.ack(consumer, partition, seq, kind))
+        }
+        Op::Acks { consumer, ref picks } => {
+            let items: Vec<AckItem> = picks
+                .iter()
+                .map(|&(pick, kind)| {
+                    let (partition, seq) = model.ack_target(consumer, pick);
+                    AckItem { partition, seq, kind }
+                })
+                .collect();
+            let expected = items.iter().map(|item| model.ack(consumer, item.partition, item.seq, item.kind)).collect();
+            let command = Command::Acks {
+                stream: STREAM.to_string(),
+                consumer: CONSUMERS[consumer].0.to_string(),
+                member: None,
+                items,
+            };
+            (answer_of(cell.apply(at, command)), Answer::AckedEach(expected))
         }
         Op::Init { producer } => {
             let command = Command::InitProducer {

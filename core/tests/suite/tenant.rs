@@ -6,7 +6,8 @@ use common::*;
 
 use bytes::Bytes;
 use cellog_core::{
-    Command, ConsumerConfig, Grants, Outcome, PublishRequest, ROOT, Rejection, SENDER_HEADER, StreamConfig,
+    AckItem, AckKind, Command, ConsumerConfig, Grants, Outcome, PublishRequest, ROOT, Rejection, SENDER_HEADER,
+    StreamConfig,
 };
 
 fn publish(subject: &str) -> Command {
@@ -141,6 +142,35 @@ fn refusals_name_what_the_tenant_named() {
         matches!(&result, Err(Rejection::PermissionDenied { needs, .. }) if needs == "consume orders/other"),
         "{result:?}"
     );
+}
+
+/// Each refused item of a tenant's batch of acks names what the tenant named, as a lone ack's refusal does.
+#[test]
+fn a_refused_ack_in_a_batch_names_what_the_tenant_named() {
+    let mut h = cell();
+    h.ok(as_token(3, publish("orders.eu.1")));
+    let Outcome::Fetched(deliveries) = h.ok(as_token(3, fetch("orders"))) else { panic!("deliveries") };
+    let d = &deliveries[0].record;
+    let items = vec![
+        AckItem { partition: 99, seq: 1, kind: AckKind::Applied },
+        AckItem { partition: d.partition, seq: d.seq, kind: AckKind::Applied },
+    ];
+    let acks = Command::Acks { stream: "orders".into(), consumer: "work".into(), member: None, items };
+    let Outcome::AckedEach(answers) = h.ok(as_token(3, acks)) else { panic!("one answer per ack") };
+    let [refused, acked] = &answers[..] else { panic!("two answers: {answers:?}") };
+    assert!(
+        matches!(refused, Err(Rejection::Invalid { reason }) if reason == "stream \"orders\" has no partition 99"),
+        "{refused:?}"
+    );
+    assert!(matches!(acked, Ok(answer) if !answer.already_done), "{acked:?}");
+    // The whole batch refused names the tenant's stream too.
+    let acks = Command::Acks {
+        stream: "nope".into(),
+        consumer: "work".into(),
+        member: None,
+        items: vec![AckItem { partition: 0, seq: 1, kind: AckKind::Applied }],
+    };
+    assert_eq!(h.apply(as_token(1, acks)), Err(Rejection::StreamNotFound { stream: "nope".into() }));
 }
 
 #[test]
