@@ -51,9 +51,10 @@ fn outcome_kind(result: &Result<Outcome, Rejection>) -> &'static str {
 /// The kinds a result shows: its own, or for a batch of acks each ack's (`acked`, or why it was refused).
 fn outcome_kinds(result: &Result<Outcome, Rejection>) -> Vec<&'static str> {
     match result {
-        Ok(Outcome::AckedEach(answers)) => {
-            answers.iter().map(|answer| answer.as_ref().map_or_else(|rejection| rejection.into(), |_| "acked")).collect()
-        }
+        Ok(Outcome::AckedEach(answers)) => answers
+            .iter()
+            .map(|answer| answer.as_ref().map_or_else(|rejection| rejection.into(), |_| "acked"))
+            .collect(),
         other => vec![outcome_kind(other)],
     }
 }
