@@ -176,6 +176,10 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     for k in 0..=args.cells {
         cells.push(dev_cell(&args, &certs, &root_token, k)?);
     }
+    // Client commands run here use the dev CA and root token for these addresses, whichever cell they name.
+    let listed: String = cells.iter().flatten().map(|config| format!("{}\n", config.client_addr)).collect();
+    let name = std::path::Path::new(crate::commands::DEV_SERVERS_FILE).file_name().expect("a file name");
+    std::fs::write(args.data.join(name), listed).context("listing the dev nodes' client addresses")?;
     // Started together, so that no node asks for votes of one that is not listening yet (each such refusal would
     // be logged as an error on every first start).
     let nodes = futures::future::try_join_all(cells.iter().flatten().map(|config| async move {

@@ -213,6 +213,10 @@ impl Cells {
                 return Ok(Moved { epoch, from: None, copied: 0, through, refused_for });
             }
             None => {
+                // Checked before the directory records anything: a move of a stream its cell does not hold could
+                // never be finished, and would leave the directory saying it is under way.
+                self.cell(to).await?;
+                held_on(&self.cell(&placement.cell).await?, stream, &placement.cell).await?;
                 let moved = self.directory.move_placement(stream, to, placement.epoch).await?;
                 (moved.epoch, placement.cell.clone())
             }
@@ -239,6 +243,14 @@ impl Cells {
 }
 
 impl Cells {
+    /// Places `stream`, which cell `cell` holds, on `cell` in the directory (the same placement again is answered
+    /// alike). A stream the cell does not hold is refused before the directory records anything (`STREAM_NOT_FOUND`,
+    /// naming the cell).
+    pub async fn place(&self, stream: &str, cell: &str) -> Result<v1::Placement, ClientError> {
+        held_on(&self.cell(cell).await?, stream, cell).await?;
+        self.directory.place_stream(stream, cell).await
+    }
+
     /// Creates `name` on cell `on` as a mirror of `stream` on cell `from`: both cells' addresses from the directory,
     /// the mirror's config the source's. Answers whether it was created (false: the same mirror existed, its source's
     /// addresses now the directory's). `on`'s leader then copies the source and keeps following it.
@@ -247,6 +259,22 @@ impl Cells {
         let (source, target) = (self.cell(from).await?, self.cell(on).await?);
         let config = source.stream_info(stream).await?.config.unwrap_or_default();
         target.create_mirror(name, config, from, stream, addresses).await
+    }
+}
+
+/// Whether cell `cell` (reached by `client`) holds `stream`: a refusal that names the cell when it does not.
+async fn held_on(client: &Client, stream: &str, cell: &str) -> Result<(), ClientError> {
+    match client.stream_info(stream).await {
+        Ok(_) => Ok(()),
+        Err(ClientError::Status { code, detail }) if detail.reason == "STREAM_NOT_FOUND" => Err(ClientError::Status {
+            code,
+            detail: v1::ErrorDetail {
+                message: format!("cell {cell:?} holds no stream {stream:?}: create it there first"),
+                cell: cell.to_string(),
+                ..detail
+            },
+        }),
+        Err(other) => Err(other),
     }
 }
 

@@ -141,6 +141,15 @@ pub enum ClientError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The node at `addr` speaks another protocol than the client (TLS where the client speaks plaintext, or the
+    /// other way round): the call never reached the cell, and retrying cannot help.
+    #[error("the node at {addr} {reason}")]
+    Protocol {
+        /// The node's address.
+        addr: String,
+        /// What it answered, and what to change.
+        reason: String,
+    },
     /// The last attempt was refused before it was proposed (no leader there, a rate limit), but an earlier attempt
     /// got no answer and may have been applied: the call's outcome is unknown.
     #[error("{last}; an earlier attempt got no answer and may have been applied")]
@@ -189,7 +198,10 @@ impl ClientError {
             ClientError::Status { code, .. } => {
                 matches!(code, Code::Unknown | Code::Cancelled | Code::DeadlineExceeded | Code::Internal)
             }
-            ClientError::Address { .. } | ClientError::NoNodes | ClientError::Credential { .. } => false,
+            ClientError::Address { .. }
+            | ClientError::NoNodes
+            | ClientError::Credential { .. }
+            | ClientError::Protocol { .. } => false,
             ClientError::Indefinite { .. } => true,
         }
     }
@@ -282,6 +294,31 @@ fn outcome_unknown_item(error: &ClientError) -> v1::Error {
         ..v1::ErrorDetail::default()
     };
     v1::Error { code: Code::Unknown as i32, detail: Some(detail) }
+}
+
+/// The failure of a call to `addr` as a [`ClientError::Protocol`], when the transport's words say the node speaks
+/// another protocol than the client: a plaintext client meeting a TLS node sees only an HTTP/2 protocol error, and a
+/// TLS client meeting a plaintext node a record that is not TLS.
+fn protocol_mismatch(status: &Status, addr: &str, tls: bool) -> Option<ClientError> {
+    // A node's own refusals carry a detail; the transport's do not.
+    if !status.details().is_empty() {
+        return None;
+    }
+    // The transport's words: the status's message and the errors beneath it (hyper's, h2's, rustls's).
+    let mut message = status.message().to_string();
+    let mut source = std::error::Error::source(status);
+    while let Some(error) = source {
+        message = format!("{message}: {error}");
+        source = error.source();
+    }
+    let reason = if !tls && (message.contains("h2 protocol error") || message.contains("frame with invalid size")) {
+        "did not answer plaintext HTTP/2; it may serve TLS: give its cell CA's certificate (--ca, or ClientOptions::tls)"
+    } else if tls && (message.contains("InvalidContentType") || message.contains("corrupt message")) {
+        "did not answer TLS; it may serve plaintext (a client given a CA speaks only TLS), or not be a cellog node"
+    } else {
+        return None;
+    };
+    Some(ClientError::Protocol { addr: addr.to_string(), reason: format!("{reason} ({message})") })
 }
 
 /// How often a client asks the cell for its members, so that it learns of nodes added since it was made.
@@ -551,6 +588,7 @@ impl Client {
         let mut earlier_unknown = false;
         loop {
             let request = self.request(message.clone());
+            let addr = self.current_addr();
             let status = match call(service(self.channel()?), request).await {
                 Ok(response) => {
                     self.rediscover().await;
@@ -558,6 +596,13 @@ impl Client {
                 }
                 Err(status) => status,
             };
+            if let Some(mismatch) = protocol_mismatch(&status, &addr, self.options.tls.is_some()) {
+                return Err(if earlier_unknown {
+                    ClientError::Indefinite { last: Box::new(mismatch) }
+                } else {
+                    mismatch
+                });
+            }
             if !self.recover(&status, idempotent, deadline, &mut backoff).await {
                 if unreachable(&status) {
                     // Not retried here, but the next call should not try the same silent node first.
@@ -1365,7 +1410,12 @@ impl Client {
 
     async fn status_call(&self, request: v1::ClusterStatusRequest) -> Result<v1::ClusterStatusResponse, ClientError> {
         let request = self.request(request);
-        Ok(self.current()?.cluster_status(request).await?.into_inner())
+        let addr = self.current_addr();
+        match self.current()?.cluster_status(request).await {
+            Ok(response) => Ok(response.into_inner()),
+            Err(status) => Err(protocol_mismatch(&status, &addr, self.options.tls.is_some())
+                .unwrap_or_else(|| ClientError::from(status))),
+        }
     }
 
     /// Adds a node as a learner and waits until it has caught up.
@@ -1406,6 +1456,28 @@ mod tests {
 
     fn error(code: Code, reason: &str) -> ClientError {
         ClientError::Status { code, detail: v1::ErrorDetail { reason: reason.to_string(), ..Default::default() } }
+    }
+
+    /// What the transport says when the node speaks the other protocol becomes an error naming the node and what to
+    /// change; the same words from the node itself (with a detail), or the other client's, stay as they are.
+    #[test]
+    fn a_protocol_mismatch_is_named() {
+        let h2 = Status::new(Code::Internal, "h2 protocol error: http2 error");
+        let not_tls =
+            Status::new(Code::Unknown, "transport error: received corrupt message of type InvalidContentType");
+        let mismatch = |status: &Status, tls| protocol_mismatch(status, "10.0.0.1:7400", tls).map(|e| e.to_string());
+        assert!(mismatch(&h2, false).is_some_and(|text| text.starts_with(
+            "the node at 10.0.0.1:7400 did not answer \
+            plaintext HTTP/2; it may serve TLS"
+        )));
+        assert!(
+            mismatch(&not_tls, true).is_some_and(|text| text.contains("did not answer TLS; it may serve plaintext"))
+        );
+        assert_eq!(mismatch(&h2, true), None, "a TLS client meets no plaintext preface trouble");
+        assert_eq!(mismatch(&not_tls, false), None);
+        let refused = crate::status::failed(Code::Internal, "INTERNAL", "h2 protocol error");
+        assert_eq!(mismatch(&refused, false), None, "the node's own words");
+        assert_eq!(mismatch(&Status::new(Code::Unknown, "transport error: broken pipe"), false), None);
     }
 
     /// An address is `host:port`: a scheme in it is refused, so `http://` never turns a TLS client into a plaintext

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cellog_client::proto as v1;
-use cellog_client::{Client, ClientOptions, ClientTls};
+use cellog_client::{Client, ClientError, ClientOptions, ClientTls};
 use cellog_envelope::{CellKey, Keyring};
 use cellog_mail::{MailConfig, RetryPolicy};
 use cellog_net::auth::Callers;
@@ -989,4 +989,31 @@ async fn writes_are_refused_while_too_few_voters_have_disk_room() {
     for node in nodes {
         node.stop().await.expect("stops");
     }
+}
+
+/// A client with a CA speaking TLS to a plaintext node is told so at once, naming the node, instead of a transport
+/// error retried until it gives up. (The other way round the words depend on a race: a node serving TLS closes on
+/// the plaintext preface, and the client sees an HTTP/2 protocol error, explained, or a broken pipe, which a network
+/// fault gives too; see the client's `protocol_mismatch`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::disallowed_methods, reason = "checks that the call was not retried for its whole budget")]
+async fn a_tls_client_of_a_plaintext_node_is_told_which() {
+    let ca = ca(CELL);
+    let retry_for = Duration::from_secs(20);
+    let (plain_node, _) = common::one_node("plain").await;
+    let plain_addr = plain_node.client_addr.to_string();
+    let with_ca = client(std::slice::from_ref(&plain_addr), &ca.pem, None, retry_for);
+    let started = std::time::Instant::now();
+    for error in [
+        with_ca.cluster_status().await.expect_err("TLS to a plaintext node"),
+        with_ca.stream_info("orders").await.expect_err("TLS to a plaintext node"),
+    ] {
+        assert!(
+            matches!(&error, ClientError::Protocol { addr, reason }
+                if *addr == plain_addr && reason.contains("did not answer TLS; it may serve plaintext")),
+            "{error}"
+        );
+        assert!(!error.outcome_unknown(), "nothing reached the cell");
+    }
+    assert!(started.elapsed() < retry_for / 2, "told at once, not retried: {:?}", started.elapsed());
 }

@@ -158,6 +158,35 @@ async fn a_move_cut_short_by_the_directory_leaders_crash_is_finished_by_running_
     check_moved(&cluster, &acked).await;
 }
 
+/// A stream a cell does not hold is neither placed on it nor moved from it: refused naming that cell, before the
+/// directory records anything, so that no placement or move is left that could never be finished.
+#[madsim::test]
+async fn a_stream_a_cell_does_not_hold_is_neither_placed_nor_moved() {
+    let cluster = deployment().await;
+    let cells = cells_of(&cluster);
+    let refusals = cluster
+        .on_client(async move {
+            let placed = cells.place(STREAM, "west").await.expect_err("west holds no orders");
+            // Recorded straight in the directory, which cannot know: a placement on a cell without the stream.
+            cells.directory().place_stream("ghost", "east").await.expect("placed");
+            let moved = cells.move_stream("ghost", "west").await.expect_err("east holds no ghost");
+            let orders = cells.directory().locate_stream(STREAM).await.expect("located").placement;
+            let ghost = cells.directory().locate_stream("ghost").await.expect("located").placement;
+            (placed, moved, orders, ghost)
+        })
+        .await;
+    let (placed, moved, orders, ghost) = refusals;
+    for (error, cell, stream) in [(&placed, "west", STREAM), (&moved, "east", "ghost")] {
+        assert_eq!(error.reason(), Some("STREAM_NOT_FOUND"), "{error}");
+        let detail = error.detail().expect("a detail");
+        assert_eq!(detail.cell, cell, "{error}");
+        assert!(detail.message.contains(&format!("cell {cell:?} holds no stream {stream:?}")), "{error}");
+    }
+    let at = |placement: Option<v1::Placement>| placement.map(|p| (p.cell, p.epoch, p.moving_from));
+    assert_eq!(at(orders), Some(("east".to_string(), 1, None)), "orders stays where it was");
+    assert_eq!(at(ghost), Some(("east".to_string(), 1, None)), "no move of ghost is recorded");
+}
+
 #[madsim::test]
 async fn an_old_owner_cut_off_during_a_move_holds_it_back_and_takes_no_write_after_its_fence() {
     let mut cluster = deployment().await;

@@ -85,7 +85,8 @@ pub async fn run(command: CellsCommand) -> anyhow::Result<()> {
             table.print(0);
         }
         CellsCommand::Place { stream, cell, connect } => {
-            let placement = client(&connect)?.place_stream(&stream, &cell).await?;
+            let cells = cellog_client::Cells::new(client(&connect)?, crate::commands::options(&connect)?);
+            let placement = cells.place(&stream, &cell).await?;
             println!("{stream} placed on {} at epoch {}", placement.cell, placement.epoch);
         }
         CellsCommand::Locate { stream, connect } => {
@@ -135,7 +136,29 @@ pub async fn run(command: CellsCommand) -> anyhow::Result<()> {
             let directory = client(&connect)?;
             let options = crate::commands::options(&connect)?;
             let started = std::time::Instant::now();
-            let moved = cellog_client::Cells::new(directory, options).move_stream(&stream, &to).await?;
+            let moved = match cellog_client::Cells::new(directory.clone(), options).move_stream(&stream, &to).await {
+                Ok(moved) => moved,
+                Err(error) => {
+                    // Say whether the directory recorded the move: then running it again finishes it.
+                    let location = match directory.locate_stream(&stream).await {
+                        Ok(location) => location,
+                        Err(asking) => anyhow::bail!(
+                            "{error}\nwhether the directory records the move is not known ({asking}): `cellog cells \
+                             locate {stream}` tells"
+                        ),
+                    };
+                    let recorded = location.placement.and_then(|placement| {
+                        placement.moving_from.filter(|_| placement.cell == to).map(|from| (from, placement.epoch))
+                    });
+                    match recorded {
+                        Some((from, epoch)) => anyhow::bail!(
+                            "{error}\nthe directory records the move of {stream} from {from} to {to} (epoch {epoch}) as \
+                             under way: `cellog cells move {stream} --to {to}` again finishes it"
+                        ),
+                        None => anyhow::bail!("{error}\nthe directory records no move of {stream}: nothing changed"),
+                    }
+                }
+            };
             match moved.from {
                 None => println!("{stream} is on {to} already (epoch {})", moved.epoch),
                 Some(from) => println!(

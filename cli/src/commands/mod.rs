@@ -26,10 +26,22 @@ pub mod txn;
 /// Where `cellog dev` keeps its cell's root token, read by client commands when no token is given and it exists.
 pub const DEV_TOKEN_FILE: &str = ".cellog-dev/root.token";
 
-/// Whether `connect` talks to the local dev cell (the default servers): then the dev cell's token and CA are the
-/// defaults.
+/// Where `cellog dev` lists the client address of every node it runs (of the directory and of each cell beside it),
+/// one per line.
+pub const DEV_SERVERS_FILE: &str = ".cellog-dev/client-addrs";
+
+/// Whether `connect` talks to the local dev cells: the default servers, or only addresses `cellog dev` listed. Then
+/// the dev cells' token and CA are the defaults; another server is never offered the dev token.
 fn talks_to_dev(connect: &Connect) -> bool {
-    connect.server.join(",") == crate::DEV_SERVERS
+    let listed = std::fs::read_to_string(DEV_SERVERS_FILE).unwrap_or_default();
+    names_dev_servers(&connect.server, &listed)
+}
+
+/// Whether `servers` are the dev cell's default servers, or each one of `listed` (addresses, one per line).
+fn names_dev_servers(servers: &[String], listed: &str) -> bool {
+    let listed = || listed.lines().map(str::trim);
+    servers.join(",") == crate::DEV_SERVERS
+        || (!servers.is_empty() && servers.iter().all(|server| listed().any(|addr| addr == server)))
 }
 
 /// The token `connect` names: given, or read from its file (or the dev cell's, if there is one).
@@ -118,4 +130,22 @@ pub async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = interrupt.await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::names_dev_servers;
+
+    #[test]
+    fn the_dev_credentials_go_only_to_servers_cellog_dev_listed() {
+        let listed = "127.0.0.1:7401\n127.0.0.1:7402\n127.0.0.1:7403\n127.0.0.1:7411\n127.0.0.1:7412\n127.0.0.1:7413\n";
+        let servers = |text: &str| text.split(',').map(String::from).collect::<Vec<_>>();
+        assert!(names_dev_servers(&servers(crate::DEV_SERVERS), ""), "the default servers are the dev cell's");
+        assert!(names_dev_servers(&servers("127.0.0.1:7411"), listed), "a node of dev-1");
+        assert!(names_dev_servers(&servers("127.0.0.1:7412,127.0.0.1:7401"), listed), "nodes of two dev cells");
+        assert!(!names_dev_servers(&servers("127.0.0.1:7411"), ""), "nothing listed: no dev cells beside");
+        assert!(!names_dev_servers(&servers("127.0.0.1:7411,db.example.com:7400"), listed), "one server is not dev");
+        assert!(!names_dev_servers(&servers("127.0.0.1:741"), listed), "whole addresses only");
+        assert!(!names_dev_servers(&[], listed));
+    }
 }

@@ -107,6 +107,10 @@ pub enum StreamCommand {
         discard: Discard,
         #[command(flatten)]
         limits: LimitArgs,
+        /// Create it on this cell of the deployment whose directory the servers are (the cell's addresses from the
+        /// directory), and place it there.
+        #[arg(long)]
+        cell: Option<String>,
         #[command(flatten)]
         connect: Connect,
     },
@@ -154,7 +158,7 @@ pub enum StreamCommand {
 
 pub async fn run(command: StreamCommand) -> anyhow::Result<()> {
     match command {
-        StreamCommand::Add { name, subjects, partitions, retention, discard, limits, connect } => {
+        StreamCommand::Add { name, subjects, partitions, retention, discard, limits, cell, connect } => {
             let mut config = v1::StreamConfig {
                 subjects,
                 partitions,
@@ -170,8 +174,19 @@ pub async fn run(command: StreamCommand) -> anyhow::Result<()> {
                 ..Default::default()
             };
             limits.apply_to(&mut config);
-            let created = client(&connect)?.create_stream(&name, config).await?;
-            println!("stream {name} {}", if created { "created" } else { "already exists with this config" });
+            let Some(cell) = cell else {
+                let created = client(&connect)?.create_stream(&name, config).await?;
+                println!("stream {name} {}", if created { "created" } else { "already exists with this config" });
+                return Ok(());
+            };
+            let cells = cellog_client::Cells::new(client(&connect)?, crate::commands::options(&connect)?);
+            let created = cells.cell(&cell).await?.create_stream(&name, config).await?;
+            let placement = cells.place(&name, &cell).await?;
+            println!(
+                "stream {name} {} on {cell}, placed there at epoch {}",
+                if created { "created" } else { "already exists with this config" },
+                placement.epoch
+            );
         }
         StreamCommand::Update { name, subjects, discard, limits, rate, burst, clear, connect } => {
             let client = client(&connect)?;

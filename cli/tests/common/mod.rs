@@ -165,9 +165,15 @@ pub async fn wait_converged(nodes: &[NodeProcess]) -> (u64, String) {
 
 /// Runs `cellog dev` until its ready line, returning the process and the lines it printed.
 pub fn dev(data: &std::path::Path, base_port: u16) -> (std::process::Child, Vec<String>) {
+    dev_with(data, base_port, &[])
+}
+
+/// [`dev`] with more of `cellog dev`'s arguments (`--cells 2`).
+pub fn dev_with(data: &std::path::Path, base_port: u16, args: &[&str]) -> (std::process::Child, Vec<String>) {
     use std::io::BufRead;
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cellog"))
         .args(["dev", "--data", &data.display().to_string(), "--base-port", &base_port.to_string()])
+        .args(args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::inherit())
         .spawn()
