@@ -16,6 +16,7 @@
 
 pub mod cells;
 pub mod client;
+mod error;
 mod governance;
 pub mod group;
 pub mod limits;
