@@ -107,7 +107,7 @@ pub struct DevArgs {
     #[arg(long, default_value_t = 7400)]
     base_port: u16,
     /// Cells besides the dev cell: with N of them, the dev cell is their directory and cells dev-1 to dev-N run
-    /// beside it, three nodes each, recorded in it (`cellog cells ls`).
+    /// beside it, three nodes each, recorded in it with the dev cell itself (`cellog cells ls`).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=9))]
     cells: u16,
 }
@@ -215,8 +215,12 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     let addrs = addrs_of(&cells[0]);
     let client = Client::new(addrs.clone(), options.clone())?;
     let leader = wait_for_leader(&client).await?;
-    for configs in &cells[1..] {
-        wait_for_leader(&Client::new(addrs_of(configs), options.clone())?).await?;
+    // With cells beside it, the directory records itself too: it is a cell like them, which may hold streams and
+    // mirrors.
+    for (k, configs) in cells.iter().enumerate().filter(|_| args.cells > 0) {
+        if k > 0 {
+            wait_for_leader(&Client::new(addrs_of(configs), options.clone())?).await?;
+        }
         client.put_cell(&configs[0].cell, addrs_of(configs)).await.context("recording a cell in the directory")?;
     }
     println!(

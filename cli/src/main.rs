@@ -50,6 +50,14 @@ pub struct Connect {
         default_value = DEV_SERVERS
     )]
     server: Vec<String>,
+    /// Client addresses of nodes of the directory of many cells, comma-separated: `cells` commands ask it, and a
+    /// command about a stream it places on another cell, or that moved there, is routed through it [default: the dev
+    /// cell, when --server names nodes `cellog dev` runs; otherwise --server].
+    #[arg(long, global = true, env = "CELLOG_DIRECTORY", value_delimiter = ',')]
+    directory: Vec<String>,
+    /// Talk to this cell of the directory (its addresses from the directory) instead of --server.
+    #[arg(long = "cell", id = "to_cell", global = true, value_name = "CELL")]
+    to_cell: Option<String>,
     /// Give up on a call after retrying this many seconds.
     #[arg(long, global = true, env = "CELLOG_TIMEOUT", default_value_t = 30)]
     timeout: u64,

@@ -155,9 +155,18 @@ impl Cells {
         F: Fn(Client) -> Fut,
         Fut: std::future::Future<Output = Result<T, ClientError>>,
     {
+        Ok(self.call_on(stream, call).await?.1)
+    }
+
+    /// [`Cells::call`], answering also which cell answered.
+    pub async fn call_on<T, F, Fut>(&self, stream: &str, call: F) -> Result<(String, T), ClientError>
+    where
+        F: Fn(Client) -> Fut,
+        Fut: std::future::Future<Output = Result<T, ClientError>>,
+    {
         let mut last = None;
         for _ in 0..MAX_REROUTES {
-            let (_, client) = self.route(stream).await?;
+            let (cell, client) = self.route(stream).await?;
             match call(client).await {
                 Err(error) if error.reason() == Some("MOVED") => {
                     match error.detail().map(|detail| detail.cell.as_str()).filter(|cell| !cell.is_empty()) {
@@ -173,7 +182,7 @@ impl Cells {
                     last = Some(error);
                     tokio::time::sleep(STALE_ROUTE_PAUSE).await;
                 }
-                answer => return answer,
+                answer => return answer.map(|answer| (cell, answer)),
             }
         }
         Err(last.expect("the loop ran"))

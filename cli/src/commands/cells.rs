@@ -1,11 +1,11 @@
-//! `cellog cells`: a deployment of many cells, through its directory (the cell `--server` names): the cells and
-//! their addresses, where each stream is placed, moving a stream to another cell, and mirrors of one cell's stream on
-//! another.
+//! `cellog cells`: a deployment of many cells, through its directory (`--directory`; in a dev folder, the dev cell;
+//! otherwise the cell `--server` names): the cells and their addresses, where each stream is placed, moving a stream
+//! to another cell, and mirrors of one cell's stream on another.
 
 use clap::Subcommand;
 
 use crate::Connect;
-use crate::commands::client;
+use crate::commands::directory;
 use crate::table::Table;
 
 #[derive(Subcommand)]
@@ -74,23 +74,23 @@ pub enum CellsCommand {
 pub async fn run(command: CellsCommand) -> anyhow::Result<()> {
     match command {
         CellsCommand::Put { cell, addresses, connect } => {
-            let created = client(&connect)?.put_cell(&cell, addresses).await?;
+            let created = directory(&connect)?.put_cell(&cell, addresses).await?;
             println!("cell {cell} {}", if created { "recorded" } else { "updated" });
         }
         CellsCommand::Ls { connect } => {
             let mut table = Table::new(["CELL", "ADDRESSES"]);
-            for cell in client(&connect)?.list_cells().await? {
+            for cell in directory(&connect)?.list_cells().await? {
                 table.row([cell.cell, cell.addresses.join(",")]);
             }
             table.print(0);
         }
         CellsCommand::Place { stream, cell, connect } => {
-            let cells = cellog_client::Cells::new(client(&connect)?, crate::commands::options(&connect)?);
+            let cells = cellog_client::Cells::new(directory(&connect)?, crate::commands::options(&connect)?);
             let placement = cells.place(&stream, &cell).await?;
             println!("{stream} placed on {} at epoch {}", placement.cell, placement.epoch);
         }
         CellsCommand::Locate { stream, connect } => {
-            let location = client(&connect)?.locate_stream(&stream).await?;
+            let location = directory(&connect)?.locate_stream(&stream).await?;
             let placement = location.placement.unwrap_or_default();
             let moving = placement.moving_from.map(|from| format!(" (moving from {from})")).unwrap_or_default();
             println!(
@@ -104,13 +104,13 @@ pub async fn run(command: CellsCommand) -> anyhow::Result<()> {
             let Some((cell, stream)) = from.split_once('/') else {
                 anyhow::bail!("--from {from:?}: expected CELL/STREAM, e.g. east/orders");
             };
-            let cells = cellog_client::Cells::new(client(&connect)?, crate::commands::options(&connect)?);
+            let cells = cellog_client::Cells::new(directory(&connect)?, crate::commands::options(&connect)?);
             let created = cells.mirror(&name, &on, cell, stream).await?;
             let how = if created { "now mirrors" } else { "already mirrored" };
             println!("{on}/{name} {how} {cell}/{stream}");
         }
         CellsCommand::Mirrors { cell, connect } => {
-            let cells = cellog_client::Cells::new(client(&connect)?, crate::commands::options(&connect)?);
+            let cells = cellog_client::Cells::new(directory(&connect)?, crate::commands::options(&connect)?);
             let mut table =
                 Table::new(["MIRROR", "SOURCE", "LAST SEQS", "LAG", "SOURCE STATE", "CATCH-UPS", "LAST ERROR"]);
             for mirror in cells.cell(&cell).await?.list_mirrors().await? {
@@ -133,7 +133,7 @@ pub async fn run(command: CellsCommand) -> anyhow::Result<()> {
             table.print(0);
         }
         CellsCommand::Move { stream, to, connect } => {
-            let directory = client(&connect)?;
+            let directory = directory(&connect)?;
             let options = crate::commands::options(&connect)?;
             let started = std::time::Instant::now();
             let moved = match cellog_client::Cells::new(directory.clone(), options).move_stream(&stream, &to).await {

@@ -5,7 +5,7 @@ use cellog_client::proto as v1;
 use clap::Subcommand;
 
 use crate::Connect;
-use crate::commands::client;
+use crate::commands::route::Route;
 use crate::table::Table;
 
 #[derive(Subcommand)]
@@ -92,20 +92,28 @@ pub async fn run(command: ConsumerCommand) -> anyhow::Result<()> {
                 max_deliver,
                 max_in_flight: Some(max_in_flight),
             };
-            let created = client(&connect)?.create_consumer(&stream, &name, config).await?;
+            let route = Route::new(&connect, Some(&stream)).await?;
+            let (stream, name, config) = (&stream, &name, &config);
+            let created =
+                route.call(|client| async move { client.create_consumer(stream, name, config.clone()).await }).await?;
             println!("consumer {name} on {stream} {}", if created { "created" } else { "already exists" });
         }
         ConsumerCommand::Update { stream, name, ack_wait_ms, max_deliver, max_in_flight, connect } => {
-            let client = client(&connect)?;
-            let mut config = client.consumer_info(&stream, &name).await?.config.unwrap_or_default();
+            let route = Route::new(&connect, Some(&stream)).await?;
+            let (stream, name) = (&stream, &name);
+            let info = route.call(|client| async move { client.consumer_info(stream, name).await }).await?;
+            let mut config = info.config.unwrap_or_default();
             config.ack_wait_ms = ack_wait_ms.or(config.ack_wait_ms);
             config.max_deliver = max_deliver.or(config.max_deliver);
             config.max_in_flight = max_in_flight.or(config.max_in_flight);
-            client.update_consumer(&stream, &name, config).await?;
+            let config = &config;
+            route.call(|client| async move { client.update_consumer(stream, name, config.clone()).await }).await?;
             println!("consumer {name} on {stream} updated");
         }
         ConsumerCommand::Ls { stream, connect } => {
-            let consumers = client(&connect)?.list_consumers(&stream).await?;
+            let route = Route::new(&connect, Some(&stream)).await?;
+            let stream = &stream;
+            let consumers = route.call(|client| async move { client.list_consumers(stream).await }).await?;
             let mut table = Table::new(["consumer", "lag", "pending", "acked", "oldest unacked"]).right([1, 2, 3, 4]);
             for consumer in consumers {
                 table.row([
@@ -119,7 +127,9 @@ pub async fn run(command: ConsumerCommand) -> anyhow::Result<()> {
             table.print(0);
         }
         ConsumerCommand::Info { stream, name, connect } => {
-            let info = client(&connect)?.consumer_info(&stream, &name).await?;
+            let route = Route::new(&connect, Some(&stream)).await?;
+            let (stream, name) = (&stream, &name);
+            let info = route.call(|client| async move { client.consumer_info(stream, name).await }).await?;
             println!("consumer {} on {}", info.name, info.stream);
             if let Some(config) = &info.config {
                 println!("  filter          {}", config.filter_subject.as_deref().unwrap_or("(all)"));
@@ -141,7 +151,9 @@ pub async fn run(command: ConsumerCommand) -> anyhow::Result<()> {
             }
         }
         ConsumerCommand::Rm { stream, name, connect } => {
-            client(&connect)?.delete_consumer(&stream, &name).await?;
+            let route = Route::new(&connect, Some(&stream)).await?;
+            let (stream, name) = (&stream, &name);
+            route.call(|client| async move { client.delete_consumer(stream, name).await }).await?;
             println!("consumer {name} on {stream} deleted");
         }
     }

@@ -20,6 +20,7 @@ pub mod mail;
 pub mod peer;
 pub mod publish;
 pub mod quota;
+pub mod route;
 pub mod stream;
 pub mod txn;
 
@@ -30,11 +31,13 @@ pub const DEV_TOKEN_FILE: &str = ".cellog-dev/root.token";
 /// one per line.
 pub const DEV_SERVERS_FILE: &str = ".cellog-dev/client-addrs";
 
-/// Whether `connect` talks to the local dev cells: the default servers, or only addresses `cellog dev` listed. Then
-/// the dev cells' token and CA are the defaults; another server is never offered the dev token.
+/// Whether `connect` talks to the local dev cells: the default servers, or only addresses `cellog dev` listed (and a
+/// directory given is one of them too). Then the dev cells' token and CA are the defaults; another server is never
+/// offered the dev token.
 fn talks_to_dev(connect: &Connect) -> bool {
     let listed = std::fs::read_to_string(DEV_SERVERS_FILE).unwrap_or_default();
     names_dev_servers(&connect.server, &listed)
+        && (connect.directory.is_empty() || names_dev_servers(&connect.directory, &listed))
 }
 
 /// Whether `servers` are the dev cell's default servers, or each one of `listed` (addresses, one per line).
@@ -93,6 +96,19 @@ pub fn tls(connect: &Connect) -> anyhow::Result<Option<ClientTls>> {
 /// A client for `connect`.
 pub fn client(connect: &Connect) -> anyhow::Result<Client> {
     client_of(connect, connect.server.clone())
+}
+
+/// A client of the directory `connect` names: `--directory`; the dev cell (the directory `cellog dev` runs) when
+/// `--server` names nodes of the dev cells; otherwise `--server`'s cell.
+pub fn directory(connect: &Connect) -> anyhow::Result<Client> {
+    let servers = if !connect.directory.is_empty() {
+        connect.directory.clone()
+    } else if talks_to_dev(connect) {
+        crate::DEV_SERVERS.split(',').map(String::from).collect()
+    } else {
+        connect.server.clone()
+    };
+    client_of(connect, servers)
 }
 
 /// A client of the nodes at `servers` with `connect`'s credential and TLS (those of the dev cell when `connect` names

@@ -4,10 +4,11 @@ use std::io::Read;
 
 use anyhow::Context;
 use bytes::Bytes;
+use cellog_client::ClientError;
 use cellog_client::proto as v1;
 
 use crate::Connect;
-use crate::commands::client;
+use crate::commands::route::Route;
 
 #[derive(clap::Args)]
 pub struct PubArgs {
@@ -28,6 +29,9 @@ pub struct PubArgs {
     /// Publish the body this many times.
     #[arg(long, default_value_t = 1)]
     count: u32,
+    /// The stream that claims the subject: the publish goes to the cell the directory places it on.
+    #[arg(long)]
+    stream: Option<String>,
     #[command(flatten)]
     connect: Connect,
 }
@@ -46,7 +50,7 @@ pub async fn publish(args: PubArgs) -> anyhow::Result<()> {
         let (key, value) = header.split_once('=').with_context(|| format!("header {header:?} is not KEY=VALUE"))?;
         headers.insert(key.to_string(), value.to_string());
     }
-    let client = client(&args.connect)?;
+    let route = Route::new(&args.connect, args.stream.as_deref()).await?;
     for n in 1..=args.count {
         let msg_id = args.id.as_ref().map(|id| if args.count > 1 { format!("{id}-{n}") } else { id.clone() });
         let request = v1::PublishRequest {
@@ -57,7 +61,21 @@ pub async fn publish(args: PubArgs) -> anyhow::Result<()> {
             headers: headers.clone(),
             ..v1::PublishRequest::default()
         };
-        let ack = client.publish(request).await?;
+        let ack = route
+            .call(|client| {
+                let request = request.clone();
+                async move { client.publish(request).await }
+            })
+            .await
+            .map_err(|error| {
+                let reason = error.downcast_ref::<ClientError>().and_then(ClientError::reason);
+                match (&args.stream, &args.connect.to_cell) {
+                    (None, None) if reason == Some("NO_STREAM_FOR_SUBJECT") => anyhow::anyhow!(
+                        "{error}\na stream placed on another cell is reached with --stream STREAM (or --cell CELL)"
+                    ),
+                    _ => error,
+                }
+            })?;
         println!(
             "published to {} partition {} seq {}{}",
             ack.stream,
@@ -90,7 +108,9 @@ pub struct SubArgs {
 }
 
 pub async fn subscribe(args: SubArgs) -> anyhow::Result<()> {
-    let client = client(&args.connect)?;
+    // A subscription is one call, kept open: the cell the stream is on when it starts serves it.
+    let route = Route::new(&args.connect, Some(&args.stream)).await?;
+    let client = route.client().await?;
     let mut deliveries = client.subscribe(&args.stream, &args.consumer, &args.member, args.window).await?;
     let mut seen = 0u64;
     while let Some(delivery) = deliveries.message().await? {

@@ -4,7 +4,8 @@ use cellog_client::proto as v1;
 use clap::{Subcommand, ValueEnum};
 
 use crate::Connect;
-use crate::commands::client;
+use crate::commands::route::Route;
+use crate::commands::{client, directory};
 use crate::table::Table;
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -107,10 +108,6 @@ pub enum StreamCommand {
         discard: Discard,
         #[command(flatten)]
         limits: LimitArgs,
-        /// Create it on this cell of the deployment whose directory the servers are (the cell's addresses from the
-        /// directory), and place it there.
-        #[arg(long)]
-        cell: Option<String>,
         #[command(flatten)]
         connect: Connect,
     },
@@ -158,7 +155,7 @@ pub enum StreamCommand {
 
 pub async fn run(command: StreamCommand) -> anyhow::Result<()> {
     match command {
-        StreamCommand::Add { name, subjects, partitions, retention, discard, limits, cell, connect } => {
+        StreamCommand::Add { name, subjects, partitions, retention, discard, limits, connect } => {
             let mut config = v1::StreamConfig {
                 subjects,
                 partitions,
@@ -174,14 +171,15 @@ pub async fn run(command: StreamCommand) -> anyhow::Result<()> {
                 ..Default::default()
             };
             limits.apply_to(&mut config);
-            let Some(cell) = cell else {
+            // With --cell, created on that cell of the directory and placed there.
+            let Some(cell) = &connect.to_cell else {
                 let created = client(&connect)?.create_stream(&name, config).await?;
                 println!("stream {name} {}", if created { "created" } else { "already exists with this config" });
                 return Ok(());
             };
-            let cells = cellog_client::Cells::new(client(&connect)?, crate::commands::options(&connect)?);
-            let created = cells.cell(&cell).await?.create_stream(&name, config).await?;
-            let placement = cells.place(&name, &cell).await?;
+            let cells = cellog_client::Cells::new(directory(&connect)?, crate::commands::options(&connect)?);
+            let created = cells.cell(cell).await?.create_stream(&name, config).await?;
+            let placement = cells.place(&name, cell).await?;
             println!(
                 "stream {name} {} on {cell}, placed there at epoch {}",
                 if created { "created" } else { "already exists with this config" },
@@ -189,8 +187,9 @@ pub async fn run(command: StreamCommand) -> anyhow::Result<()> {
             );
         }
         StreamCommand::Update { name, subjects, discard, limits, rate, burst, clear, connect } => {
-            let client = client(&connect)?;
-            let info = client.stream_info(&name).await?;
+            let route = Route::new(&connect, Some(&name)).await?;
+            let name = &name;
+            let info = route.call(|client| async move { client.stream_info(name).await }).await?;
             let mut config =
                 info.config.ok_or_else(|| anyhow::anyhow!("the node sent stream {name} without its config"))?;
             for lifted in &clear {
@@ -217,9 +216,10 @@ pub async fn run(command: StreamCommand) -> anyhow::Result<()> {
             if let (Some(messages_per_second), Some(burst)) = (rate, burst) {
                 config.rate_limit = Some(v1::RateLimit { messages_per_second, burst });
             }
-            client.update_stream(&name, config.clone()).await?;
+            let config = &config;
+            route.call(|client| async move { client.update_stream(name, config.clone()).await }).await?;
             println!("stream {name} updated");
-            print_limits(&config);
+            print_limits(config);
         }
         StreamCommand::Ls { connect } => {
             let streams = client(&connect)?.list_streams().await?;
@@ -233,11 +233,15 @@ pub async fn run(command: StreamCommand) -> anyhow::Result<()> {
             table.print(0);
         }
         StreamCommand::Info { name, connect } => {
-            let info = client(&connect)?.stream_info(&name).await?;
+            let route = Route::new(&connect, Some(&name)).await?;
+            let name = &name;
+            let info = route.call(|client| async move { client.stream_info(name).await }).await?;
             print_stream(&info);
         }
         StreamCommand::Rm { name, connect } => {
-            client(&connect)?.delete_stream(&name).await?;
+            let route = Route::new(&connect, Some(&name)).await?;
+            let name = &name;
+            route.call(|client| async move { client.delete_stream(name).await }).await?;
             println!("stream {name} deleted");
         }
     }
