@@ -28,7 +28,11 @@ use crate::storage::{Batch, MetaKey, Space, Storage, StorageError};
 /// - 3: log entries may carry commands run as a principal and the commands that manage principals, and the state is
 ///   a core snapshot of version 4 (principals). Migrated from 2 without a rewrite: every record of format 2 reads as
 ///   it is; the mark keeps a build that reads only format 2 from opening a directory it could no longer read.
-pub const STORE_FORMAT: u32 = 3;
+/// - 4: the production store keeps the Raft log, with the `SyncedLog` and `Committed` meta records, in segment files
+///   beside RocksDB instead of in it (`storage::segments`). Every record reads as it did through [`Storage`]; the
+///   store moves them when it opens a directory of an earlier format, and the mark keeps a build that looks for the
+///   log in RocksDB from opening a directory whose log it would not find.
+pub const STORE_FORMAT: u32 = 4;
 
 /// One migration: from the format named to the next, adding its writes to the batch.
 type Migration<S> = fn(&S, &mut Batch) -> Result<(), StorageError>;
@@ -41,6 +45,8 @@ fn migration<S: Storage>(from: u32) -> Option<Migration<S>> {
         1 => Some(chunk_the_snapshot),
         // Format 2's records read as they are in format 3.
         2 => Some(|_, _| Ok(())),
+        // The production store moved the log when it opened the directory; through `Storage` nothing changed.
+        3 => Some(|_, _| Ok(())),
         _ => None,
     }
 }
@@ -223,7 +229,7 @@ mod tests {
         disk.write(batch).unwrap();
         assert_eq!(check_format(&disk), Ok(FormatCheck { migrated_from: Some(2), mark_damaged: false }));
         assert_eq!(crate::stored_snapshot::get(&disk), Ok(Some(b"chunked snapshot".to_vec())));
-        assert_eq!(read_meta::<_, u32>(&disk, MetaKey::Format), Ok(Some(3)));
+        assert_eq!(read_meta::<_, u32>(&disk, MetaKey::Format), Ok(Some(STORE_FORMAT)));
     }
 
     #[test]

@@ -12,6 +12,8 @@ use serde::{Deserialize, Serialize};
 
 #[cfg(feature = "rocksdb")]
 mod rocks;
+#[cfg(feature = "rocksdb")]
+pub mod segments;
 mod sim_disk;
 
 #[cfg(feature = "rocksdb")]

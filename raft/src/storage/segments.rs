@@ -1,0 +1,898 @@
+//! The Raft log in append-only segment files: a log is only ever appended to, cut at its tail and dropped from its
+//! head, so it is kept as a journal of its own rather than as keys of a database that flushes and compacts it.
+//!
+//! A directory holds numbered segments (`00000000000000000001.seg`, …) of up to [`SEGMENT_BYTES`] each (a record
+//! larger than that gets a segment of its own), preallocated [`PREALLOCATE_BYTES`] at a time ahead of the writes, so
+//! that a sync rarely has a file's size or its blocks to record. A segment is a sequence of records:
+//!
+//! ```text
+//! crc32c u32 | body length u32 | key u64 | kind u8 | 3 zero bytes | body
+//! ```
+//!
+//! The crc covers the segment's number and the header after it, so a header torn, zeroed (the preallocated tail)
+//! or written into the wrong segment does not verify. The body of an entry is the framed record ([`super::frame`]),
+//! whose own crc is checked when it is read, so a flipped bit in a body is a typed `Corrupt` for that one key (which
+//! the log store's recovery repairs), never a lost tail. Kinds:
+//! - an entry: the record under `key` (replacing one written before under it);
+//! - a delete: every record from `key` to the end the body holds (a `u64`, excluded) is gone: a cut of the tail, a
+//!   purge of the head;
+//! - a seal: the segment ended here, cleanly (written before the next segment starts);
+//! - a small record of its own under `key` beside the log (the store keeps there what an append writes with its
+//!   entries, so that an append is durable with one sync), or its deletion. The newest of each key counts.
+//!
+//! Opening replays the records of every segment in order into an index in memory (key → where its body is). The
+//! last segment ends at the first record that does not verify: a torn write, which is cut off and zeroed (the file
+//! is cut there and preallocated again, so nothing written before it can verify later). A sealed segment that ends
+//! before its seal was damaged after it was written: the log ends there too, and the segments after it are set aside
+//! (renamed `*.damaged`); the log store then finds the entries it synced missing and repairs them from the leader,
+//! as it does for any cut suffix.
+//!
+//! A segment holding no live record is deleted once it is the oldest and the records that left it are durable (at
+//! the next [`SegmentLog::sync`]), so a purge frees whole files. Only the oldest go: a cut or purge in a segment may
+//! be what keeps an older record gone.
+//!
+//! Written by hand because the format is the durability promise itself: every byte of it is checked here, and the
+//! recovery rules (what is torn, what is damaged, what may be deleted) are the log store's, not a library's.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::{BufReader, Read, Seek};
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::StorageError;
+
+/// Bytes a segment holds before the next one starts (64 MiB).
+pub const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Bytes a segment is preallocated by, ahead of its writes (4 MiB): a node's idle log costs little disk, and a sync
+/// records the file's new blocks once per this many bytes written.
+pub const PREALLOCATE_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Bytes of a record's header.
+const HEADER_BYTES: usize = 20;
+
+/// What a record is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum Kind {
+    Entry = 1,
+    Delete = 2,
+    Seal = 3,
+    Meta = 4,
+    MetaDelete = 5,
+}
+
+impl Kind {
+    fn of(byte: u8) -> Option<Kind> {
+        Some(match byte {
+            1 => Kind::Entry,
+            2 => Kind::Delete,
+            3 => Kind::Seal,
+            4 => Kind::Meta,
+            5 => Kind::MetaDelete,
+            _ => return None,
+        })
+    }
+}
+
+/// A change to the log, in the order written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogWrite {
+    /// The framed record under a key.
+    Put(u64, Vec<u8>),
+    /// Every record in a range: a cut (`from..u64::MAX`), a purge (`0..below`), or any other.
+    Delete(Range<u64>),
+    /// A framed record beside the log, under its own key.
+    PutMeta(u64, Vec<u8>),
+    /// No record beside the log under a key any more.
+    DeleteMeta(u64),
+}
+
+/// Where a record's body is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Place {
+    segment: u64,
+    offset: u64,
+    len: u32,
+}
+
+/// A segment file.
+struct Segment {
+    file: Arc<File>,
+    /// Records of the index whose bodies are in it.
+    live: u64,
+}
+
+struct Inner {
+    /// Every segment, by number; the last is the one appended to.
+    segments: BTreeMap<u64, Segment>,
+    /// Where the records are written next in the last segment, how much it may hold, and how far it is preallocated.
+    end: u64,
+    capacity: u64,
+    allocated: u64,
+    /// Each record's place.
+    index: BTreeMap<u64, Place>,
+    /// Each record's beside the log.
+    metas: BTreeMap<u64, Place>,
+    /// Segments written since the last sync, and whether the directory changed (a segment made or deleted).
+    dirty: Vec<u64>,
+    directory_dirty: bool,
+    /// Whether an earlier write or sync failed.
+    poisoned: bool,
+}
+
+/// The Raft log of one node, in segment files under a directory. Safe to share between threads: writes are
+/// serialized, reads copy a record's place under the lock and read it outside.
+pub struct SegmentLog {
+    dir: PathBuf,
+    segment_bytes: u64,
+    inner: Mutex<Inner>,
+}
+
+fn io_error(what: &str, path: &Path, error: std::io::Error) -> StorageError {
+    StorageError::Io { reason: format!("{what} {}: {error}", path.display()) }
+}
+
+fn segment_name(number: u64) -> String {
+    format!("{number:020}.seg")
+}
+
+fn header_crc(segment: u64, header_tail: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(&segment.to_be_bytes()), header_tail)
+}
+
+/// A record's header and body, as written to `segment`.
+fn encode(out: &mut Vec<u8>, segment: u64, kind: Kind, key: u64, body: &[u8]) {
+    let mut header = [0u8; HEADER_BYTES];
+    header[4..8].copy_from_slice(&(body.len() as u32).to_le_bytes());
+    header[8..16].copy_from_slice(&key.to_le_bytes());
+    header[16] = kind as u8;
+    let crc = header_crc(segment, &header[4..]);
+    header[0..4].copy_from_slice(&crc.to_le_bytes());
+    out.extend_from_slice(&header);
+    out.extend_from_slice(body);
+}
+
+/// A header that verifies: its kind, key and body length.
+fn decode(segment: u64, header: &[u8; HEADER_BYTES]) -> Option<(Kind, u64, u32)> {
+    let crc = u32::from_le_bytes(header[0..4].try_into().expect("4 bytes"));
+    if crc != header_crc(segment, &header[4..]) || header[17..20] != [0, 0, 0] {
+        return None;
+    }
+    let len = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes"));
+    let key = u64::from_le_bytes(header[8..16].try_into().expect("8 bytes"));
+    Some((Kind::of(header[16])?, key, len))
+}
+
+impl Inner {
+    fn empty() -> Inner {
+        Inner {
+            segments: BTreeMap::new(),
+            end: 0,
+            capacity: 0,
+            allocated: 0,
+            index: BTreeMap::new(),
+            metas: BTreeMap::new(),
+            dirty: Vec::new(),
+            directory_dirty: false,
+            poisoned: false,
+        }
+    }
+
+    /// Removes from the index every record in `keys`, counting them out of their segments.
+    fn remove(&mut self, keys: Range<u64>) {
+        let removed: Vec<u64> = self.index.range(keys).map(|(&key, _)| key).collect();
+        for key in removed {
+            let place = self.index.remove(&key).expect("listed above");
+            if let Some(segment) = self.segments.get_mut(&place.segment) {
+                segment.live -= 1;
+            }
+        }
+    }
+
+    /// Applies one record to the index, as written or replayed (`end`: a delete's end).
+    fn apply(&mut self, kind: Kind, key: u64, place: Place, end: u64) {
+        match kind {
+            Kind::Entry => {
+                self.remove(key..key.saturating_add(1));
+                self.index.insert(key, place);
+                self.segments.get_mut(&place.segment).expect("the segment is open").live += 1;
+            }
+            Kind::Delete => self.remove(key..end),
+            Kind::Seal => {}
+            Kind::Meta | Kind::MetaDelete => {
+                if let Some(old) = self.metas.remove(&key)
+                    && let Some(segment) = self.segments.get_mut(&old.segment)
+                {
+                    segment.live -= 1;
+                }
+                if kind == Kind::Meta {
+                    self.metas.insert(key, place);
+                    self.segments.get_mut(&place.segment).expect("the segment is open").live += 1;
+                }
+            }
+        }
+    }
+
+    fn last_segment(&self) -> u64 {
+        *self.segments.keys().next_back().expect("a log has a segment")
+    }
+}
+
+/// Preallocates `file` to `len` bytes where the filesystem can (elsewhere it grows as it is written).
+fn preallocate(file: &File, len: u64) {
+    let _ = rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, len);
+}
+
+impl SegmentLog {
+    /// Opens the log under `dir` (made if missing), replaying its segments; a torn tail is cut off.
+    pub fn open(dir: &Path) -> Result<SegmentLog, StorageError> {
+        SegmentLog::open_with(dir, SEGMENT_BYTES)
+    }
+
+    /// [`SegmentLog::open`] with segments of `segment_bytes` (small ones in tests, to exercise rotation).
+    pub fn open_with(dir: &Path, segment_bytes: u64) -> Result<SegmentLog, StorageError> {
+        std::fs::create_dir_all(dir).map_err(|e| io_error("creating", dir, e))?;
+        let mut numbers = Vec::new();
+        for item in std::fs::read_dir(dir).map_err(|e| io_error("listing", dir, e))? {
+            let item = item.map_err(|e| io_error("listing", dir, e))?;
+            let name = item.file_name();
+            let Some(number) = name.to_str().and_then(|n| n.strip_suffix(".seg")).and_then(|n| n.parse().ok()) else {
+                continue;
+            };
+            numbers.push(number);
+        }
+        numbers.sort_unstable();
+        let log = SegmentLog { dir: dir.to_path_buf(), segment_bytes, inner: Mutex::new(Inner::empty()) };
+        let mut inner = Inner::empty();
+        let mut set_aside = &numbers[numbers.len()..];
+        let mut sealed_last = false;
+        for (position, &number) in numbers.iter().enumerate() {
+            let path = log.path(number);
+            let file =
+                OpenOptions::new().read(true).write(true).open(&path).map_err(|e| io_error("opening", &path, e))?;
+            let file = Arc::new(file);
+            inner.segments.insert(number, Segment { file: file.clone(), live: 0 });
+            let (end, sealed) = replay(&mut inner, number, &file, &path)?;
+            let last = position + 1 == numbers.len();
+            if sealed {
+                // A sealed last segment: the process stopped between the seal and the next segment.
+                sealed_last = last;
+                continue;
+            }
+            // The end of the log: torn (the last segment) or damaged (a sealed one that stops short). What follows
+            // is cut off and the file preallocated again, so that nothing written before can verify later.
+            file.set_len(end).map_err(|e| io_error("cutting", &path, e))?;
+            file.sync_all().map_err(|e| io_error("syncing", &path, e))?;
+            inner.end = end;
+            inner.capacity = end.max(segment_bytes);
+            inner.allocated = end + PREALLOCATE_BYTES;
+            preallocate(&file, inner.allocated);
+            set_aside = &numbers[position + 1..];
+            break;
+        }
+        for &number in set_aside {
+            let path = log.path(number);
+            std::fs::rename(&path, path.with_extension("seg.damaged"))
+                .map_err(|e| io_error("setting aside", &path, e))?;
+            tracing::error!(segment = %path.display(), "a log segment after one damaged before its seal: set aside");
+        }
+        if inner.segments.is_empty() || sealed_last {
+            let next = inner.segments.keys().next_back().map_or(1, |last| last + 1);
+            log.start_segment(&mut inner, next, segment_bytes)?;
+        }
+        if !set_aside.is_empty() || inner.directory_dirty {
+            log.sync_directory()?;
+            inner.directory_dirty = false;
+        }
+        *log.lock() = inner;
+        Ok(log)
+    }
+
+    fn path(&self, number: u64) -> PathBuf {
+        self.dir.join(segment_name(number))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Makes segment `number`, preallocated to `capacity`, the one appended to.
+    fn start_segment(&self, inner: &mut Inner, number: u64, capacity: u64) -> Result<(), StorageError> {
+        let path = self.path(number);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| io_error("making", &path, e))?;
+        inner.allocated = capacity.min(PREALLOCATE_BYTES);
+        preallocate(&file, inner.allocated);
+        inner.segments.insert(number, Segment { file: Arc::new(file), live: 0 });
+        inner.end = 0;
+        inner.capacity = capacity;
+        inner.directory_dirty = true;
+        Ok(())
+    }
+
+    fn sync_directory(&self) -> Result<(), StorageError> {
+        File::open(&self.dir).and_then(|dir| dir.sync_all()).map_err(|e| io_error("syncing", &self.dir, e))
+    }
+
+    /// Applies `writes` in order (readable at once, durable after [`SegmentLog::sync`]).
+    pub fn write(&self, writes: &[LogWrite]) -> Result<(), StorageError> {
+        let ends: Vec<[u8; 8]> = writes
+            .iter()
+            .map(|write| match write {
+                LogWrite::Delete(keys) => keys.end.to_le_bytes(),
+                _ => [0; 8],
+            })
+            .collect();
+        let records: Vec<(Kind, u64, &[u8])> = writes
+            .iter()
+            .zip(&ends)
+            .filter(|(write, _)| !matches!(write, LogWrite::Delete(keys) if keys.is_empty()))
+            .map(|(write, end)| match write {
+                LogWrite::Put(key, framed) => (Kind::Entry, *key, framed.as_slice()),
+                LogWrite::Delete(keys) => (Kind::Delete, keys.start, &end[..]),
+                LogWrite::PutMeta(key, framed) => (Kind::Meta, *key, framed.as_slice()),
+                LogWrite::DeleteMeta(key) => (Kind::MetaDelete, *key, &[][..]),
+            })
+            .collect();
+        let mut inner = self.lock();
+        if inner.poisoned {
+            return Err(StorageError::Poisoned);
+        }
+        let result = self.append(&mut inner, &records);
+        if result.is_err() {
+            inner.poisoned = true;
+        }
+        result
+    }
+
+    fn append(&self, inner: &mut Inner, records: &[(Kind, u64, &[u8])]) -> Result<(), StorageError> {
+        let mut buffer = Vec::new();
+        let mut applied = Vec::new();
+        for &(kind, key, body) in records {
+            let size = (HEADER_BYTES + body.len()) as u64;
+            // Room for this record and a seal after it, or a new segment.
+            if inner.end + buffer.len() as u64 + size + HEADER_BYTES as u64 > inner.capacity
+                && (inner.end > 0 || !buffer.is_empty())
+            {
+                let number = inner.last_segment();
+                encode(&mut buffer, number, Kind::Seal, 0, &[]);
+                self.flush(inner, &mut buffer, &mut applied)?;
+                self.start_segment(inner, number + 1, self.segment_bytes.max(size + HEADER_BYTES as u64))?;
+            }
+            let number = inner.last_segment();
+            let offset = inner.end + buffer.len() as u64 + HEADER_BYTES as u64;
+            encode(&mut buffer, number, kind, key, body);
+            applied.push((
+                kind,
+                key,
+                Place { segment: number, offset, len: body.len() as u32 },
+                delete_end(kind, body),
+            ));
+        }
+        self.flush(inner, &mut buffer, &mut applied)
+    }
+
+    /// Writes `buffer` at the end of the last segment and applies its records to the index.
+    fn flush(
+        &self,
+        inner: &mut Inner,
+        buffer: &mut Vec<u8>,
+        applied: &mut Vec<(Kind, u64, Place, u64)>,
+    ) -> Result<(), StorageError> {
+        let number = inner.last_segment();
+        if !buffer.is_empty() {
+            let file = inner.segments[&number].file.clone();
+            let end = inner.end + buffer.len() as u64;
+            if end > inner.allocated {
+                inner.allocated = (end + PREALLOCATE_BYTES).min(inner.capacity).max(end);
+                preallocate(&file, inner.allocated);
+            }
+            file.write_all_at(buffer, inner.end).map_err(|e| io_error("writing", &self.path(number), e))?;
+            inner.end += buffer.len() as u64;
+            buffer.clear();
+            if inner.dirty.last() != Some(&number) {
+                inner.dirty.push(number);
+            }
+        }
+        for (kind, key, place, end) in applied.drain(..) {
+            inner.apply(kind, key, place, end);
+        }
+        Ok(())
+    }
+
+    /// Makes everything written so far durable, then deletes the oldest segments no record was left in when it
+    /// began (what took their records out is durable now).
+    pub fn sync(&self) -> Result<(), StorageError> {
+        let (files, directory, empty) = {
+            let mut inner = self.lock();
+            if inner.poisoned {
+                return Err(StorageError::Poisoned);
+            }
+            let dirty = std::mem::take(&mut inner.dirty);
+            let files: Vec<(u64, Arc<File>)> =
+                dirty.into_iter().filter_map(|n| inner.segments.get(&n).map(|s| (n, s.file.clone()))).collect();
+            let last = inner.last_segment();
+            let empty: Vec<u64> =
+                inner.segments.iter().take_while(|(n, s)| **n != last && s.live == 0).map(|(n, _)| *n).collect();
+            (files, std::mem::take(&mut inner.directory_dirty), empty)
+        };
+        let synced = files
+            .iter()
+            .try_for_each(|(number, file)| file.sync_data().map_err(|e| io_error("syncing", &self.path(*number), e)))
+            .and_then(|()| if directory { self.sync_directory() } else { Ok(()) })
+            .and_then(|()| self.delete(&empty));
+        if synced.is_err() {
+            self.lock().poisoned = true;
+        }
+        synced
+    }
+
+    /// Deletes segments `empty` (oldest first, none the one appended to, none holding a live record).
+    fn delete(&self, empty: &[u64]) -> Result<(), StorageError> {
+        if empty.is_empty() {
+            return Ok(());
+        }
+        let mut inner = self.lock();
+        for number in empty {
+            // Another sync may have deleted it meanwhile.
+            if inner.segments.remove(number).is_none() {
+                continue;
+            }
+            inner.dirty.retain(|n| n != number);
+            let path = self.path(*number);
+            std::fs::remove_file(&path).map_err(|e| io_error("deleting", &path, e))?;
+        }
+        drop(inner);
+        self.sync_directory()
+    }
+
+    /// The framed record under `key`.
+    pub fn read(&self, key: u64) -> Result<Option<Vec<u8>>, StorageError> {
+        let found = {
+            let inner = self.lock();
+            inner.index.get(&key).map(|place| (*place, inner.segments[&place.segment].file.clone()))
+        };
+        found.map(|(place, file)| self.read_at(place, &file)).transpose()
+    }
+
+    /// The framed record beside the log under `key`.
+    pub fn read_meta(&self, key: u64) -> Result<Option<Vec<u8>>, StorageError> {
+        let found = {
+            let inner = self.lock();
+            inner.metas.get(&key).map(|place| (*place, inner.segments[&place.segment].file.clone()))
+        };
+        found.map(|(place, file)| self.read_at(place, &file)).transpose()
+    }
+
+    /// The keys of the records beside the log.
+    pub fn meta_keys(&self) -> Vec<u64> {
+        self.lock().metas.keys().copied().collect()
+    }
+
+    fn read_at(&self, place: Place, file: &File) -> Result<Vec<u8>, StorageError> {
+        let mut framed = vec![0u8; place.len as usize];
+        file.read_exact_at(&mut framed, place.offset).map_err(|e| io_error("reading", &self.path(place.segment), e))?;
+        Ok(framed)
+    }
+
+    /// Up to `limit` framed records with keys in `keys`, in key order.
+    pub fn scan(&self, keys: Range<u64>, limit: usize) -> Result<Vec<(u64, Vec<u8>)>, StorageError> {
+        let places: Vec<(u64, Place, Arc<File>)> = {
+            let inner = self.lock();
+            inner
+                .index
+                .range(keys)
+                .take(limit)
+                .map(|(&key, place)| (key, *place, inner.segments[&place.segment].file.clone()))
+                .collect()
+        };
+        places.into_iter().map(|(key, place, file)| Ok((key, self.read_at(place, &file)?))).collect()
+    }
+
+    /// The smallest and largest key held.
+    pub fn bounds(&self) -> Option<(u64, u64)> {
+        let inner = self.lock();
+        Some((*inner.index.keys().next()?, *inner.index.keys().next_back()?))
+    }
+
+    /// The segment files on disk now, by number (for tests and the node's status).
+    pub fn segments(&self) -> Vec<u64> {
+        self.lock().segments.keys().copied().collect()
+    }
+}
+
+/// Where a delete record ends (the `u64` its body holds); 0 for other kinds.
+fn delete_end(kind: Kind, body: &[u8]) -> u64 {
+    match (kind, <[u8; 8]>::try_from(body)) {
+        (Kind::Delete, Ok(bytes)) => u64::from_le_bytes(bytes),
+        _ => 0,
+    }
+}
+
+/// Replays segment `number` into `inner`'s index: where its records end, and whether it ended with a seal.
+fn replay(inner: &mut Inner, number: u64, file: &File, path: &Path) -> Result<(u64, bool), StorageError> {
+    let len = file.metadata().map_err(|e| io_error("reading", path, e))?.len();
+    let mut reader = BufReader::with_capacity(1 << 20, file);
+    reader.rewind().map_err(|e| io_error("reading", path, e))?;
+    let mut offset = 0u64;
+    loop {
+        let mut header = [0u8; HEADER_BYTES];
+        if offset + HEADER_BYTES as u64 > len || reader.read_exact(&mut header).is_err() {
+            return Ok((offset, false));
+        }
+        let Some((kind, key, body)) = decode(number, &header) else { return Ok((offset, false)) };
+        let body_at = offset + HEADER_BYTES as u64;
+        if body_at + u64::from(body) > len {
+            return Ok((offset, false));
+        }
+        let mut end = 0;
+        if kind == Kind::Delete {
+            let mut bytes = [0u8; 8];
+            if body != 8 || reader.read_exact(&mut bytes).is_err() {
+                return Ok((offset, false));
+            }
+            end = u64::from_le_bytes(bytes);
+        } else {
+            reader.seek_relative(i64::from(body)).map_err(|e| io_error("reading", path, e))?;
+        }
+        if kind == Kind::Seal {
+            return Ok((body_at, true));
+        }
+        inner.apply(kind, key, Place { segment: number, offset: body_at, len: body }, end);
+        offset = body_at + u64::from(body);
+    }
+}
+
+impl std::fmt::Debug for SegmentLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SegmentLog").field("dir", &self.dir).finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::storage::{Space, frame, unframe};
+
+    fn entry(key: u64, text: &str) -> LogWrite {
+        LogWrite::Put(key, frame(Space::Log, key, text.as_bytes()))
+    }
+
+    /// Every record of `log`, unframed, in key order.
+    fn contents(log: &SegmentLog) -> BTreeMap<u64, String> {
+        log.scan(0..u64::MAX, usize::MAX)
+            .expect("scanned")
+            .into_iter()
+            .map(|(key, framed)| {
+                let payload = unframe(Space::Log, key, &framed).expect("verifies");
+                (key, String::from_utf8(payload.to_vec()).expect("utf-8"))
+            })
+            .collect()
+    }
+
+    /// Every record beside the log, unframed.
+    fn meta_contents(log: &SegmentLog) -> BTreeMap<u64, String> {
+        log.meta_keys()
+            .into_iter()
+            .map(|key| {
+                let framed = log.read_meta(key).expect("read").expect("listed");
+                let payload = unframe(Space::Meta, key, &framed).expect("verifies");
+                (key, String::from_utf8(payload.to_vec()).expect("utf-8"))
+            })
+            .collect()
+    }
+
+    fn expected(records: &[(u64, &str)]) -> BTreeMap<u64, String> {
+        records.iter().map(|(key, text)| (*key, text.to_string())).collect()
+    }
+
+    #[test]
+    fn records_are_read_back_and_survive_a_reopen() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let log = SegmentLog::open(dir.path()).expect("opened");
+        assert_eq!(log.bounds(), None);
+        log.write(&[entry(1, "one"), entry(2, "two"), entry(3, "three")]).expect("written");
+        assert_eq!(
+            log.read(2).expect("read").map(|f| unframe(Space::Log, 2, &f).expect("ok").to_vec()),
+            Some(b"two".to_vec())
+        );
+        assert_eq!(log.read(4).expect("read"), None);
+        assert_eq!(log.bounds(), Some((1, 3)));
+        assert_eq!(log.scan(2..10, 1).expect("scanned").len(), 1, "the limit is kept");
+        log.sync().expect("synced");
+        drop(log);
+        let log = SegmentLog::open(dir.path()).expect("reopened");
+        assert_eq!(contents(&log), expected(&[(1, "one"), (2, "two"), (3, "three")]));
+    }
+
+    #[test]
+    fn a_cut_a_purge_and_an_append_after_the_cut_are_replayed_as_written() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let log = SegmentLog::open(dir.path()).expect("opened");
+        let writes: Vec<LogWrite> = (1..=6).map(|key| entry(key, &format!("e{key}"))).collect();
+        log.write(&writes).expect("written");
+        log.write(&[LogWrite::Delete(4..u64::MAX)]).expect("cut");
+        log.write(&[entry(4, "new four")]).expect("appended after the cut");
+        log.write(&[LogWrite::Delete(0..2)]).expect("purged");
+        let want = expected(&[(2, "e2"), (3, "e3"), (4, "new four")]);
+        assert_eq!(contents(&log), want);
+        log.sync().expect("synced");
+        drop(log);
+        assert_eq!(contents(&SegmentLog::open(dir.path()).expect("reopened")), want);
+    }
+
+    #[test]
+    fn records_written_out_of_order_and_deleted_inside_are_kept_as_a_map_keeps_them() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let log = SegmentLog::open(dir.path()).expect("opened");
+        log.write(&[entry(5, "five"), entry(1, "one"), entry(3, "three"), entry(2, "two")]).expect("written");
+        log.write(&[LogWrite::Delete(2..4), entry(5, "five again")]).expect("written");
+        let want = expected(&[(1, "one"), (5, "five again")]);
+        assert_eq!(contents(&log), want);
+        log.sync().expect("synced");
+        drop(log);
+        assert_eq!(contents(&SegmentLog::open(dir.path()).expect("reopened")), want);
+    }
+
+    #[test]
+    fn segments_roll_over_and_a_purge_deletes_the_oldest_once_synced() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let log = SegmentLog::open_with(dir.path(), 256).expect("opened");
+        for key in 1..=40 {
+            log.write(&[entry(key, &format!("entry number {key}"))]).expect("written");
+        }
+        let before = log.segments();
+        assert!(before.len() > 5, "small segments roll over: {before:?}");
+        log.write(&[LogWrite::Delete(0..30)]).expect("purged");
+        let unsynced = log.segments();
+        assert!(before.iter().all(|n| unsynced.contains(n)), "nothing is deleted before the purge is durable");
+        log.sync().expect("synced");
+        let after = log.segments();
+        assert!(after.len() < before.len() && after.first() > before.first(), "{before:?} then {after:?}");
+        let files = std::fs::read_dir(dir.path()).expect("listed").count();
+        assert_eq!(files, after.len(), "the files deleted are the segments forgotten");
+        let want: BTreeMap<u64, String> = (30..=40).map(|key| (key, format!("entry number {key}"))).collect();
+        assert_eq!(contents(&log), want);
+        drop(log);
+        assert_eq!(contents(&SegmentLog::open_with(dir.path(), 256).expect("reopened")), want);
+    }
+
+    #[test]
+    fn a_record_larger_than_a_segment_gets_a_segment_of_its_own() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let log = SegmentLog::open_with(dir.path(), 256).expect("opened");
+        let big = "x".repeat(1000);
+        log.write(&[entry(1, "small"), entry(2, &big), entry(3, "small again")]).expect("written");
+        log.sync().expect("synced");
+        drop(log);
+        let log = SegmentLog::open_with(dir.path(), 256).expect("reopened");
+        assert_eq!(contents(&log), expected(&[(1, "small"), (2, &big), (3, "small again")]));
+    }
+
+    /// Where the header of the record under `key` starts, in its segment's file.
+    fn header_of(log: &SegmentLog, key: u64) -> (PathBuf, u64) {
+        let inner = log.lock();
+        let place = inner.index[&key];
+        (log.path(place.segment), place.offset - HEADER_BYTES as u64)
+    }
+
+    fn scribble(path: &Path, at: u64, bytes: &[u8]) {
+        let file = OpenOptions::new().write(true).open(path).expect("opened");
+        file.write_all_at(bytes, at).expect("written");
+    }
+
+    #[test]
+    fn a_torn_tail_is_cut_off_and_nothing_after_it_comes_back() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let log = SegmentLog::open(dir.path()).expect("opened");
+        log.write(&[entry(1, "one"), entry(2, "two, a long record"), entry(3, "three")]).expect("written");
+        log.sync().expect("synced");
+        let (path, at) = header_of(&log, 2);
+        drop(log);
+        // A write torn in its header: the record and everything after it never reached the disk whole.
+        scribble(&path, at, &[0xff; 3]);
+        let log = SegmentLog::open(dir.path()).expect("reopened");
+        assert_eq!(contents(&log), expected(&[(1, "one")]));
+        // A shorter record where the torn one was: record 3, still on disk after it before the reopen, must not
+        // verify again.
+        log.write(&[entry(2, "2")]).expect("written");
+        log.sync().expect("synced");
+        drop(log);
+        assert_eq!(contents(&SegmentLog::open(dir.path()).expect("reopened")), expected(&[(1, "one"), (2, "2")]));
+    }
+
+    #[test]
+    fn a_flipped_bit_in_a_body_fails_that_record_alone() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let log = SegmentLog::open(dir.path()).expect("opened");
+        log.write(&[entry(1, "one"), entry(2, "two"), entry(3, "three")]).expect("written");
+        log.sync().expect("synced");
+        let (path, at) = header_of(&log, 2);
+        drop(log);
+        scribble(&path, at + HEADER_BYTES as u64 + 9, b"T");
+        let log = SegmentLog::open(dir.path()).expect("reopened");
+        assert_eq!(log.bounds(), Some((1, 3)), "the records after it are kept");
+        let damaged = log.read(2).expect("read").expect("held");
+        assert!(matches!(unframe(Space::Log, 2, &damaged), Err(StorageError::Corrupt { key: 2, .. })));
+        let three = log.read(3).expect("read").expect("held");
+        assert_eq!(unframe(Space::Log, 3, &three), Ok(&b"three"[..]));
+    }
+
+    #[test]
+    fn a_sealed_segment_damaged_before_its_seal_ends_the_log_and_later_segments_are_set_aside() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let log = SegmentLog::open_with(dir.path(), 256).expect("opened");
+        for key in 1..=20 {
+            log.write(&[entry(key, &format!("entry number {key}"))]).expect("written");
+        }
+        log.sync().expect("synced");
+        let segments = log.segments();
+        // A record in the middle of the second segment, damaged in its header.
+        let key = (1..=20).find(|&key| log.lock().index[&key].segment == segments[1]).expect("in the second") + 1;
+        assert_eq!(log.lock().index[&key].segment, segments[1], "the second record of the second segment");
+        let (path, at) = header_of(&log, key);
+        drop(log);
+        scribble(&path, at + 8, &[0x55]);
+        let log = SegmentLog::open_with(dir.path(), 256).expect("reopened");
+        let want: BTreeMap<u64, String> = (1..key).map(|key| (key, format!("entry number {key}"))).collect();
+        assert_eq!(contents(&log), want, "the log ends before the damage");
+        let aside = std::fs::read_dir(dir.path())
+            .expect("listed")
+            .filter(|item| item.as_ref().expect("an item").file_name().to_string_lossy().ends_with(".damaged"))
+            .count();
+        assert_eq!(aside, segments.len() - 2, "every later segment is set aside");
+        log.write(&[entry(key, "again")]).expect("appended where the log ends");
+        log.sync().expect("synced");
+        drop(log);
+        let mut want = want;
+        want.insert(key, "again".to_string());
+        assert_eq!(contents(&SegmentLog::open_with(dir.path(), 256).expect("reopened")), want);
+    }
+
+    #[test]
+    fn a_stop_between_a_seal_and_the_next_segment_starts_a_new_one() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let log = SegmentLog::open_with(dir.path(), 256).expect("opened");
+        for key in 1..=8 {
+            log.write(&[entry(key, &format!("entry number {key}"))]).expect("written");
+        }
+        log.sync().expect("synced");
+        let last = *log.segments().last().expect("a segment");
+        let only_in_last: Vec<u64> = (1..=8).filter(|key| log.lock().index[key].segment == last).collect();
+        drop(log);
+        // The newest segment never made it to the disk: the one before it, sealed, is the last.
+        std::fs::remove_file(dir.path().join(segment_name(last))).expect("removed");
+        let log = SegmentLog::open_with(dir.path(), 256).expect("reopened");
+        let first_lost = *only_in_last.first().expect("a record in the last segment");
+        assert_eq!(log.bounds(), Some((1, first_lost - 1)));
+        log.write(&[entry(first_lost, "after the seal")]).expect("written");
+        log.sync().expect("synced");
+        drop(log);
+        let log = SegmentLog::open_with(dir.path(), 256).expect("reopened");
+        assert_eq!(contents(&log).get(&first_lost).map(String::as_str), Some("after the seal"));
+    }
+
+    /// An operation of the model test.
+    #[derive(Clone, Debug)]
+    enum Op {
+        /// Append after the last key, or over the tail `back` keys before its end.
+        Put {
+            back: u8,
+            len: u16,
+        },
+        Cut {
+            back: u8,
+        },
+        Purge {
+            ahead: u8,
+        },
+        /// Delete a range inside the log.
+        Delete {
+            from: u8,
+            len: u8,
+        },
+        /// A record beside the log under key `key` (none: deleted).
+        Meta {
+            key: u8,
+            put: bool,
+        },
+        Sync,
+        /// Sync and reopen.
+        Reopen,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => (0u8..3, 0u16..300).prop_map(|(back, len)| Op::Put { back, len }),
+            1 => (0u8..5).prop_map(|back| Op::Cut { back }),
+            1 => (0u8..8).prop_map(|ahead| Op::Purge { ahead }),
+            1 => (0u8..10, 0u8..4).prop_map(|(from, len)| Op::Delete { from, len }),
+            2 => (0u8..3, any::<bool>()).prop_map(|(key, put)| Op::Meta { key, put }),
+            1 => Just(Op::Sync),
+            1 => Just(Op::Reopen),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        /// The log holds what a map of keys to records holds after the same writes, across rollovers, deletions of
+        /// whole segments and reopens.
+        #[test]
+        fn the_log_agrees_with_a_map(ops in proptest::collection::vec(op(), 1..80)) {
+            let dir = tempfile::tempdir().expect("a temp dir");
+            let mut log = SegmentLog::open_with(dir.path(), 512).expect("opened");
+            let mut model: BTreeMap<u64, String> = BTreeMap::new();
+            let mut metas: BTreeMap<u64, String> = BTreeMap::new();
+            let mut next = 1u64;
+            for (n, op) in ops.into_iter().enumerate() {
+                let last = model.keys().next_back().copied();
+                match op {
+                    Op::Put { back, len } => {
+                        let key = last.map_or(next, |last| (last + 1).saturating_sub(u64::from(back)).max(1));
+                        let text = format!("{n}:{}", "r".repeat(usize::from(len)));
+                        // As the log store appends: a cut first where the new entries go.
+                        log.write(&[LogWrite::Delete(key..u64::MAX), entry(key, &text)]).expect("written");
+                        model.split_off(&key);
+                        model.insert(key, text);
+                        next = key + 1;
+                    }
+                    Op::Cut { back } => {
+                        let from = last.map_or(next, |last| last.saturating_sub(u64::from(back)));
+                        log.write(&[LogWrite::Delete(from..u64::MAX)]).expect("cut");
+                        model.split_off(&from);
+                    }
+                    Op::Purge { ahead } => {
+                        let below = model.keys().next().map_or(next, |first| first + u64::from(ahead));
+                        log.write(&[LogWrite::Delete(0..below)]).expect("purged");
+                        model = model.split_off(&below);
+                    }
+                    Op::Delete { from, len } => {
+                        let from = model.keys().next().map_or(next, |first| first + u64::from(from));
+                        let keys = from..from + u64::from(len);
+                        log.write(&[LogWrite::Delete(keys.clone())]).expect("deleted");
+                        model.retain(|key, _| !keys.contains(key));
+                    }
+                    Op::Meta { key, put } => {
+                        let key = u64::from(key);
+                        if put {
+                            let text = format!("meta {n}");
+                            log.write(&[LogWrite::PutMeta(key, frame(Space::Meta, key, text.as_bytes()))]).expect("put");
+                            metas.insert(key, text);
+                        } else {
+                            log.write(&[LogWrite::DeleteMeta(key)]).expect("deleted");
+                            metas.remove(&key);
+                        }
+                    }
+                    Op::Sync => log.sync().expect("synced"),
+                    Op::Reopen => {
+                        log.sync().expect("synced");
+                        drop(log);
+                        log = SegmentLog::open_with(dir.path(), 512).expect("reopened");
+                    }
+                }
+                prop_assert_eq!(&contents(&log), &model);
+                prop_assert_eq!(&meta_contents(&log), &metas);
+                let bounds = model.keys().next().copied().zip(model.keys().next_back().copied());
+                prop_assert_eq!(log.bounds(), bounds);
+            }
+            log.sync().expect("synced");
+            drop(log);
+            let log = SegmentLog::open_with(dir.path(), 512).expect("reopened");
+            prop_assert_eq!(&contents(&log), &model);
+            prop_assert_eq!(&meta_contents(&log), &metas);
+        }
+    }
+}
