@@ -36,7 +36,6 @@
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::{BufReader, Read, Seek};
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -520,34 +519,58 @@ fn delete_end(kind: Kind, body: &[u8]) -> u64 {
 /// Replays segment `number` into `inner`'s index: where its records end, and whether it ended with a seal.
 fn replay(inner: &mut Inner, number: u64, file: &File, path: &Path) -> Result<(u64, bool), StorageError> {
     let len = file.metadata().map_err(|e| io_error("reading", path, e))?.len();
-    let mut reader = BufReader::with_capacity(1 << 20, file);
-    reader.rewind().map_err(|e| io_error("reading", path, e))?;
+    let mut window = Window { file, len, start: 0, bytes: Vec::new() };
     let mut offset = 0u64;
     loop {
-        let mut header = [0u8; HEADER_BYTES];
-        if offset + HEADER_BYTES as u64 > len || reader.read_exact(&mut header).is_err() {
+        let Some(header) = window.get(offset, HEADER_BYTES).map_err(|e| io_error("reading", path, e))? else {
             return Ok((offset, false));
-        }
-        let Some((kind, key, body)) = decode(number, &header) else { return Ok((offset, false)) };
+        };
+        let header: &[u8; HEADER_BYTES] = header.try_into().expect("HEADER_BYTES long");
+        let Some((kind, key, body)) = decode(number, header) else { return Ok((offset, false)) };
         let body_at = offset + HEADER_BYTES as u64;
         if body_at + u64::from(body) > len {
             return Ok((offset, false));
         }
-        let mut end = 0;
-        if kind == Kind::Delete {
-            let mut bytes = [0u8; 8];
-            if body != 8 || reader.read_exact(&mut bytes).is_err() {
-                return Ok((offset, false));
-            }
-            end = u64::from_le_bytes(bytes);
-        } else {
-            reader.seek_relative(i64::from(body)).map_err(|e| io_error("reading", path, e))?;
-        }
-        if kind == Kind::Seal {
-            return Ok((body_at, true));
-        }
+        let end = match kind {
+            Kind::Seal => return Ok((body_at, true)),
+            Kind::Delete => match window.get(body_at, 8).map_err(|e| io_error("reading", path, e))? {
+                Some(bytes) if body == 8 => u64::from_le_bytes(bytes.try_into().expect("8 bytes")),
+                _ => return Ok((offset, false)),
+            },
+            _ => 0,
+        };
         inner.apply(kind, key, Place { segment: number, offset: body_at, len: body }, end);
         offset = body_at + u64::from(body);
+    }
+}
+
+/// Bytes of a segment read ahead while it is replayed: the headers of many small records come with one read, and the
+/// body of a large one is skipped, never read.
+const REPLAY_READ_BYTES: usize = 1 << 20;
+
+/// A window on a segment's file, for its replay.
+struct Window<'a> {
+    file: &'a File,
+    len: u64,
+    start: u64,
+    bytes: Vec<u8>,
+}
+
+impl Window<'_> {
+    /// The `n` bytes at `offset`, read ahead if they are not in the window; `None` past the file's end.
+    fn get(&mut self, offset: u64, n: usize) -> std::io::Result<Option<&[u8]>> {
+        if offset + n as u64 > self.len {
+            return Ok(None);
+        }
+        let inside = offset >= self.start && offset + n as u64 <= self.start + self.bytes.len() as u64;
+        if !inside {
+            let read = (self.len - offset).min(REPLAY_READ_BYTES as u64) as usize;
+            self.bytes.resize(read.max(n), 0);
+            self.file.read_exact_at(&mut self.bytes, offset)?;
+            self.start = offset;
+        }
+        let at = (offset - self.start) as usize;
+        Ok(Some(&self.bytes[at..at + n]))
     }
 }
 
@@ -811,6 +834,11 @@ mod tests {
         Sync,
         /// Sync and reopen.
         Reopen,
+        /// The machine stops: what was not synced is lost, and `garbage` bytes are left where the last synced segment
+        /// ended (a write torn on its way to the disk).
+        Crash {
+            garbage: u8,
+        },
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -822,6 +850,7 @@ mod tests {
             2 => (0u8..3, any::<bool>()).prop_map(|(key, put)| Op::Meta { key, put }),
             1 => Just(Op::Sync),
             1 => Just(Op::Reopen),
+            1 => any::<u8>().prop_map(|garbage| Op::Crash { garbage }),
         ]
     }
 
@@ -829,7 +858,7 @@ mod tests {
         #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
         /// The log holds what a map of keys to records holds after the same writes, across rollovers, deletions of
-        /// whole segments and reopens.
+        /// whole segments and reopens; after a crash, it holds what the map held at the last sync.
         #[test]
         fn the_log_agrees_with_a_map(ops in proptest::collection::vec(op(), 1..80)) {
             let dir = tempfile::tempdir().expect("a temp dir");
@@ -837,6 +866,12 @@ mod tests {
             let mut model: BTreeMap<u64, String> = BTreeMap::new();
             let mut metas: BTreeMap<u64, String> = BTreeMap::new();
             let mut next = 1u64;
+            // What the last sync made durable, and where the log ended then.
+            let synced = |log: &SegmentLog| {
+                let inner = log.lock();
+                (inner.last_segment(), inner.end)
+            };
+            let mut durable = (model.clone(), metas.clone(), synced(&log));
             for (n, op) in ops.into_iter().enumerate() {
                 let last = model.keys().next_back().copied();
                 match op {
@@ -876,11 +911,36 @@ mod tests {
                             metas.remove(&key);
                         }
                     }
-                    Op::Sync => log.sync().expect("synced"),
+                    Op::Sync => {
+                        log.sync().expect("synced");
+                        durable = (model.clone(), metas.clone(), synced(&log));
+                    }
                     Op::Reopen => {
                         log.sync().expect("synced");
                         drop(log);
                         log = SegmentLog::open_with(dir.path(), 512).expect("reopened");
+                        durable = (model.clone(), metas.clone(), synced(&log));
+                    }
+                    Op::Crash { garbage } => {
+                        drop(log);
+                        let (segment, end) = durable.2;
+                        for item in std::fs::read_dir(dir.path()).expect("listed") {
+                            let path = item.expect("an item").path();
+                            let number: u64 = path.file_stem().and_then(|n| n.to_str()).and_then(|n| n.parse().ok()).expect("a segment");
+                            if number > segment {
+                                std::fs::remove_file(&path).expect("removed");
+                            }
+                        }
+                        let path = dir.path().join(segment_name(segment));
+                        let file = OpenOptions::new().write(true).open(&path).expect("opened");
+                        file.set_len(end).expect("cut");
+                        let torn: Vec<u8> = (0..garbage).map(|i| i.wrapping_mul(37) ^ 0x5a).collect();
+                        file.write_all_at(&torn, end).expect("written");
+                        drop(file);
+                        log = SegmentLog::open_with(dir.path(), 512).expect("reopened after a crash");
+                        (model, metas) = (durable.0.clone(), durable.1.clone());
+                        next = model.keys().next_back().map_or(next, |last| last + 1);
+                        durable = (model.clone(), metas.clone(), synced(&log));
                     }
                 }
                 prop_assert_eq!(&contents(&log), &model);
