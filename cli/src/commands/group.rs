@@ -9,7 +9,7 @@ use cellog_client::proto as v1;
 use clap::Subcommand;
 
 use crate::Connect;
-use crate::commands::client;
+use crate::commands::route::Route;
 use crate::table::Table;
 
 #[derive(Subcommand)]
@@ -97,7 +97,9 @@ impl Rebalance for Printer {
 pub async fn run(command: GroupCommand) -> anyhow::Result<()> {
     match command {
         GroupCommand::Ls { stream, connect } => {
-            let groups = client(&connect)?.list_groups(&stream).await?;
+            let route = Route::new(&connect, Some(&stream)).await?;
+            let stream = &stream;
+            let groups = route.call(|client| async move { client.list_groups(stream).await }).await?;
             let mut table =
                 Table::new(["group", "strategy", "generation", "members", "lag", "rebalancing"]).right([2, 3, 4]);
             for group in groups {
@@ -113,7 +115,9 @@ pub async fn run(command: GroupCommand) -> anyhow::Result<()> {
             table.print(0);
         }
         GroupCommand::Info { stream, group, connect } => {
-            let info = client(&connect)?.group_info(&stream, &group).await?;
+            let route = Route::new(&connect, Some(&stream)).await?;
+            let (stream, group) = (&stream, &group);
+            let info = route.call(|client| async move { client.group_info(stream, group).await }).await?;
             println!("group {} on {}", info.name, info.stream);
             println!("  strategy     {}", strategy_name(info.strategy));
             println!("  generation   {} ({} rebalances)", info.generation, info.rebalances);
@@ -168,7 +172,9 @@ pub async fn run(command: GroupCommand) -> anyhow::Result<()> {
                 config: v1::ConsumerConfig { filter_subject: filter, ..v1::ConsumerConfig::default() },
             };
             let mut printer = Printer;
-            let mut me = GroupMember::join(client(&connect)?, &stream, &group, &member, options, &mut printer).await?;
+            // A member keeps the cell the stream is on when it joins.
+            let client = Route::new(&connect, Some(&stream)).await?.client().await?;
+            let mut me = GroupMember::join(client, &stream, &group, &member, options, &mut printer).await?;
             println!("joined {group} on {stream} as {member} at generation {}", me.generation());
             let mut seen = 0u64;
             // Ctrl-C or SIGTERM: the member leaves the group (its partitions go to the others at once, not after

@@ -3,7 +3,7 @@
 use clap::Subcommand;
 
 use crate::Connect;
-use crate::commands::client;
+use crate::commands::route::Route;
 
 #[derive(Subcommand)]
 pub enum PeerCommand {
@@ -35,15 +35,23 @@ pub enum PeerCommand {
 pub async fn run(command: PeerCommand) -> anyhow::Result<()> {
     match command {
         PeerCommand::Add { stream, peer, connect } => {
-            client(&connect)?.register_peer(&stream, &peer).await?;
+            let route = Route::new(&connect, Some(&stream)).await?;
+            let (stream, peer) = (&stream, &peer);
+            route.call(|client| async move { client.register_peer(stream, peer).await }).await?;
             println!("peer {peer} of {stream} registered");
         }
         PeerCommand::Progress { stream, peer, partition, received_seq, connect } => {
-            client(&connect)?.peer_progress(&stream, &peer, partition, received_seq).await?;
+            let route = Route::new(&connect, Some(&stream)).await?;
+            let (stream, peer) = (&stream, &peer);
+            route
+                .call(|client| async move { client.peer_progress(stream, peer, partition, received_seq).await })
+                .await?;
             println!("peer {peer} of {stream} has partition {partition} up to {received_seq}");
         }
         PeerCommand::Rm { stream, peer, connect } => {
-            client(&connect)?.unregister_peer(&stream, &peer).await?;
+            let route = Route::new(&connect, Some(&stream)).await?;
+            let (stream, peer) = (&stream, &peer);
+            route.call(|client| async move { client.unregister_peer(stream, peer).await }).await?;
             println!("peer {peer} of {stream} unregistered");
         }
     }
