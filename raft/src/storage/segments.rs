@@ -21,11 +21,13 @@
 //!   entries, so that an append is durable with one sync), or its deletion. The newest of each key counts.
 //!
 //! Opening replays the records of every segment in order into an index in memory (key → where its body is). The
-//! last segment ends at the first record that does not verify: a torn write, which is cut off and zeroed (the file
-//! is cut there and preallocated again, so nothing written before it can verify later). A sealed segment that ends
-//! before its seal was damaged after it was written: the log ends there too, and the segments after it are set aside
-//! (renamed `*.damaged`); the log store then finds the entries it synced missing and repairs them from the leader,
-//! as it does for any cut suffix.
+//! last segment ends at the first record header that does not verify. When that is what a torn write leaves (part
+//! of the header never written, or a body running past the file), the tail is cut off and zeroed: the file is cut
+//! there and preallocated again, so nothing written before it can verify later. Anything else (a header damaged
+//! after it was written, or a sealed segment that stops before its seal) would silently lose the records after it,
+//! which may have been acknowledged, and which the marks beside the log would no longer show as missing: opening
+//! fails with `Corrupt`, and the node does not start until its store is moved aside (it then repairs from a leader
+//! before it votes, as after a lost disk).
 //!
 //! A segment holding no live record is deleted once it is the oldest and the records that left it are durable (at
 //! the next [`SegmentLog::sync`]), so a purge frees whole files. Only the oldest go: a cut or purge in a segment may
@@ -247,7 +249,6 @@ impl SegmentLog {
         numbers.sort_unstable();
         let log = SegmentLog { dir: dir.to_path_buf(), segment_bytes, inner: Mutex::new(Inner::empty()) };
         let mut inner = Inner::empty();
-        let mut set_aside = &numbers[numbers.len()..];
         let mut sealed_last = false;
         for (position, &number) in numbers.iter().enumerate() {
             let path = log.path(number);
@@ -262,28 +263,32 @@ impl SegmentLog {
                 sealed_last = last;
                 continue;
             }
-            // The end of the log: torn (the last segment) or damaged (a sealed one that stops short). What follows
-            // is cut off and the file preallocated again, so that nothing written before can verify later.
+            // The end of the log. Only a torn write may end it: damage would lose the records after it (maybe
+            // acknowledged) without a trace, so the node does not start over it.
+            if !last {
+                return Err(damaged(&path, end, "it stops before its seal, and later segments follow it"));
+            }
+            if !torn_at(&file, number, end).map_err(|e| io_error("reading", &path, e))? {
+                return Err(damaged(
+                    &path,
+                    end,
+                    "a record header there does not verify, and no part of it is unwritten",
+                ));
+            }
+            // Torn: what follows is cut off and the file preallocated again, so that nothing written before can
+            // verify later.
             file.set_len(end).map_err(|e| io_error("cutting", &path, e))?;
             file.sync_all().map_err(|e| io_error("syncing", &path, e))?;
             inner.end = end;
             inner.capacity = end.max(segment_bytes);
             inner.allocated = end + PREALLOCATE_BYTES;
             preallocate(&file, inner.allocated);
-            set_aside = &numbers[position + 1..];
-            break;
-        }
-        for &number in set_aside {
-            let path = log.path(number);
-            std::fs::rename(&path, path.with_extension("seg.damaged"))
-                .map_err(|e| io_error("setting aside", &path, e))?;
-            tracing::error!(segment = %path.display(), "a log segment after one damaged before its seal: set aside");
         }
         if inner.segments.is_empty() || sealed_last {
             let next = inner.segments.keys().next_back().map_or(1, |last| last + 1);
             log.start_segment(&mut inner, next, segment_bytes)?;
         }
-        if !set_aside.is_empty() || inner.directory_dirty {
+        if inner.directory_dirty {
             log.sync_directory()?;
             inner.directory_dirty = false;
         }
@@ -508,6 +513,48 @@ impl SegmentLog {
     }
 }
 
+/// Bytes of a disk sector: a write reaches the disk whole sectors at a time, or not at all.
+const SECTOR_BYTES: u64 = 512;
+
+/// Whether the record header at `end` of segment `number`, which stopped its replay, is what a write torn by a crash
+/// leaves: a header that verifies but whose body runs past the file, a file that ends inside the header, or a header
+/// with a part in a sector that was never written (zeros, as the preallocated file holds). A flipped bit or a write
+/// gone astray leaves none of these.
+fn torn_at(file: &File, number: u64, end: u64) -> std::io::Result<bool> {
+    let len = file.metadata()?.len();
+    if end + HEADER_BYTES as u64 > len {
+        return Ok(true);
+    }
+    let mut header = [0u8; HEADER_BYTES];
+    file.read_exact_at(&mut header, end)?;
+    if decode(number, &header).is_some() {
+        return Ok(true);
+    }
+    let mut at = end;
+    while at < end + HEADER_BYTES as u64 {
+        let sector_end = ((at / SECTOR_BYTES) + 1) * SECTOR_BYTES;
+        let part = &header[(at - end) as usize..(sector_end.min(end + HEADER_BYTES as u64) - end) as usize];
+        if part.iter().all(|byte| *byte == 0) {
+            return Ok(true);
+        }
+        at = sector_end;
+    }
+    Ok(false)
+}
+
+fn damaged(path: &Path, at: u64, why: &str) -> StorageError {
+    StorageError::Corrupt {
+        space: super::Space::Log,
+        key: 0,
+        reason: format!(
+            "log segment {} is damaged at byte {at}: {why}. The node does not start rather than lose the records after \
+             it: move the node's store (DATA_DIR/store) aside and start it again; it repairs from a leader before it \
+             votes",
+            path.display()
+        ),
+    }
+}
+
 /// Where a delete record ends (the `u64` its body holds); 0 for other kinds.
 fn delete_end(kind: Kind, body: &[u8]) -> u64 {
     match (kind, <[u8; 8]>::try_from(body)) {
@@ -724,8 +771,8 @@ mod tests {
         log.sync().expect("synced");
         let (path, at) = header_of(&log, 2);
         drop(log);
-        // A write torn in its header: the record and everything after it never reached the disk whole.
-        scribble(&path, at, &[0xff; 3]);
+        // A write torn in its header: its sector, and everything after it, never reached the disk.
+        scribble(&path, at, &[0; HEADER_BYTES]);
         let log = SegmentLog::open(dir.path()).expect("reopened");
         assert_eq!(contents(&log), expected(&[(1, "one")]));
         // A shorter record where the torn one was: record 3, still on disk after it before the reopen, must not
@@ -753,8 +800,43 @@ mod tests {
         assert_eq!(unframe(Space::Log, 3, &three), Ok(&b"three"[..]));
     }
 
+    /// Whether opening `dir` fails as damage, naming where, and leaves every file as it was.
+    fn refused_as_damage(dir: &Path, segment_bytes: u64) {
+        let before = listing(dir);
+        match SegmentLog::open_with(dir, segment_bytes) {
+            Err(StorageError::Corrupt { reason, .. }) => assert!(reason.contains("is damaged at byte"), "{reason}"),
+            other => panic!("opened over damage: {other:?}"),
+        }
+        assert!(listing(dir) == before, "a refused open changes no file");
+    }
+
+    fn listing(dir: &Path) -> Vec<(std::ffi::OsString, Vec<u8>)> {
+        let mut files: Vec<_> = std::fs::read_dir(dir)
+            .expect("listed")
+            .map(|item| {
+                let path = item.expect("an item").path();
+                (path.file_name().expect("a name").to_owned(), std::fs::read(&path).expect("read"))
+            })
+            .collect();
+        files.sort();
+        files
+    }
+
     #[test]
-    fn a_sealed_segment_damaged_before_its_seal_ends_the_log_and_later_segments_are_set_aside() {
+    fn a_damaged_header_before_the_end_refuses_to_open_instead_of_losing_what_follows() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let log = SegmentLog::open(dir.path()).expect("opened");
+        log.write(&[entry(1, "one"), entry(2, "two"), entry(3, "three")]).expect("written");
+        log.sync().expect("synced");
+        let (path, at) = header_of(&log, 2);
+        drop(log);
+        // A flipped bit in a synced header: not what a torn write leaves.
+        scribble(&path, at + 9, &[0x40]);
+        refused_as_damage(dir.path(), SEGMENT_BYTES);
+    }
+
+    #[test]
+    fn a_sealed_segment_damaged_before_its_seal_refuses_to_open() {
         let dir = tempfile::tempdir().expect("a temp dir");
         let log = SegmentLog::open_with(dir.path(), 256).expect("opened");
         for key in 1..=20 {
@@ -762,26 +844,13 @@ mod tests {
         }
         log.sync().expect("synced");
         let segments = log.segments();
-        // A record in the middle of the second segment, damaged in its header.
         let key = (1..=20).find(|&key| log.lock().index[&key].segment == segments[1]).expect("in the second") + 1;
         assert_eq!(log.lock().index[&key].segment, segments[1], "the second record of the second segment");
         let (path, at) = header_of(&log, key);
         drop(log);
-        scribble(&path, at + 8, &[0x55]);
-        let log = SegmentLog::open_with(dir.path(), 256).expect("reopened");
-        let want: BTreeMap<u64, String> = (1..key).map(|key| (key, format!("entry number {key}"))).collect();
-        assert_eq!(contents(&log), want, "the log ends before the damage");
-        let aside = std::fs::read_dir(dir.path())
-            .expect("listed")
-            .filter(|item| item.as_ref().expect("an item").file_name().to_string_lossy().ends_with(".damaged"))
-            .count();
-        assert_eq!(aside, segments.len() - 2, "every later segment is set aside");
-        log.write(&[entry(key, "again")]).expect("appended where the log ends");
-        log.sync().expect("synced");
-        drop(log);
-        let mut want = want;
-        want.insert(key, "again".to_string());
-        assert_eq!(contents(&SegmentLog::open_with(dir.path(), 256).expect("reopened")), want);
+        // Even zeros: a sealed segment was whole once, so nothing in it is a torn write.
+        scribble(&path, at, &[0; HEADER_BYTES]);
+        refused_as_damage(dir.path(), 256);
     }
 
     #[test]
@@ -834,10 +903,10 @@ mod tests {
         Sync,
         /// Sync and reopen.
         Reopen,
-        /// The machine stops: what was not synced is lost, and `garbage` bytes are left where the last synced segment
-        /// ended (a write torn on its way to the disk).
+        /// The machine stops: what was not synced never reached the disk, and the `unwritten` bytes after where the
+        /// last synced segment ended read as zeros (sectors of a torn write that were never written).
         Crash {
-            garbage: u8,
+            unwritten: u8,
         },
     }
 
@@ -850,7 +919,7 @@ mod tests {
             2 => (0u8..3, any::<bool>()).prop_map(|(key, put)| Op::Meta { key, put }),
             1 => Just(Op::Sync),
             1 => Just(Op::Reopen),
-            1 => any::<u8>().prop_map(|garbage| Op::Crash { garbage }),
+            1 => any::<u8>().prop_map(|unwritten| Op::Crash { unwritten }),
         ]
     }
 
@@ -916,7 +985,7 @@ mod tests {
                     log = SegmentLog::open_with(dir.path(), 512).expect("reopened");
                     durable = (model.clone(), metas.clone(), synced(&log));
                 }
-                Op::Crash { garbage } => {
+                Op::Crash { unwritten } => {
                     drop(log);
                     let (segment, end) = durable.2;
                     for item in std::fs::read_dir(dir.path()).expect("listed") {
@@ -930,7 +999,7 @@ mod tests {
                     let path = dir.path().join(segment_name(segment));
                     let file = OpenOptions::new().write(true).open(&path).expect("opened");
                     file.set_len(end).expect("cut");
-                    let torn: Vec<u8> = (0..garbage).map(|i| i.wrapping_mul(37) ^ 0x5a).collect();
+                    let torn = vec![0u8; usize::from(unwritten)];
                     file.write_all_at(&torn, end).expect("written");
                     drop(file);
                     log = SegmentLog::open_with(dir.path(), 512).expect("reopened after a crash");
