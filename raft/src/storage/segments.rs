@@ -223,9 +223,27 @@ impl Inner {
     }
 }
 
-/// Preallocates `file` to `len` bytes where the filesystem can (elsewhere it grows as it is written).
-fn preallocate(file: &File, len: u64) {
-    let _ = rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, len);
+/// Bytes of zeros written at a time when a segment is preallocated.
+const ZEROS_BYTES: usize = 1 << 20;
+
+/// Preallocates `file` from `from` to `to` by writing zeros there, best effort (a failure leaves the file to grow as
+/// it is written, which the next write reports if the disk is full).
+///
+/// Zeros written, not `fallocate`: a filesystem records fallocated blocks as unwritten, and a write into them changes
+/// that record, so every fdatasync of an append in them commits the filesystem's journal as well (measured on ext4:
+/// an fdatasync of a 4 KiB write costs about as much into fallocated blocks as at the file's end, and a third to a
+/// half less into blocks written before). Once per [`PREALLOCATE_BYTES`], the sync after this one flushes the zeros
+/// and the file's new size; every other sync flushes only the records.
+fn preallocate(file: &File, from: u64, to: u64) {
+    let zeros = vec![0u8; ZEROS_BYTES];
+    let mut at = from;
+    while at < to {
+        let n = (to - at).min(ZEROS_BYTES as u64) as usize;
+        if file.write_all_at(&zeros[..n], at).is_err() {
+            return;
+        }
+        at += n as u64;
+    }
 }
 
 impl SegmentLog {
@@ -282,7 +300,7 @@ impl SegmentLog {
             inner.end = end;
             inner.capacity = end.max(segment_bytes);
             inner.allocated = end + PREALLOCATE_BYTES;
-            preallocate(&file, inner.allocated);
+            preallocate(&file, end, inner.allocated);
         }
         if inner.segments.is_empty() || sealed_last {
             let next = inner.segments.keys().next_back().map_or(1, |last| last + 1);
@@ -314,7 +332,7 @@ impl SegmentLog {
             .open(&path)
             .map_err(|e| io_error("making", &path, e))?;
         inner.allocated = capacity.min(PREALLOCATE_BYTES);
-        preallocate(&file, inner.allocated);
+        preallocate(&file, 0, inner.allocated);
         inner.segments.insert(number, Segment { file: Arc::new(file), live: 0 });
         inner.end = 0;
         inner.capacity = capacity;
@@ -395,11 +413,11 @@ impl SegmentLog {
         if !buffer.is_empty() {
             let file = inner.segments[&number].file.clone();
             let end = inner.end + buffer.len() as u64;
+            file.write_all_at(buffer, inner.end).map_err(|e| io_error("writing", &self.path(number), e))?;
             if end > inner.allocated {
                 inner.allocated = (end + PREALLOCATE_BYTES).min(inner.capacity).max(end);
-                preallocate(&file, inner.allocated);
+                preallocate(&file, end, inner.allocated);
             }
-            file.write_all_at(buffer, inner.end).map_err(|e| io_error("writing", &self.path(number), e))?;
             inner.end += buffer.len() as u64;
             buffer.clear();
             if inner.dirty.last() != Some(&number) {

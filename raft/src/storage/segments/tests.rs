@@ -125,6 +125,42 @@ fn a_record_larger_than_a_segment_gets_a_segment_of_its_own() {
     assert_eq!(contents(&log), expected(&[(1, "small"), (2, &big), (3, "small again")]));
 }
 
+/// Where the first hole of `path` starts (the file's length when it has none): blocks a filesystem holds as
+/// unwritten (fallocated) count as a hole.
+fn first_hole(path: &Path) -> u64 {
+    let file = File::open(path).expect("opened");
+    rustix::fs::seek(&file, rustix::fs::SeekFrom::Hole(0)).expect("sought")
+}
+
+#[test]
+fn the_preallocated_tail_is_zeros_written_ahead_not_unwritten_blocks() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let log = SegmentLog::open(dir.path()).expect("opened");
+    let path = dir.path().join(segment_name(1));
+    let written = |log: &SegmentLog| log.lock().end;
+    log.write(&[entry(1, "one")]).expect("written");
+    log.sync().expect("synced");
+    let len = std::fs::metadata(&path).expect("stat").len();
+    assert_eq!(len, PREALLOCATE_BYTES, "a new segment is preallocated");
+    assert_eq!(first_hole(&path), len, "and its blocks are written, so an fdatasync of an append records none");
+    let bytes = std::fs::read(&path).expect("read");
+    assert!(bytes[written(&log) as usize..].iter().all(|&b| b == 0), "zeros past the records");
+    // Past the preallocated part: the next part is written ahead too.
+    let big = "y".repeat(64 * 1024);
+    for key in 2..=70 {
+        log.write(&[entry(key, &big)]).expect("written");
+    }
+    log.sync().expect("synced");
+    let end = written(&log);
+    assert!(end > PREALLOCATE_BYTES, "{end}");
+    let len = std::fs::metadata(&path).expect("stat").len();
+    assert!(end < len && len <= end + PREALLOCATE_BYTES, "preallocated ahead again: {end} written, {len} long");
+    assert_eq!(first_hole(&path), len);
+    let want: BTreeMap<u64, String> =
+        std::iter::once((1, "one".to_string())).chain((2..=70).map(|key| (key, big.clone()))).collect();
+    survives_a_reopen(log, dir.path(), SEGMENT_BYTES, &want);
+}
+
 /// Where the header of the record under `key` starts, in its segment's file.
 fn header_of(log: &SegmentLog, key: u64) -> (PathBuf, u64) {
     let inner = log.lock();
