@@ -90,13 +90,19 @@ fn records_written_out_of_order_and_deleted_inside_are_kept_as_a_map_keeps_them(
     survives_a_reopen(log, dir.path(), SEGMENT_BYTES, &want);
 }
 
+/// A log under `dir` with 256-byte segments (a few records each), records 1 to `n` written one at a time, unsynced.
+fn small_segments_holding(dir: &Path, n: u64) -> SegmentLog {
+    let log = SegmentLog::open_with(dir, 256).expect("opened");
+    for key in 1..=n {
+        log.write(&[entry(key, &format!("entry number {key}"))]).expect("written");
+    }
+    log
+}
+
 #[test]
 fn segments_roll_over_and_a_purge_deletes_the_oldest_once_synced() {
     let dir = tempfile::tempdir().expect("a temp dir");
-    let log = SegmentLog::open_with(dir.path(), 256).expect("opened");
-    for key in 1..=40 {
-        log.write(&[entry(key, &format!("entry number {key}"))]).expect("written");
-    }
+    let log = small_segments_holding(dir.path(), 40);
     let before = log.segments();
     assert!(before.len() > 5, "small segments roll over: {before:?}");
     log.write(&[LogWrite::Delete(0..30)]).expect("purged");
@@ -245,10 +251,7 @@ fn a_damaged_header_before_the_end_refuses_to_open_instead_of_losing_what_follow
 #[test]
 fn a_sealed_segment_damaged_before_its_seal_refuses_to_open() {
     let dir = tempfile::tempdir().expect("a temp dir");
-    let log = SegmentLog::open_with(dir.path(), 256).expect("opened");
-    for key in 1..=20 {
-        log.write(&[entry(key, &format!("entry number {key}"))]).expect("written");
-    }
+    let log = small_segments_holding(dir.path(), 20);
     log.sync().expect("synced");
     let segments = log.segments();
     let key = (1..=20).find(|&key| log.lock().index[&key].segment == segments[1]).expect("in the second") + 1;
@@ -263,10 +266,7 @@ fn a_sealed_segment_damaged_before_its_seal_refuses_to_open() {
 #[test]
 fn a_stop_between_a_seal_and_the_next_segment_starts_a_new_one() {
     let dir = tempfile::tempdir().expect("a temp dir");
-    let log = SegmentLog::open_with(dir.path(), 256).expect("opened");
-    for key in 1..=8 {
-        log.write(&[entry(key, &format!("entry number {key}"))]).expect("written");
-    }
+    let log = small_segments_holding(dir.path(), 8);
     log.sync().expect("synced");
     let last = *log.segments().last().expect("a segment");
     let only_in_last: Vec<u64> = (1..=8).filter(|key| log.lock().index[key].segment == last).collect();
