@@ -15,7 +15,7 @@ use cellog_core::{
 };
 use cellog_proto::v1::{self, cellog_server::Cellog};
 use cellog_raft::storage::Storage;
-use cellog_raft::{Answer, BodyError, CellNode, MembershipError, NodeAddrs, ProposeError, Replica};
+use cellog_raft::{Admitted, Answer, BodyError, CellNode, Door, MembershipError, NodeAddrs, ProposeError, Replica};
 use futures::{Stream, StreamExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tonic::{Request, Response, Status, Streaming};
@@ -84,11 +84,6 @@ impl<S> Clone for CellogService<S> {
     }
 }
 
-/// A command run as `actor`.
-fn run_as(actor: &Actor, command: Command) -> Command {
-    Command::As { actor: actor.clone(), command: Box::new(command) }
-}
-
 fn unexpected(outcome: &Outcome) -> Status {
     Status::internal(format!("unexpected outcome {outcome:?}"))
 }
@@ -97,6 +92,11 @@ fn unexpected(outcome: &Outcome) -> Status {
 /// is stopping).
 fn lock(node: &CellNode<impl Storage + Clone>) -> Result<MutexGuard<'_, Replica>, Status> {
     node.replica().map_err(crate::status::interrupted)
+}
+
+/// This node's door, or UNAVAILABLE once a panic interrupted applying.
+fn lock_door(node: &CellNode<impl Storage + Clone>) -> Result<Door<'_>, Status> {
+    node.door().map_err(crate::status::interrupted)
 }
 
 /// The answer to a proposal as a status.
@@ -226,58 +226,41 @@ impl<S: Storage + Clone> CellogService<S> {
         }
     }
 
-    /// `command` run as `actor`, if this node's replica finds the actor's credential and grants allow it: a command
-    /// refused for either never reaches the log (the cell decides again when it applies one that does).
-    fn admit(&self, actor: &Actor, command: Command) -> Result<Command, Status> {
-        let decision = lock(&self.node)?.cell.authorize_command(actor, &command);
-        self.decided(actor, command, decision)
+    /// `command` run as `actor`, admitted by this node (see [`cellog_raft::door`]): refused if the replica does not
+    /// find the actor's credential, its grants do not allow it, the cell would not take it, or the principal is over
+    /// its rate. A command refused here never reaches the log (the cell decides again when it applies one that does).
+    fn admit(&self, actor: &Actor, command: Command) -> Result<Admitted, Status> {
+        let admitted = lock_door(&self.node)?.admit(actor, command);
+        self.decided(admitted)
     }
 
-    /// [`Self::admit`] for each of `commands` that is one (an item refused already stays so), under one look at the
-    /// replica.
+    /// [`Self::admit`] for each of `commands` that is one (an item refused already stays so), through one opening of
+    /// the door.
     fn admit_all(
         &self,
         actor: &Actor,
         commands: impl Iterator<Item = Result<Command, Status>>,
-    ) -> Vec<Result<Command, Status>> {
-        let decided: Vec<_> = match lock(&self.node) {
-            Ok(replica) => commands
-                .map(|command| {
-                    command.map(|command| {
-                        let decision = replica.cell.authorize_command(actor, &command);
-                        (command, decision)
-                    })
-                })
-                .collect(),
+    ) -> Vec<Result<Admitted, Status>> {
+        let decided: Vec<_> = match lock_door(&self.node) {
+            Ok(door) => commands.map(|command| command.map(|command| door.admit(actor, command))).collect(),
             Err(status) => return commands.map(|_| Err(status.clone())).collect(),
         };
-        decided
-            .into_iter()
-            .map(|decided| decided.and_then(|(command, decision)| self.decided(actor, command, decision)))
-            .collect()
+        decided.into_iter().map(|decided| decided.and_then(|admitted| self.decided(admitted))).collect()
     }
 
-    /// A command as `actor` once the cell decided whether its principal may run it, or the refusal.
-    fn decided(
-        &self,
-        actor: &Actor,
-        command: Command,
-        decision: Result<Arc<str>, Rejection>,
-    ) -> Result<Command, Status> {
-        match decision {
-            Ok(principal) => {
-                let subject = match &command {
-                    Command::Publish(request) => Some(request.subject.as_str()),
-                    _ => None,
-                };
-                self.limiter.take_for(&principal, subject)?;
-                Ok(run_as(actor, command))
+    /// An admitted command once its principal's rate allows it, or the refusal as a status (counting a cap the door
+    /// refused it for: a key or an id over its cap is refused there, as the cell would).
+    fn decided(&self, admitted: Result<Admitted, Rejection>) -> Result<Admitted, Status> {
+        let admitted = admitted.map_err(|rejection| {
+            if let Rejection::CapReached { cap, .. } = &rejection {
+                self.metrics.cap_reached(*cap);
             }
-            Err(rejection) => {
-                cellog_raft::transition::refused(command.kind(), &rejection);
-                Err(from_rejection(&rejection))
-            }
+            from_rejection(&rejection)
+        })?;
+        if let Some(principal) = admitted.principal() {
+            self.limiter.take_for(principal, admitted.subject())?;
         }
+        Ok(admitted)
     }
 
     /// The answer to a proposal as a status, counting a cap the cell refused it for.
@@ -293,7 +276,7 @@ impl<S: Storage + Clone> CellogService<S> {
     async fn write(&self, actor: &Actor, command: Command) -> Result<Outcome, Status> {
         let command = self.admit(actor, command)?;
         let started = tokio::time::Instant::now();
-        let result = self.answered(self.node.propose_now(command).await);
+        let result = self.answered(self.node.propose(command).await);
         self.metrics.commit_latency.observe(started.elapsed().as_secs_f64());
         result
     }
@@ -526,7 +509,7 @@ impl<S: Storage + Clone> CellogService<S> {
                 Err(status) => whole(status),
                 Ok(command) => {
                     let started = tokio::time::Instant::now();
-                    let result = self.node.propose_now(command).await;
+                    let result = self.node.propose(command).await;
                     self.metrics.commit_latency.observe(started.elapsed().as_secs_f64());
                     match result {
                         // Nothing was handed to Raft: the whole call goes where the leader is.
@@ -639,7 +622,7 @@ impl<S: Storage + Clone> CellogService<S> {
     /// Hands the admitted commands among `items` to Raft together, in order (see [`CellNode::submit_all`]), and returns
     /// one pending answer per item: a refused item answers its refusal. If nothing could be handed to Raft, every
     /// admitted item fails with the error, which is returned too.
-    async fn submit_group(&self, items: Vec<Result<Command, Status>>) -> (Vec<Pending>, Option<ProposeError>) {
+    async fn submit_group(&self, items: Vec<Result<Admitted, Status>>) -> (Vec<Pending>, Option<ProposeError>) {
         let mut pending = Vec::with_capacity(items.len());
         let mut admitted = Vec::with_capacity(items.len());
         for item in items {

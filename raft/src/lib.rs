@@ -29,6 +29,7 @@
 pub mod apply_control;
 pub mod bodies;
 pub mod body_repair;
+pub mod door;
 pub mod format;
 mod founder;
 pub mod founding;
@@ -50,6 +51,7 @@ pub mod types;
 
 pub use apply_control::ApplyControl;
 pub use bodies::{BodyError, StoredBodies};
+pub use door::{Admitted, Door};
 pub use format::{FormatCheck, STORE_FORMAT};
 pub use log_store::LogStore;
 pub use membership::{ClusterView, Member, MembershipError};

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 use bytes::Bytes;
-use cellog_core::{Command, Millis, Outcome, Record, Rejection, StateDigest};
+use cellog_core::{Command, Millis, Record, StateDigest};
 use openraft::Config;
 use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 use openraft::network::RaftNetworkFactory;
@@ -25,8 +25,7 @@ use crate::state_machine::{Interrupted, Replica, read_replica};
 use crate::storage::{Batch, MetaKey, Space, Storage, StorageError};
 use crate::transition;
 use crate::types::{
-    Answer, NodeAddrs, NodeId, ProposeError, ProposeResult, Proposers, Raft, Request, Response, TypeConfig, Waiting,
-    stopping,
+    NodeAddrs, NodeId, ProposeError, ProposeResult, Proposers, Raft, Request, Response, TypeConfig, Waiting,
 };
 
 /// Where a leader reads the time it stamps on commands.
@@ -83,7 +82,7 @@ pub const CLOCK_SLEW_DIVISOR: u32 = 10;
 ///   catches up with the wall clock at a tenth of real time.
 ///
 /// A new cell (no time yet) takes the wall clock as it is.
-struct CellClock {
+pub(crate) struct CellClock {
     clock: Arc<dyn Clock>,
     state: Mutex<ClockState>,
 }
@@ -105,7 +104,7 @@ impl CellClock {
         CellClock { clock, state: Mutex::new(ClockState::default()) }
     }
 
-    fn now(&self, cell_last_at: Millis) -> Millis {
+    pub(crate) fn now(&self, cell_last_at: Millis) -> Millis {
         let (wall, steady) = (self.clock.now(), self.clock.elapsed());
         let mut state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let carried = state.last.map_or(Millis::ZERO, |(at, then)| plus_ms(at, steady.saturating_sub(then)));
@@ -175,9 +174,9 @@ pub struct CellNode<S> {
     repairing: Arc<AtomicBool>,
     /// One past the highest commit index a leader told this node while it repaired (0: none yet).
     learned_commit: Arc<AtomicU64>,
-    clock: Arc<CellClock>,
+    pub(crate) clock: Arc<CellClock>,
     stopped: Arc<AtomicBool>,
-    proposals: mpsc::Sender<Proposal>,
+    pub(crate) proposals: mpsc::Sender<Proposal>,
     /// Most bytes of log kept behind the snapshot ([`KEEP_LOG_BYTES`] unless set).
     keep_log_bytes: Arc<AtomicU64>,
     /// Bytes of log after the snapshot that make the next one ([`SNAPSHOT_EVERY_BYTES`] unless set).
@@ -208,21 +207,6 @@ pub struct CellNode<S> {
 /// How long a reading of the store's free bytes serves the watermark's checks: proposals come faster than a
 /// `statvfs` is worth.
 pub const FREE_BYTES_EVERY: Duration = Duration::from_millis(250);
-
-/// Whether `command` grows what the store holds (what a full disk refuses): a publish, a copy into a stream, a new
-/// stream. The rest (acks, deletes, recalls, membership) is small, and some of it frees room.
-fn grows_store(command: &Command) -> bool {
-    match command {
-        Command::As { command, .. } => grows_store(command),
-        Command::Publish(_)
-        | Command::Ingest { .. }
-        | Command::MirrorIngest { .. }
-        | Command::CreateStream { .. }
-        | Command::CreateMirror { .. }
-        | Command::ReceiveStream { .. } => true,
-        _ => false,
-    }
-}
 
 /// Most bytes of log entries a node keeps behind its snapshot, whatever the count openraft's config allows: entries are
 /// up to about 13 MiB each, so a count alone could keep gigabytes. A follower further behind gets the snapshot.
@@ -273,7 +257,7 @@ const PROPOSAL_QUEUE: usize = 16 * MAX_BATCH;
 
 /// Commands waiting to be packed into an entry, each with where its answer goes: one command, or a group submitted
 /// together, which always shares one entry.
-struct Proposal {
+pub(crate) struct Proposal {
     at: Millis,
     first: (Command, oneshot::Sender<ProposeResult>),
     /// The rest of a group, in order (empty for one command, and then not allocated).
@@ -283,12 +267,16 @@ struct Proposal {
 }
 
 impl Proposal {
-    fn one(at: Millis, command: Command, size: usize, reply: oneshot::Sender<ProposeResult>) -> Self {
+    pub(crate) fn one(at: Millis, command: Command, size: usize, reply: oneshot::Sender<ProposeResult>) -> Self {
         Proposal { at, first: (command, reply), rest: Vec::new(), size }
     }
 
     /// The group of `commands`, in order, if there are any.
-    fn group(at: Millis, commands: Vec<(Command, oneshot::Sender<ProposeResult>)>, size: usize) -> Option<Self> {
+    pub(crate) fn group(
+        at: Millis,
+        commands: Vec<(Command, oneshot::Sender<ProposeResult>)>,
+        size: usize,
+    ) -> Option<Self> {
         let mut commands = commands.into_iter();
         let first = commands.next()?;
         Some(Proposal { at, first, rest: commands.collect(), size })
@@ -297,16 +285,6 @@ impl Proposal {
     fn len(&self) -> usize {
         1 + self.rest.len()
     }
-
-    fn commands(&self) -> impl Iterator<Item = &Command> {
-        std::iter::once(&self.first.0).chain(self.rest.iter().map(|(command, _)| command))
-    }
-}
-
-/// A command's encoded size, or the rejection every replica would give it (a bad name, subject or id, or too many
-/// bytes): what is refused here never reaches the log.
-fn checked_size(command: &Command) -> Result<usize, Rejection> {
-    command.check().and_then(|()| command.check_size())
 }
 
 /// What a node knows of itself beyond its storage when it starts.
@@ -565,11 +543,6 @@ impl<S: Storage + Clone> CellNode<S> {
         self.snapshot_every_bytes.store(bytes, Ordering::Release);
     }
 
-    /// Proposes a command stamped with this node's clock (never earlier than the cell's last stamp).
-    pub async fn propose_now(&self, command: Command) -> Result<Result<Outcome, Rejection>, ProposeError> {
-        self.submit_now(command).await?.wait().await
-    }
-
     /// This node's clock as the cell stamps entries: never earlier than the cell's last stamp.
     pub fn now(&self) -> Millis {
         let last_at = self.replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).cell.last_at();
@@ -585,7 +558,7 @@ impl<S: Storage + Clone> CellNode<S> {
     /// Refuses a write that grows the store while this node's device is below the watermark, or while too few voters
     /// have room for a quorum: the peers below theirs take no entries, so a write the rest cannot commit would wait
     /// on them.
-    fn check_room(&self) -> Result<(), ProposeError> {
+    pub(crate) fn check_room(&self) -> Result<(), ProposeError> {
         let own = self.below_watermark();
         if let Some((free, min)) = own {
             return Err(ProposeError::StorageFull { free, min });
@@ -633,7 +606,7 @@ impl<S: Storage + Clone> CellNode<S> {
     }
 
     /// Refuses what needs the replica to keep up with the log, once applying halted.
-    fn check_applying(&self) -> Result<(), ProposeError> {
+    pub(crate) fn check_applying(&self) -> Result<(), ProposeError> {
         match self.halted.at() {
             Some(index) => Err(ProposeError::ApplyHalted { index }),
             None => Ok(()),
@@ -698,91 +671,6 @@ impl<S: Storage + Clone> CellNode<S> {
             return Ok(VoteResponse::new(metrics.vote, None, false));
         }
         self.raft.vote(request).await
-    }
-
-    /// Proposes a command stamped with the leader's time `at`, and waits until it is committed and applied.
-    /// Proposals made while an entry is being committed share the next entry.
-    pub async fn propose(&self, at: Millis, command: Command) -> ProposeResult {
-        self.submit(at, command).await?.wait().await
-    }
-
-    /// Queues a command stamped with this node's clock for the next entry, and returns its answer to wait for.
-    /// Commands submitted one after another are applied in that order, so a caller can pipeline many and still
-    /// know their order in the log.
-    pub async fn submit_now(&self, command: Command) -> Result<Answer, ProposeError> {
-        self.submit(self.now(), command).await
-    }
-
-    /// Queues a command stamped with the leader's time `at` for the next entry (waiting for room in the queue), and
-    /// returns its answer to wait for.
-    pub async fn submit(&self, at: Millis, command: Command) -> Result<Answer, ProposeError> {
-        // What every replica would refuse anyway (bad names, subjects, ids, oversized commands) never reaches the
-        // log: it would cost an entry and an fsync on every node. The rejection is the one the cell gives.
-        let size = match checked_size(&command) {
-            Ok(size) => size,
-            Err(rejection) => return Ok(Answer::ready(Ok(Err(rejection)))),
-        };
-        // Refused here, a command certainly never reaches the log; refused by Raft, it might have.
-        self.check_applying()?;
-        if !self.is_leader() {
-            return Err(ProposeError::NotLeader { leader: self.leader() });
-        }
-        if grows_store(&command) {
-            self.check_room()?;
-        }
-        let (reply, answer) = oneshot::channel();
-        self.proposals.send(Proposal::one(at, command, size, reply)).await.map_err(|_| stopping())?;
-        Ok(Answer(answer))
-    }
-
-    /// Queues `commands`, stamped with this node's clock, for the next entries as groups, in their order: a group shares
-    /// one entry, so a call's many commands (a batch of publishes, the acks of a fetch) cost one replication round and
-    /// not one each. A group holds at most [`MAX_BATCH`] commands of at most [`cellog_core::MAX_COMMAND_BYTES`]
-    /// together; more make several groups, queued one after another. One answer per command, in order; one the cell
-    /// would refuse anyway is answered at once and not queued. `Err` if nothing was queued (this node does not lead, or
-    /// it is stopping); a later group that could not be queued answers each of its commands that the node is stopping.
-    pub async fn submit_all(&self, commands: Vec<Command>) -> Result<Vec<Answer>, ProposeError> {
-        let at = self.now();
-        let mut answers = Vec::with_capacity(commands.len());
-        let mut groups = Vec::new();
-        let mut group = Vec::with_capacity(commands.len().min(MAX_BATCH));
-        let mut size = 0;
-        for command in commands {
-            match checked_size(&command) {
-                Ok(bytes) => {
-                    if group.len() == MAX_BATCH || (!group.is_empty() && size + bytes > cellog_core::MAX_COMMAND_BYTES)
-                    {
-                        groups.extend(Proposal::group(at, std::mem::take(&mut group), std::mem::take(&mut size)));
-                    }
-                    let (reply, answer) = oneshot::channel();
-                    size += bytes;
-                    group.push((command, reply));
-                    answers.push(Answer(answer));
-                }
-                Err(rejection) => answers.push(Answer::ready(Ok(Err(rejection)))),
-            }
-        }
-        groups.extend(Proposal::group(at, group, size));
-        if groups.is_empty() {
-            return Ok(answers);
-        }
-        self.check_applying()?;
-        if !self.is_leader() {
-            return Err(ProposeError::NotLeader { leader: self.leader() });
-        }
-        if groups.iter().any(|proposal| proposal.commands().any(grows_store)) {
-            self.check_room()?;
-        }
-        for (n, proposal) in groups.into_iter().enumerate() {
-            if self.proposals.send(proposal).await.is_err() {
-                // The groups not queued are dropped with their replies, so their answers say the node is stopping.
-                if n == 0 {
-                    return Err(stopping());
-                }
-                break;
-            }
-        }
-        Ok(answers)
     }
 
     /// Founds the cell with `members` (this node among them) unless this node's storage already belongs to a cell.

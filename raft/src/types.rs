@@ -253,13 +253,6 @@ pub(crate) fn stopping() -> ProposeError {
 pub struct Answer(pub(crate) oneshot::Receiver<ProposeResult>);
 
 impl Answer {
-    /// An answer known already.
-    pub(crate) fn ready(result: ProposeResult) -> Self {
-        let (reply, answer) = oneshot::channel();
-        let _ = reply.send(result);
-        Answer(answer)
-    }
-
     /// Waits for the answer.
     pub async fn wait(self) -> ProposeResult {
         self.0.await.map_err(|_| stopping())?
