@@ -244,6 +244,9 @@ impl Link for GrpcLink {
         };
         match response {
             Ok(response) => from_wire(response.into_inner()).map_err(|status| LinkError::Failed(status.to_string())),
+            // A peer that answers late is busy (writing a large AppendEntries, say), not gone: openraft backs off from
+            // an unreachable one for half a second, in which it sends that peer no heartbeat.
+            Err(status) if timed_out(&status) => Err(LinkError::Failed(status.to_string())),
             Err(status) => match status.code() {
                 tonic::Code::Unavailable | tonic::Code::Cancelled => Err(LinkError::Unreachable(status.to_string())),
                 tonic::Code::ResourceExhausted
@@ -254,6 +257,17 @@ impl Link for GrpcLink {
                 _ => Err(LinkError::Failed(status.to_string())),
             },
         }
+    }
+}
+
+/// Whether a call ended because its deadline passed: tonic answers `CANCELLED` "Timeout expired" on a channel, and
+/// `DEADLINE_EXCEEDED` where the deadline travelled with the call (and under simulation).
+fn timed_out(status: &Status) -> bool {
+    match status.code() {
+        tonic::Code::DeadlineExceeded => true,
+        // The message of tonic's `TimeoutExpired` (the simulated tonic has no such type to compare with).
+        tonic::Code::Cancelled => status.message() == "Timeout expired",
+        _ => false,
     }
 }
 
@@ -397,5 +411,26 @@ impl<S: Storage + Clone> RaftRpc for RaftService<S> {
 
     async fn founding(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         self.answer(Rpc::Founding, request).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A call whose deadline passed, however tonic says so, is told apart from a peer that is gone (a refused or reset
+    /// connection), which openraft backs off from.
+    #[test]
+    fn a_call_past_its_deadline_is_told_apart_from_a_peer_that_is_gone() {
+        let table = [
+            (Status::deadline_exceeded("request timeout: 100ms"), true),
+            (Status::cancelled("Timeout expired"), true),
+            (Status::cancelled("the operation was cancelled"), false),
+            (Status::unavailable("connection refused"), false),
+            (Status::internal("Timeout expired"), false),
+        ];
+        for (status, late) in table {
+            assert_eq!(timed_out(&status), late, "{status:?}");
+        }
     }
 }

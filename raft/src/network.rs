@@ -38,6 +38,28 @@ use crate::types::{NodeAddrs, NodeId, TypeConfig};
 /// with fewer entries); one entry alone never comes near it (see `cellog_core::MAX_COMMAND_BYTES`).
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
+/// Most bytes of commands one `AppendEntries` carries, unless its first entry alone has more. openraft gives up on an
+/// `AppendEntries` not answered within a heartbeat interval, and a follower answers once it has written and synced the
+/// entries: up to 64 MiB (16 entries of 4 MiB) took a follower longer than that on a disk of a few hundred MB/s shared
+/// by a cell's three nodes, and each was sent again and again. 4 MiB is written and synced in tens of milliseconds
+/// by a disk that writes 100 MiB a second.
+pub const MAX_APPEND_BYTES: usize = 4 * 1024 * 1024;
+
+/// How many of `entries`, from the first, carry at most `budget` bytes of commands together: at least one.
+fn entries_within(entries: &[crate::types::Entry], budget: usize) -> usize {
+    let mut bytes = 0;
+    let fit = entries
+        .iter()
+        .take_while(|entry| {
+            if let openraft::EntryPayload::Normal(request) = &entry.payload {
+                bytes += request.commands.iter().map(cellog_core::Command::encoded_size).sum::<usize>();
+            }
+            bytes <= budget
+        })
+        .count();
+    fit.max(1)
+}
+
 /// The calls between the nodes of a cell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rpc {
@@ -340,6 +362,10 @@ impl<K: Link> RaftNetwork<TypeConfig> for Connection<K> {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, NodeAddrs, openraft::error::RaftError<NodeId>>> {
         let entries = rpc.entries.len();
+        let fit = entries_within(&rpc.entries, MAX_APPEND_BYTES);
+        if fit < entries {
+            return Err(RPCError::PayloadTooLarge(PayloadTooLarge::new_entries_hint(fit as u64)));
+        }
         self.call(Rpc::AppendEntries, &rpc, entries, &option).await
     }
 
@@ -515,6 +541,39 @@ mod tests {
 
     /// A message from a verified sender names that sender as its leader or candidate; without a verified sender (no
     /// TLS), any is taken. Each row: verified sender, the vote's node, whether it is taken.
+    #[tokio::test]
+    async fn entries_over_the_byte_budget_go_as_fewer_and_one_entry_goes_whatever_its_size() {
+        let sent = Recorded::default();
+        let mut network = Network::new(CellIdentity::new("cell"), sent.clone());
+        let mut peer = network.new_client(2, &NodeAddrs::new("raft-2", "client-2")).await;
+        let option = RPCOption::new(Duration::from_secs(1));
+        let quarter = MAX_APPEND_BYTES / 4;
+
+        // Five entries of a quarter of the budget each (and a few bytes more): three fit.
+        match peer.append_entries(entries(5, quarter + 1_000), option.clone()).await {
+            Err(RPCError::PayloadTooLarge(too_large)) => assert_eq!(too_large.entries_hint(), 3),
+            other => panic!("expected payload too large, got {other:?}"),
+        }
+        assert!(sent.0.lock().unwrap().is_empty(), "nothing over the budget is sent");
+        assert!(matches!(
+            peer.append_entries(entries(3, quarter + 1_000), option.clone()).await,
+            Err(RPCError::Unreachable(_))
+        ));
+        assert_eq!(sent.0.lock().unwrap().len(), 1, "what fits goes");
+
+        // One entry over the budget (but within a message) goes alone.
+        assert!(matches!(
+            peer.append_entries(entries(1, 2 * MAX_APPEND_BYTES), option.clone()).await,
+            Err(RPCError::Unreachable(_))
+        ));
+        assert_eq!(sent.0.lock().unwrap().len(), 2);
+        match peer.append_entries(entries(2, 2 * MAX_APPEND_BYTES), option).await {
+            Err(RPCError::PayloadTooLarge(too_large)) => assert_eq!(too_large.entries_hint(), 1),
+            other => panic!("expected payload too large, got {other:?}"),
+        }
+        assert_eq!(sent.0.lock().unwrap().len(), 2);
+    }
+
     #[test]
     fn a_message_naming_another_sender_than_the_verified_one_is_refused() {
         let table = [

@@ -1002,3 +1002,54 @@ async fn a_node_that_lost_its_whole_data_directory_does_not_vote_until_repaired(
     let stored = check(&cluster).await;
     assert_eq!(stored.len(), 20, "every acknowledged message, on every node");
 }
+
+/// A 64 KiB payload for `msg_id`: its id repeated.
+fn large_body(msg_id: &str) -> Bytes {
+    Bytes::from(msg_id.as_bytes().iter().copied().cycle().take(64 * 1024).collect::<Vec<u8>>())
+}
+
+/// Large payloads at a full pipeline, on disks that write 5 MiB a second. openraft gives up on an AppendEntries that
+/// is not answered within a heartbeat interval, and a follower answers once it has written and synced the entries. An
+/// AppendEntries carried up to 64 MiB, which no follower wrote in time, and a call that timed out counted as an
+/// unreachable peer in production, to which the leader then sent nothing (no heartbeat either) for half a second: 600
+/// publishes of 64 KiB took 11.6 s (13.3 s with a timeout counted as production counted it), where the followers'
+/// disks need 7.5 s to write them; in a real three-node cell on one disk under load, elections followed. Now an AppendEntries carries at most `MAX_APPEND_BYTES` unless one entry is
+/// larger, and a late answer is a failed call that is retried at once: the load takes at most a quarter more than the
+/// disks need, the leader keeps its term, and every publish is acknowledged at the first try.
+#[madsim::test]
+#[allow(clippy::disallowed_methods, reason = "times the load on madsim's simulated clock")]
+async fn large_payloads_on_slow_disks_go_at_the_disks_pace_under_one_leader() {
+    const RATE: u64 = 5 * 1024 * 1024;
+    const N: usize = 600;
+    let cluster = Cluster::new(3);
+    for id in cluster.ids() {
+        cluster.disk(id).set_write_rate(Some(RATE));
+    }
+    setup(&cluster).await;
+    let leader = cluster.wait_leader().await;
+    let client = cluster.client();
+    let term = cluster.on_client(async move { client.cluster_status().await.expect("status").term }).await;
+    let mut producer = Producer::new(&cluster, "p1");
+    let requests: Vec<_> = (0..N)
+        .map(|index| {
+            let msg_id = format!("large-{index}");
+            v1::PublishRequest {
+                subject: format!("orders.{}", index % 5),
+                payload: large_body(&msg_id),
+                msg_id: Some(msg_id),
+                ..v1::PublishRequest::default()
+            }
+        })
+        .collect();
+    let started = tokio::time::Instant::now();
+    let acked = cluster.on_client(async move { producer.publish(requests, 256).await }).await;
+    let took = started.elapsed();
+    assert_eq!(acked.len(), N, "every publish was acknowledged at the first try");
+    let disks_need = Duration::from_secs_f64((N * 64 * 1024) as f64 / RATE as f64);
+    assert!(took <= disks_need + disks_need / 4, "{N} publishes took {took:?}; the disks need {disks_need:?}");
+    assert_eq!(cluster.wait_leader().await, leader, "the leader kept its place");
+    let client = cluster.client();
+    let after = cluster.on_client(async move { client.cluster_status().await.expect("status").term }).await;
+    assert_eq!(after, term, "no election happened");
+    cluster.check_acknowledged(STREAM, PARTITIONS, large_body).await;
+}

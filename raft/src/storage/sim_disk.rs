@@ -45,6 +45,11 @@ struct DiskState {
     fail_next: bool,
     n_syncs: u64,
     sync_delay: std::time::Duration,
+    /// How many bytes a second the device writes, if a test set it: a sync then also takes the time to write what
+    /// went through the journal since the last one.
+    write_rate: Option<u64>,
+    /// Bytes written through the journal since the last sync.
+    unsynced_bytes: u64,
     /// What the disk reports free, if a test set it (it never fills up by itself).
     free_bytes: Option<u64>,
 }
@@ -158,6 +163,8 @@ impl SimDisk {
                 fail_next: false,
                 n_syncs: 0,
                 sync_delay: std::time::Duration::ZERO,
+                write_rate: None,
+                unsynced_bytes: 0,
                 free_bytes: None,
             })),
         }
@@ -187,6 +194,7 @@ impl SimDisk {
             state.durable.insert((space, key), framed[..keep].to_vec());
         }
         state.unsynced = Unsynced::default();
+        state.unsynced_bytes = 0;
         state.view = state.durable.clone();
         state.poisoned = false;
         state.fail_next = false;
@@ -216,6 +224,7 @@ impl SimDisk {
         state.durable = Records::new();
         state.view = Records::new();
         state.unsynced = Unsynced::default();
+        state.unsynced_bytes = 0;
         state.poisoned = false;
         state.fail_next = false;
     }
@@ -245,6 +254,12 @@ impl SimDisk {
     /// Sets how long a sync takes (simulated device latency; zero by default).
     pub fn set_sync_delay(&self, delay: std::time::Duration) {
         self.lock().sync_delay = delay;
+    }
+
+    /// Sets how many bytes a second the device writes (`None`: instantly, as by default): a sync takes its delay plus
+    /// the time to write the bytes that went through the journal since the last sync.
+    pub fn set_write_rate(&self, bytes_per_second: Option<u64>) {
+        self.lock().write_rate = bytes_per_second.filter(|rate| *rate > 0);
     }
 
     /// Makes the next write or sync fail, as a failing device would.
@@ -286,6 +301,9 @@ impl DiskState {
         self.check_writable()?;
         for write in batch.writes {
             apply(&mut self.view, &write);
+            if logged && let Write::Put { framed, .. } = &write {
+                self.unsynced_bytes += framed.len() as u64;
+            }
             self.unsynced.push(write, logged);
         }
         Ok(())
@@ -321,6 +339,9 @@ impl DiskState {
             }
         }
         self.n_syncs += 1;
+        if !all {
+            self.unsynced_bytes = 0;
+        }
     }
 
     /// One write reaches the platter, faulted (misdirected, or with a bit flipped) as the disk's faults say: whether
@@ -414,7 +435,15 @@ impl Storage for SimDisk {
     }
 
     fn sync_delay(&self) -> std::time::Duration {
-        self.lock().sync_delay
+        let state = self.lock();
+        let writing = match state.write_rate {
+            Some(rate) => {
+                let nanos = u128::from(state.unsynced_bytes) * 1_000_000_000 / u128::from(rate);
+                std::time::Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+            }
+            None => std::time::Duration::ZERO,
+        };
+        state.sync_delay + writing
     }
 
     /// The simulated disk keeps no journal: nothing to move.
