@@ -11,7 +11,8 @@ use std::sync::{Arc, MutexGuard};
 use cellog_core::{Actor, Command, Millis, Rejection};
 use tokio::sync::oneshot;
 
-use crate::node::{CellNode, MAX_BATCH, Proposal};
+use crate::node::CellNode;
+use crate::proposals::{MAX_BATCH, Proposal};
 use crate::state_machine::{Interrupted, Replica};
 use crate::storage::Storage;
 use crate::transition;

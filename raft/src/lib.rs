@@ -29,6 +29,7 @@
 pub mod apply_control;
 pub mod bodies;
 pub mod body_repair;
+pub mod clock;
 pub mod door;
 pub mod format;
 mod founder;
@@ -38,6 +39,7 @@ pub mod log_store;
 pub mod membership;
 pub mod network;
 pub mod node;
+pub mod proposals;
 pub mod recovery;
 pub mod room;
 pub mod runtime;
@@ -51,13 +53,13 @@ pub mod types;
 
 pub use apply_control::ApplyControl;
 pub use bodies::{BodyError, StoredBodies};
+pub use clock::{Clock, SystemClock};
 pub use door::{Admitted, Door};
 pub use format::{FormatCheck, STORE_FORMAT};
 pub use log_store::LogStore;
 pub use membership::{ClusterView, Member, MembershipError};
-pub use node::{
-    CellNode, Clock, ENTRIES_IN_FLIGHT, FREE_BYTES_EVERY, MAX_BATCH, MAX_BATCH_BYTES, Past, StartError, SystemClock,
-};
+pub use node::{CellNode, FREE_BYTES_EVERY, Past, StartError};
+pub use proposals::{ENTRIES_IN_FLIGHT, MAX_BATCH, MAX_BATCH_BYTES};
 pub use recovery::{Recovery, open_stores};
 pub use state_machine::{Interrupted, Replica, StateMachineStore};
 pub use timing::RaftTiming;

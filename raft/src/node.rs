@@ -11,127 +11,22 @@ use tokio::sync::{Notify, mpsc, oneshot, watch};
 use bytes::Bytes;
 use cellog_core::{Command, Millis, Record, StateDigest};
 use openraft::Config;
-use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
+use openraft::error::{CheckIsLeaderError, RaftError};
 use openraft::network::RaftNetworkFactory;
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, VoteRequest, VoteResponse};
 
 use crate::apply_control::{ApplyControl, Applying, Halted};
 use crate::bodies::{BodyError, StoredBodies};
 use crate::body_repair::{self, BodiesAnswer, BodiesRequest, PeerBodies, Repairs};
+use crate::clock::{CellClock, Clock};
 use crate::identity::{CellId, CellIdentity};
 use crate::log_store::{LogSizes, read_meta};
+use crate::proposals::{PROPOSAL_QUEUE, Proposal, pack_proposals};
 use crate::recovery::{Recovery, clear_repair_target, open_stores};
 use crate::state_machine::{Interrupted, Replica, read_replica};
 use crate::storage::{Batch, MetaKey, Space, Storage, StorageError};
 use crate::transition;
-use crate::types::{
-    NodeAddrs, NodeId, ProposeError, ProposeResult, Proposers, Raft, Request, Response, TypeConfig, Waiting,
-};
-
-/// Where a leader reads the time it stamps on commands.
-pub trait Clock: Send + Sync + 'static {
-    /// Milliseconds on this node's wall clock (which may be set, or jump).
-    fn now(&self) -> Millis;
-    /// Time elapsed since some fixed point, from a clock that only ever runs forward at a steady rate.
-    fn elapsed(&self) -> Duration;
-}
-
-/// The wall clock, in milliseconds since the Unix epoch (madsim's simulated clock under `--cfg madsim`).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    #[allow(clippy::disallowed_methods, reason = "the leader's clock is where cell time comes from")]
-    fn now(&self) -> Millis {
-        let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        Millis(u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX))
-    }
-
-    #[cfg(not(madsim))]
-    #[allow(clippy::disallowed_methods, reason = "the steady clock that keeps cell time moving")]
-    fn elapsed(&self) -> Duration {
-        static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-        START.get_or_init(std::time::Instant::now).elapsed()
-    }
-
-    /// Simulated time since this simulation began. Not a process-wide start: simulations run one after another (and
-    /// side by side) in one process, each on a clock of its own, and a start taken in one would make another's
-    /// readings depend on which ran first.
-    #[cfg(madsim)]
-    fn elapsed(&self) -> Duration {
-        madsim::time::TimeHandle::current().elapsed()
-    }
-}
-
-/// How far a stamp may run ahead of the cell's last time plus the steady time elapsed since this node saw it.
-pub const MAX_CLOCK_STEP_MS: u64 = 1_000;
-/// While cell time is behind a node's wall clock, it may run faster than the steady clock by the steady time elapsed
-/// divided by this (a tenth): it slews towards the wall clock, as NTP slews a clock instead of stepping it.
-pub const CLOCK_SLEW_DIVISOR: u32 = 10;
-
-/// The time a node stamps on what it proposes: its wall clock, within bounds the steady clock sets.
-///
-/// - Never earlier than the cell's last time, nor than this node's last stamp plus the steady time elapsed since. A
-///   wall clock set back therefore cannot freeze cell time (and with it ack deadlines, transaction timeouts and
-///   retention).
-/// - Never later than its ceiling: a cell time this node saw (its anchor), plus the steady time elapsed since it saw
-///   it, plus a tenth of that ([`CLOCK_SLEW_DIVISOR`]), plus [`MAX_CLOCK_STEP_MS`]. A wall clock set forward (a year,
-///   say) therefore does not expire every TTL, age limit and dedup window at once: cell time slews towards it. The
-///   node's own stamps never move the anchor (else each would add another step); a cell time past the ceiling, which
-///   another leader stamped, does. The price: after the whole cell was down, cell time resumes where it stopped and
-///   catches up with the wall clock at a tenth of real time.
-///
-/// A new cell (no time yet) takes the wall clock as it is.
-pub(crate) struct CellClock {
-    clock: Arc<dyn Clock>,
-    state: Mutex<ClockState>,
-}
-
-#[derive(Default)]
-struct ClockState {
-    /// The last stamp, and the steady clock's reading when it was made.
-    last: Option<(Millis, Duration)>,
-    /// The anchor of the ceiling: a cell time this node saw, and the steady clock's reading when it saw it.
-    anchor: Option<(Millis, Duration)>,
-}
-
-fn plus_ms(at: Millis, elapsed: Duration) -> Millis {
-    Millis(at.0.saturating_add(u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)))
-}
-
-impl CellClock {
-    fn new(clock: Arc<dyn Clock>) -> Self {
-        CellClock { clock, state: Mutex::new(ClockState::default()) }
-    }
-
-    pub(crate) fn now(&self, cell_last_at: Millis) -> Millis {
-        let (wall, steady) = (self.clock.now(), self.clock.elapsed());
-        let mut state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let carried = state.last.map_or(Millis::ZERO, |(at, then)| plus_ms(at, steady.saturating_sub(then)));
-        let ceiling_of = |(at, then): (Millis, Duration)| {
-            let since = steady.saturating_sub(then);
-            plus_ms(at, since + since / CLOCK_SLEW_DIVISOR + Duration::from_millis(MAX_CLOCK_STEP_MS))
-        };
-        if state.anchor.is_none_or(|anchor| cell_last_at > ceiling_of(anchor)) {
-            state.anchor = Some((cell_last_at, steady));
-        }
-        let ceiling = match state.anchor {
-            Some(anchor) if cell_last_at > Millis::ZERO => ceiling_of(anchor),
-            _ => Millis(u64::MAX),
-        };
-        #[cfg(madsim)]
-        if cellog_planted::active(cellog_planted::Mutant::LeaderTimeNotMonotonic) {
-            return wall;
-        }
-        let now = wall.min(ceiling).max(cell_last_at).max(carried);
-        state.last = Some((now, steady));
-        if cell_last_at == Millis::ZERO {
-            // The cell's first time: the anchor from here on.
-            state.anchor = Some((now, steady));
-        }
-        now
-    }
-}
+use crate::types::{NodeAddrs, NodeId, ProposeError, Raft, TypeConfig};
 
 /// A leader appends a `Tick` after this long without any entry (in cell milliseconds). It keeps cell time close to the
 /// leader's clock, and it gives a node repairing a damaged log the entry past its old end that it waits for before it
@@ -233,59 +128,6 @@ fn snapshot_budget(every: u64, snapshot_bytes: u64) -> u64 {
 
 /// Polls between asking for a snapshot and asking again if none came (a build that failed, or one openraft dropped).
 const SNAPSHOT_ASK_AGAIN_POLLS: u32 = 50;
-
-/// Most commands packed into one log entry.
-pub const MAX_BATCH: usize = 1024;
-/// Entries being committed at once by one node. More than one trades bigger entries for overlap; on two cores,
-/// `scripts/bench` measured 4 in flight slower for pipelined publish (R1 59k against 82k msgs/s, R3 no better), since
-/// each entry cost an fsync and its own replication round. With appends synced in groups (see
-/// [`crate::log_store`]) an entry no longer costs an fsync of its own, yet 2 and 4 in flight still measured no faster
-/// (R1 91k and 82k against 96k msgs/s, R3 36k and 35k against 38k): each costs its own replication round and apply.
-/// Once a `PublishBatch` request carried many messages, 2 in flight measured no faster at R1 again (publish 66k to 74k
-/// against 61k to 74k in four rounds) and slower for consume (70k to 87k against 78k to 99k), though R3 publish and
-/// consume gained up to 15 %. Once an entry's place was freed as it is applied (its proposers answered there), the
-/// next entry's append and sync overlap the last one's apply: `scripts/bench 200000 256`, 2 against 1 in flight, three
-/// interleaved rounds, R1 publish 148/132/137k against 136/118/141k msgs/s, R1 consume 162/156/168k against
-/// 158/144/166k, R3 publish 58/57/58k against 57/48/57k, R3 consume 69/68/76k against 67/67/68k, sync even.
-pub const ENTRIES_IN_FLIGHT: usize = 2;
-/// An entry takes no more proposals once their encoded sizes reach this many bytes, so an entry's commands take at
-/// most this plus one command or one group submitted together (each at most [`cellog_core::MAX_COMMAND_BYTES`]): about
-/// 13 MiB, and at most twice [`MAX_BATCH`] commands.
-pub const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
-/// Most proposals waiting for the next entry; proposers wait for room beyond that.
-const PROPOSAL_QUEUE: usize = 16 * MAX_BATCH;
-
-/// Commands waiting to be packed into an entry, each with where its answer goes: one command, or a group submitted
-/// together, which always shares one entry.
-pub(crate) struct Proposal {
-    at: Millis,
-    first: (Command, oneshot::Sender<ProposeResult>),
-    /// The rest of a group, in order (empty for one command, and then not allocated).
-    rest: Vec<(Command, oneshot::Sender<ProposeResult>)>,
-    /// The commands' encoded size, which bounds the entry they go into.
-    size: usize,
-}
-
-impl Proposal {
-    pub(crate) fn one(at: Millis, command: Command, size: usize, reply: oneshot::Sender<ProposeResult>) -> Self {
-        Proposal { at, first: (command, reply), rest: Vec::new(), size }
-    }
-
-    /// The group of `commands`, in order, if there are any.
-    pub(crate) fn group(
-        at: Millis,
-        commands: Vec<(Command, oneshot::Sender<ProposeResult>)>,
-        size: usize,
-    ) -> Option<Self> {
-        let mut commands = commands.into_iter();
-        let first = commands.next()?;
-        Some(Proposal { at, first, rest: commands.collect(), size })
-    }
-
-    fn len(&self) -> usize {
-        1 + self.rest.len()
-    }
-}
 
 /// What a node knows of itself beyond its storage when it starts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -985,83 +827,6 @@ async fn tick(
     }
 }
 
-/// Packs waiting proposals into entries: while entries are being committed, the next proposals gather, so one fsync
-/// on each node commits many commands. Up to [`ENTRIES_IN_FLIGHT`] entries are committed at once (pipelining); they
-/// are handed to Raft one after another from this one task, so the log keeps the order the proposals arrived in.
-async fn pack_proposals(raft: Raft, mut queue: mpsc::Receiver<Proposal>, #[cfg(madsim)] replica: Arc<Mutex<Replica>>) {
-    let in_flight = Arc::new(tokio::sync::Semaphore::new(ENTRIES_IN_FLIGHT));
-    // The last time stamped on an entry: proposals are stamped when submitted, and one submitted earlier may be packed
-    // later, so an entry never carries a time before the previous entry's.
-    let mut last_at = Millis::ZERO;
-    while let Some(first) = queue.recv().await {
-        // Wait for room before draining the queue, so that the batch grows while the pipeline is full.
-        let Ok(permit) = in_flight.clone().acquire_owned().await else { return };
-        let (mut bytes, mut n_commands) = (first.size, first.len());
-        let mut batch = vec![first];
-        // A group is never split, so an entry may pass these bounds by one group (bounded in `CellNode::submit_all`).
-        while n_commands < MAX_BATCH && bytes < MAX_BATCH_BYTES {
-            match queue.try_recv() {
-                Ok(proposal) => {
-                    bytes += proposal.size;
-                    n_commands += proposal.len();
-                    batch.push(proposal);
-                }
-                Err(_) => break,
-            }
-        }
-        let at = batch.iter().map(|proposal| proposal.at).max().expect("a batch has a first proposal");
-        #[cfg(madsim)]
-        let at =
-            if cellog_planted::active(cellog_planted::Mutant::LeaderTimeNotMonotonic) { at } else { at.max(last_at) };
-        #[cfg(not(madsim))]
-        let at = at.max(last_at);
-        last_at = at;
-        let (commands, replies): (Vec<Command>, Vec<oneshot::Sender<ProposeResult>>) =
-            batch.into_iter().flat_map(|proposal| std::iter::once(proposal.first).chain(proposal.rest)).unzip();
-        #[cfg(madsim)]
-        let stale = cellog_planted::active(cellog_planted::Mutant::StaleLeaderWrite)
-            .then(|| (commands.clone(), replica.clone()));
-        // The proposers are answered by whichever comes first: the state machine as it applies the entry on this node
-        // (the entry in memory carries them), or Raft's answer to the proposal (a proposal refused, leadership lost, or
-        // an entry applied after it was read back from the store).
-        let waiting = Waiting::new(Proposers { replies, in_flight: permit });
-        let committed = raft.client_write_ff(Request { at, commands, waiting: waiting.clone() }).await;
-        tokio::spawn(async move {
-            let answered = match committed {
-                Err(fatal) => Err(fatal.to_string()),
-                Ok(answer) => Ok(answer.await),
-            };
-            let Some(proposers) = waiting.take() else { return };
-            match answered {
-                Err(fatal) => proposers.fail(ProposeError::Raft(fatal)),
-                Ok(Ok(Ok(response))) => match response.data {
-                    Response::Applied(results) => proposers.answer(results),
-                    Response::Halted { index } => proposers.fail(ProposeError::halted_in_log(index)),
-                    Response::Skipped { index, term } => proposers.fail(ProposeError::EntrySkipped { index, term }),
-                    other => proposers
-                        .fail(ProposeError::Raft(format!("{n_commands} commands were answered with {other:?}"))),
-                },
-                Ok(Ok(Err(ClientWriteError::ForwardToLeader(forward)))) => {
-                    #[cfg(madsim)]
-                    if let Some((commands, replica)) = stale {
-                        let mut replica = replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-                        let mut results = Vec::with_capacity(commands.len());
-                        for command in commands {
-                            results.push(replica.cell.apply(at, command));
-                            replica.cell.drain_effects().for_each(drop);
-                        }
-                        return proposers.answer(results);
-                    }
-                    let leader = forward.leader_id.zip(forward.leader_node);
-                    proposers.fail(ProposeError::LeaderChanged { leader });
-                }
-                Ok(Ok(Err(error))) => proposers.fail(ProposeError::Raft(error.to_string())),
-                Ok(Err(_)) => proposers.fail(ProposeError::Raft("raft stopped before answering".to_string())),
-            }
-        });
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1072,43 +837,6 @@ mod tests {
         assert_eq!(snapshot_budget(64, 32), 64);
         assert_eq!(snapshot_budget(64, 33), 66, "twice the snapshot once that is more");
         assert_eq!(snapshot_budget(64, u64::MAX), u64::MAX);
-    }
-
-    /// A clock the test sets: wall time and steady time, in milliseconds.
-    #[derive(Default)]
-    struct SetClock(Mutex<(u64, u64)>);
-
-    impl SetClock {
-        fn pass(&self, ms: u64) {
-            let mut now = self.0.lock().unwrap();
-            *now = (now.0 + ms, now.1 + ms);
-        }
-
-        fn jump(&self, ms: i64) {
-            let mut now = self.0.lock().unwrap();
-            now.0 = now.0.saturating_add_signed(ms);
-        }
-    }
-
-    impl Clock for Arc<SetClock> {
-        fn now(&self) -> Millis {
-            Millis(self.0.lock().unwrap().0)
-        }
-        fn elapsed(&self) -> Duration {
-            Duration::from_millis(self.0.lock().unwrap().1)
-        }
-    }
-
-    const START: u64 = 1_700_000_000_000;
-
-    /// A cell clock over a set clock at [`START`], with one stamp made (the cell's first).
-    fn started() -> (Arc<SetClock>, CellClock) {
-        let set = Arc::new(SetClock::default());
-        set.jump(START as i64);
-        let clock = CellClock::new(Arc::new(set.clone()));
-        // A new cell takes the wall clock as it is.
-        assert_eq!(clock.now(Millis::ZERO), Millis(START));
-        (set, clock)
     }
 
     #[test]
@@ -1124,46 +852,5 @@ mod tests {
         for (target, learned, goal) in cases {
             assert_eq!(repair_goal(target, learned), goal, "target {target}, learned {learned:?}");
         }
-    }
-
-    #[test]
-    fn cell_time_follows_a_true_clock() {
-        let (set, clock) = started();
-        let mut cell = Millis(START);
-        for _ in 0..100 {
-            set.pass(100);
-            cell = clock.now(cell);
-        }
-        assert_eq!(cell, Millis(START + 10_000));
-    }
-
-    #[test]
-    fn cell_time_slews_towards_a_clock_set_forward_and_never_runs_back() {
-        let (set, clock) = started();
-        set.jump(365 * 24 * 3_600_000);
-        // Stamp after stamp, each its own entry: a second of step once, then a tenth faster than the steady clock.
-        let mut cell = Millis(START);
-        for _ in 0..100 {
-            set.pass(100);
-            cell = clock.now(cell);
-        }
-        assert_eq!(cell, Millis(START + 10_000 + 1_000 + MAX_CLOCK_STEP_MS));
-
-        // Set back: cell time goes on at the steady rate from the last stamp.
-        set.jump(-2 * 365 * 24 * 3_600_000);
-        set.pass(500);
-        assert_eq!(clock.now(cell), Millis(cell.0 + 500));
-    }
-
-    #[test]
-    fn a_cell_time_past_the_ceiling_moves_the_anchor() {
-        let (set, clock) = started();
-        // Another leader stamped an entry a minute ahead of this node's clock: never earlier than that.
-        set.pass(100);
-        assert_eq!(clock.now(Millis(START + 60_000)), Millis(START + 60_000));
-        // And this node's clock two minutes ahead is followed from there, within the bound.
-        set.jump(120_000);
-        set.pass(100);
-        assert_eq!(clock.now(Millis(START + 60_000)), Millis(START + 60_000 + 100 + 10 + MAX_CLOCK_STEP_MS));
     }
 }
