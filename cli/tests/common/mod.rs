@@ -5,13 +5,27 @@
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use cellog_client::{Client, ClientOptions};
 
-/// A free loopback port (bound and released; good enough for tests).
+/// A free loopback port for a node process to bind, below the kernel's ephemeral range (32768 and up on Linux): a
+/// port the kernel hands out and takes back may be taken again by any outgoing connection before the node binds it,
+/// which failed a test with "Address already in use" while others ran beside it. Ports are taken in turn from a
+/// place drawn from the process id, so test binaries running at once start apart, and each is checked free.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("an address").port()
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    let start = std::process::id().wrapping_mul(997) % SPAN;
+    for _ in 0..SPAN {
+        let port = (LOW + (start + NEXT.fetch_add(1, Ordering::Relaxed)) % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port from {LOW} to {}", LOW + SPAN);
 }
 
 /// One node process and how to start it again.
