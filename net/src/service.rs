@@ -252,9 +252,7 @@ impl<S: Storage + Clone> CellogService<S> {
     /// refused it for: a key or an id over its cap is refused there, as the cell would).
     fn decided(&self, admitted: Result<Admitted, Rejection>) -> Result<Admitted, Status> {
         let admitted = admitted.map_err(|rejection| {
-            if let Rejection::CapReached { cap, .. } = &rejection {
-                self.metrics.cap_reached(*cap);
-            }
+            self.count_cap(&rejection);
             from_rejection(&rejection)
         })?;
         if let Some(principal) = admitted.principal() {
@@ -265,10 +263,17 @@ impl<S: Storage + Clone> CellogService<S> {
 
     /// The answer to a proposal as a status, counting a cap the cell refused it for.
     fn answered(&self, result: Result<Result<Outcome, Rejection>, ProposeError>) -> Result<Outcome, Status> {
-        if let Ok(Err(Rejection::CapReached { cap, .. })) = &result {
-            self.metrics.cap_reached(*cap);
+        if let Ok(Err(rejection)) = &result {
+            self.count_cap(rejection);
         }
         answered(result)
+    }
+
+    /// Counts the cap `rejection` names, if it names one.
+    fn count_cap(&self, rejection: &Rejection) {
+        if let Rejection::CapReached { cap, .. } = rejection {
+            self.metrics.cap_reached(*cap);
+        }
     }
 
     /// Proposes a command as `actor` and waits for its outcome.

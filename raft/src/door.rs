@@ -35,11 +35,6 @@ impl Admitted {
         self.principal.as_ref()
     }
 
-    /// The command as it will be proposed (a caller's wrapped in [`Command::As`]).
-    pub fn command(&self) -> &Command {
-        &self.command
-    }
-
     /// The subject of a publish, or of a caller's publish.
     pub fn subject(&self) -> Option<&str> {
         match &self.command {
