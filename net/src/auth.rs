@@ -247,11 +247,11 @@ impl Callers {
             && let Some(cert) = certs.first()
         {
             // The chain was verified against the cell's CA by the TLS handshake: the node vouches for the name.
-            return match crate::tls::principal_of(cert) {
+            let named = crate::tls::Named::read(cert)
+                .ok_or_else(|| unauthenticated("the client certificate does not parse"))?;
+            return match named.principal() {
                 Some((their_cell, principal)) if their_cell == *cell => {
-                    let serial = crate::tls::serial_of(cert)
-                        .ok_or_else(|| unauthenticated("the client certificate does not parse"))?;
-                    Ok(Actor::Certified { principal, serial })
+                    Ok(Actor::Certified { principal, serial: named.serial().to_vec() })
                 }
                 Some((their_cell, _)) => Err(unauthenticated(format!(
                     "the client certificate names a principal of cell {their_cell:?}, not {cell:?}"

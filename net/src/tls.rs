@@ -1,6 +1,6 @@
 //! Mutual TLS on a node's ports, under one cell CA: the node serves its client and peer ports with its certificate,
 //! and dials its peers with the same one. A peer must present a certificate of the cell's CA that names a node of
-//! this cell ([`node_of`]); a client may present one that names its principal ([`principal_of`]), or send a token.
+//! this cell ([`Named::node`]); a client may present one that names its principal ([`Named::principal`]), or send a token.
 //!
 //! Certificates carry who they name in a URI subject alternative name: `cellog://CELL/node/ID` for a node,
 //! `cellog://CELL/principal/NAME` for a client (made by `cellog certs`).
@@ -362,15 +362,15 @@ mod real {
             let verified =
                 self.webpki.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)?;
             let refused = |why: &str| rustls::Error::General(format!("the peer's certificate {why}"));
-            match node_of(end_entity) {
+            let Some(named) = Named::read(end_entity) else { return Err(refused("does not parse")) };
+            match named.node() {
                 Some((cell, _)) if cell == self.cell => {}
                 _ => return Err(refused("names no node of this cell")),
             }
-            match serial_of(end_entity) {
-                Some(serial) if !(self.revoked)(&serial) => Ok(verified),
-                Some(_) => Err(rustls::Error::InvalidCertificate(rustls::CertificateError::Revoked)),
-                None => Err(refused("has no serial")),
+            if (self.revoked)(named.serial()) {
+                return Err(rustls::Error::InvalidCertificate(rustls::CertificateError::Revoked));
             }
+            Ok(verified)
         }
 
         fn verify_tls12_signature(
@@ -464,19 +464,54 @@ mod real {
             .filter_map(std::future::ready)
     }
 
-    /// The `cellog://` URIs a DER certificate names.
-    fn uris(der: &[u8]) -> Vec<String> {
-        let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else { return Vec::new() };
-        let Ok(Some(names)) = cert.subject_alternative_name() else { return Vec::new() };
-        names
-            .value
-            .general_names
-            .iter()
-            .filter_map(|name| match name {
-                GeneralName::URI(uri) if uri.starts_with("cellog://") => Some(uri.to_string()),
-                _ => None,
+    /// What a DER certificate names, read in one parse: its `cellog://` URIs and its serial.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub struct Named {
+        uris: Vec<String>,
+        serial: Vec<u8>,
+    }
+
+    impl Named {
+        /// What `der` names, or `None` when it does not parse.
+        pub fn read(der: &[u8]) -> Option<Named> {
+            let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+            let uris = match cert.subject_alternative_name() {
+                Ok(Some(names)) => names
+                    .value
+                    .general_names
+                    .iter()
+                    .filter_map(|name| match name {
+                        GeneralName::URI(uri) if uri.starts_with("cellog://") => Some(uri.to_string()),
+                        _ => None,
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
+            Some(Named { uris, serial: cert.raw_serial().to_vec() })
+        }
+
+        /// Its serial number, as its DER encodes it (what the cell revokes a certificate by).
+        pub fn serial(&self) -> &[u8] {
+            &self.serial
+        }
+
+        /// The cell and node it names (`cellog://CELL/node/ID`).
+        pub fn node(&self) -> Option<(String, u64)> {
+            self.uris.iter().find_map(|uri| {
+                let rest = uri.strip_prefix("cellog://")?;
+                let (cell, id) = rest.split_once("/node/")?;
+                Some((cell.to_string(), id.parse().ok()?))
             })
-            .collect()
+        }
+
+        /// The cell and principal it names (`cellog://CELL/principal/NAME`).
+        pub fn principal(&self) -> Option<(String, String)> {
+            self.uris.iter().find_map(|uri| {
+                let rest = uri.strip_prefix("cellog://")?;
+                let (cell, name) = rest.split_once("/principal/")?;
+                Some((cell.to_string(), name.to_string()))
+            })
+        }
     }
 
     /// The addresses and host names a PEM certificate is for (its IP and DNS subject alternative names).
@@ -511,8 +546,7 @@ mod real {
 
     /// A certificate's serial number, as its DER encodes it (what the cell revokes a certificate by).
     pub fn serial_of(der: &[u8]) -> Option<Vec<u8>> {
-        let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
-        Some(cert.raw_serial().to_vec())
+        Named::read(der).map(|named| named.serial)
     }
 
     /// What the cell needs to revoke a certificate: its serial, what it names, and when it ends.
@@ -531,27 +565,21 @@ mod real {
         let (_, pem) =
             x509_parser::pem::parse_x509_pem(pem).map_err(|error| format!("not a PEM certificate: {error}"))?;
         let cert = pem.parse_x509().map_err(|error| format!("the certificate does not parse: {error}"))?;
-        let names = uris(&pem.contents).into_iter().next().unwrap_or_else(|| cert.subject().to_string());
+        let names = Named::read(&pem.contents)
+            .and_then(|named| named.uris.into_iter().next())
+            .unwrap_or_else(|| cert.subject().to_string());
         let until_ms = u64::try_from(cert.validity().not_after.timestamp()).unwrap_or(0).saturating_mul(1000);
         Ok(CertificateFacts { serial: cert.raw_serial().to_vec(), names, until_ms })
     }
 
     /// The cell and node a peer's certificate names (`cellog://CELL/node/ID`).
     pub fn node_of(der: &[u8]) -> Option<(String, u64)> {
-        uris(der).into_iter().find_map(|uri| {
-            let rest = uri.strip_prefix("cellog://")?;
-            let (cell, id) = rest.split_once("/node/")?;
-            Some((cell.to_string(), id.parse().ok()?))
-        })
+        Named::read(der)?.node()
     }
 
     /// The cell and principal a client certificate names (`cellog://CELL/principal/NAME`).
     pub fn principal_of(der: &[u8]) -> Option<(String, String)> {
-        uris(der).into_iter().find_map(|uri| {
-            let rest = uri.strip_prefix("cellog://")?;
-            let (cell, name) = rest.split_once("/principal/")?;
-            Some((cell.to_string(), name.to_string()))
-        })
+        Named::read(der)?.principal()
     }
 }
 

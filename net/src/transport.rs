@@ -307,12 +307,12 @@ impl<S: Storage + Clone> PeerDoor<S> {
     /// of this cell but what the caller sent).
     fn admit<T>(&self, request: &Request<T>) -> Result<Option<NodeId>, Status> {
         let Some(cell) = &self.cell else { return Ok(None) };
-        let cert = request.peer_certs().and_then(|certs| certs.first().cloned());
-        let named = cert.as_deref().and_then(crate::tls::node_of);
-        let Some((their_cell, id)) = named else {
+        // One parse of the certificate per call; the cell's state is read without copying it.
+        let named = request.peer_certs().and_then(|certs| certs.first().and_then(|cert| crate::tls::Named::read(cert)));
+        let Some((named, (their_cell, id))) = named.and_then(|named| named.node().map(|node| (named, node))) else {
             return Err(Status::permission_denied("the peer's certificate names no node of a cell"));
         };
-        if cert.as_deref().and_then(crate::tls::serial_of).is_none_or(|serial| self.node.is_revoked(&serial)) {
+        if self.node.is_revoked(named.serial()) {
             tracing::warn!(node = id, "refused a raft call with a revoked certificate");
             return Err(Status::permission_denied("the peer's certificate is revoked"));
         }
@@ -320,8 +320,7 @@ impl<S: Storage + Clone> PeerDoor<S> {
             tracing::warn!(node = id, cell = %their_cell, "refused a raft call from another cell's node");
             return Err(Status::permission_denied("the peer's certificate names no node of this cell"));
         }
-        let members = self.node.cluster_view().members;
-        if !members.is_empty() && !members.iter().any(|member| member.id == id) {
+        if !self.node.may_be_member(id) {
             tracing::warn!(node = id, "refused a raft call from a node that is not a member");
             return Err(Status::permission_denied(format!("node {id} is not a member of this cell")));
         }

@@ -85,6 +85,15 @@ fn membership_error(error: RaftError<NodeId, ClientWriteError<NodeId, NodeAddrs>
 }
 
 impl<S: Storage + Clone> CellNode<S> {
+    /// Whether node `id` is a member of the cell as this node sees it, or may be one because this node knows no
+    /// membership yet (a node not founded nor joined). Reads the metrics in place: a door asks it of every call.
+    pub fn may_be_member(&self, id: NodeId) -> bool {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        let membership = metrics.membership_config.membership();
+        membership.get_node(&id).is_some() || membership.nodes().next().is_none()
+    }
+
     /// The cell as this node sees it now.
     pub fn cluster_view(&self) -> ClusterView {
         let metrics = self.raft.metrics().borrow().clone();
