@@ -12,7 +12,8 @@ pub fn invariant(mutant: Mutant) -> &'static str {
         | Mutant::Canary => "lost",
         Mutant::EpochOffByOne => "fenced",
         Mutant::CommitAppliedTwice | Mutant::DedupIgnored => "duplicate",
-        Mutant::FetchSkipsMessage => "delivery",
+        // A body lost with the log is a message no consumer can be handed: it stays in its stream, never delivered.
+        Mutant::FetchSkipsMessage | Mutant::InLogNotCopied => "delivery",
         Mutant::AbortShowsStaged => "transactions",
         Mutant::PeerProgressOverstated => "watermark",
         Mutant::MirrorSnapshotSkipsRange => "mirror",

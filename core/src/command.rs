@@ -1080,12 +1080,13 @@ pub enum Effect {
         /// The stream.
         stream: Arc<str>,
     },
-    /// Store `body` under `key`: a published message's payload.
+    /// Store `bytes` under `body.key`: a published message's payload, with the reference the cell keeps (so a host
+    /// can check the bytes wherever it keeps them).
     BodyStored {
-        /// The key its [`BodyRef`] names.
-        key: u64,
+        /// The reference: key, length and crc32c.
+        body: BodyRef,
         /// The bytes.
-        body: Bytes,
+        bytes: Bytes,
     },
     /// Store under `to` a copy of the body under `from` (a dead letter's copy). A host that cannot read `from` stores
     /// nothing under `to`, and a later read of the copy fails its check.

@@ -20,8 +20,8 @@ impl MemoryBodies {
     /// Acts on one drained effect: stores, copies or forgets a body. Every other effect is none of its business.
     pub fn apply(&mut self, effect: &Effect) {
         match effect {
-            Effect::BodyStored { key, body } => {
-                self.bodies.insert(*key, body.clone());
+            Effect::BodyStored { body, bytes } => {
+                self.bodies.insert(body.key, bytes.clone());
             }
             Effect::BodyCopied { from, to } => {
                 // A source that is not here leaves nothing under `to`: a later read of the copy fails, as it would

@@ -447,6 +447,15 @@ impl<S: Storage> Storage for Metered<S> {
         self.inner.read_many_framed(space, keys)
     }
 
+    fn read_part(
+        &self,
+        space: Space,
+        key: u64,
+        within: std::ops::Range<usize>,
+    ) -> Result<Option<Vec<u8>>, StorageError> {
+        self.inner.read_part(space, key, within)
+    }
+
     fn scan_framed(
         &self,
         space: Space,
@@ -491,6 +500,7 @@ mod tests {
         syncs: AtomicU64,
         checkpoints: AtomicU64,
         many: AtomicU64,
+        parts: AtomicU64,
         persists: AtomicU64,
     }
 
@@ -511,6 +521,15 @@ mod tests {
         fn read_many_framed(&self, space: Space, keys: &[u64]) -> Vec<Result<Option<Vec<u8>>, StorageError>> {
             self.many.fetch_add(1, Ordering::Relaxed);
             self.disk.read_many_framed(space, keys)
+        }
+        fn read_part(
+            &self,
+            space: Space,
+            key: u64,
+            within: std::ops::Range<usize>,
+        ) -> Result<Option<Vec<u8>>, StorageError> {
+            self.parts.fetch_add(1, Ordering::Relaxed);
+            self.disk.read_part(space, key, within)
         }
         fn scan_framed(
             &self,
@@ -546,6 +565,7 @@ mod tests {
             syncs: AtomicU64::new(0),
             checkpoints: AtomicU64::new(0),
             many: AtomicU64::new(0),
+            parts: AtomicU64::new(0),
             persists: AtomicU64::new(0),
         });
         let metered = Metered::new(inner.clone(), Arc::new(Metrics::new()));
@@ -565,6 +585,8 @@ mod tests {
         assert_eq!(metered.key_bounds(Space::Bodies), Ok(Some((7, 9))));
         assert_eq!(metered.get_many(Space::Bodies, &[8, 7]), vec![Ok(None), Ok(Some(b"body".to_vec()))]);
         assert_eq!(inner.many.load(Ordering::Relaxed), 1, "a batched read reaches the store it wraps");
+        assert_eq!(metered.read_part(Space::Bodies, 7, 1..3), Ok(Some(b"od".to_vec())));
+        assert_eq!(inner.parts.load(Ordering::Relaxed), 1, "a part's read reaches the store it wraps");
         assert_eq!(metered.sync_delay(), Duration::from_millis(3));
         assert_eq!(inner.syncs.load(Ordering::Relaxed), 1);
         assert_eq!(inner.checkpoints.load(Ordering::Relaxed), 1, "a checkpoint reaches the store it wraps");

@@ -81,6 +81,9 @@ pub enum Mutant {
     /// range is passed over as if the source held nothing there, and the mirror has a gap its source has not
     /// (mirror snapshot skips a range).
     MirrorSnapshotSkipsRange,
+    /// A snapshot lets the log behind it go without copying out the bodies the node kept in it: a message whose body
+    /// only the log held has none once the log is purged (in-log body not copied).
+    InLogNotCopied,
     /// The producer's first message, when its publish is applied at a cell time of 7 modulo 20 milliseconds (about
     /// 1 run in 20), is acknowledged but not kept: the canary, which shows the sweep reports failures at about the
     /// rate it should (a rate of 1 in 20 shows within 100 seeds; 1 in 100 would often show none).

@@ -11,6 +11,12 @@
 //! ([`StoredBodies::hold`]), deletes wait for a later snapshot, and the store is marked
 //! ([`MetaKey::BodiesUnswept`]) so that a restart meanwhile deletes what the stored state no longer refers to.
 //!
+//! A body the log already holds where it can be read again ([`crate::in_log`]: at least
+//! [`crate::in_log::IN_LOG_MIN_BYTES`], applied from the entry the log store wrote) is not written at all: the node
+//! keeps its place in the log, in memory, and reads it from there. A snapshot that refers to it copies it into the
+//! store before it is stored ([`StoredBodies::copy_out`]), since the log behind a snapshot may go; a body released
+//! before that is never written. A restart forgets the places, and its replay writes the bodies it applies as above.
+//!
 //! Bodies are read by the node that answers a client, after the apply and outside the replica's lock
 //! ([`StoredBodies::read`]). Reads are verified twice: the record's frame (crc32c over space, key and bytes) and the
 //! body's own length and crc32c, which the cell's [`BodyRef`] carries. A body that fails either is never served. A
@@ -26,6 +32,7 @@ use bytes::Bytes;
 use cellog_core::{BodyRef, Effect};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::in_log::{InLog, Placed};
 use crate::snapshot_transfer::{BodySource, Hold, Holds};
 use crate::storage::{Batch, MetaKey, Space, Storage, StorageError};
 
@@ -103,12 +110,35 @@ pub(crate) struct Damaged {
     pub answer: oneshot::Sender<Result<Bytes, String>>,
 }
 
-/// The body work of one apply call: bodies to write, in key order. Filled while the replica is held and written
-/// before it is let go ([`StoredBodies::write`]).
+/// The body work of one apply call: bodies to write, in key order, and bodies left in the log. Filled while the
+/// replica is held and written before it is let go ([`StoredBodies::write`]).
 #[derive(Debug, Default)]
 #[must_use = "body work that is not written loses the bodies the applied state refers to"]
 pub struct BodyWork {
     puts: BTreeMap<u64, Bytes>,
+    in_log: BTreeMap<u64, Kept>,
+    /// The entry being applied: its index and where its payloads are in the log.
+    entry: Option<(u64, Placed)>,
+}
+
+impl BodyWork {
+    /// The effects acted on from now on are the entry `index`'s, whose payloads are where `placed` says.
+    pub fn enter(&mut self, index: u64, placed: &Placed) {
+        self.entry = (!placed.is_empty()).then(|| (index, placed.clone()));
+    }
+
+    /// Where `bytes`, a body of the entry being applied, are in the log.
+    fn in_log(&self, bytes: &Bytes) -> Option<InLog> {
+        let (index, placed) = self.entry.as_ref()?;
+        placed.find(bytes).map(|offset| InLog { index: *index, offset })
+    }
+}
+
+/// A body the node keeps in the log: where, and the reference that checks it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Kept {
+    at: InLog,
+    body: BodyRef,
 }
 
 /// The bodies of a node's [`Storage`].
@@ -122,6 +152,8 @@ pub struct StoredBodies<S> {
     marked: AtomicBool,
     /// Snapshots being sent from these bodies.
     holds: Holds,
+    /// The bodies kept in the log (see [`crate::in_log`]), by key, until a snapshot copies them out.
+    in_log: Mutex<BTreeMap<u64, Kept>>,
     /// The running node's repairs, once it has started.
     repairs: OnceLock<RepairQueue>,
 }
@@ -148,6 +180,7 @@ impl<S: Storage> StoredBodies<S> {
             n_unreadable: AtomicU64::new(0),
             marked: AtomicBool::new(false),
             holds: Holds::default(),
+            in_log: Mutex::new(BTreeMap::new()),
             repairs: OnceLock::new(),
         }
     }
@@ -195,16 +228,34 @@ impl<S: Storage> StoredBodies<S> {
         self.released.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    fn kept(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Kept>> {
+        self.in_log.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     /// Acts on one effect the cell drained: a body to store or copy joins `work`; a released one waits for the next
     /// stored snapshot. Every other effect is none of this store's business.
     pub fn act(&self, work: &mut BodyWork, effect: &Effect) {
         match effect {
-            Effect::BodyStored { key, body } => {
-                work.puts.insert(*key, body.clone());
-            }
+            Effect::BodyStored { body, bytes } => match work.in_log(bytes) {
+                Some(at) => {
+                    work.in_log.insert(body.key, Kept { at, body: *body });
+                }
+                None => {
+                    work.puts.insert(body.key, bytes.clone());
+                }
+            },
             Effect::BodyCopied { from, to } => {
-                let source = match work.puts.get(from) {
-                    Some(body) => Ok(body.clone()),
+                // A copy of a body this apply left in the log stays there too: the same bytes, under the new key. A
+                // body an earlier apply left there is copied into the store: a place is only ever in an entry of the
+                // apply that keeps it, so the snapshot that lets that entry go has copied out every body placed in it.
+                if let Some(kept) = work.in_log.get(from).copied() {
+                    work.in_log.insert(*to, Kept { at: kept.at, body: BodyRef { key: *to, ..kept.body } });
+                    return;
+                }
+                let kept = self.kept().get(from).copied();
+                let in_log = || kept.and_then(|kept| self.read_in_log(kept.at, &kept.body).ok().flatten());
+                let source = match work.puts.get(from).cloned().or_else(in_log) {
+                    Some(body) => Ok(body),
                     None => match self.storage.get(Space::Bodies, *from) {
                         Ok(Some(body)) => Ok(Bytes::from(body)),
                         Ok(None) => Err(BodyReadError::Missing { key: *from }.to_string()),
@@ -223,16 +274,20 @@ impl<S: Storage> StoredBodies<S> {
                 // Put during this apply, it need not be written. It is deleted from storage all the same: a log
                 // replayed after a restart puts bodies again that were written before it.
                 work.puts.remove(key);
+                work.in_log.remove(key);
                 self.released().push(*key);
             }
             _ => {}
         }
     }
 
-    /// Puts the bodies of `work` into `batch`.
-    pub fn stage(&self, work: BodyWork, batch: &mut Batch) {
+    /// Puts the bodies of `work` into `batch`, and keeps the places of those left in the log.
+    fn stage(&self, work: BodyWork, batch: &mut Batch) {
         for (key, body) in work.puts {
             batch.put(Space::Bodies, key, &body);
+        }
+        if !work.in_log.is_empty() {
+            self.kept().extend(work.in_log);
         }
     }
 
@@ -274,32 +329,120 @@ impl<S: Storage> StoredBodies<S> {
     /// The body `body` refers to, verified against the reference. Says nothing about damage on its own: the caller,
     /// who knows whether the reference is still current, calls [`StoredBodies::mark_damaged`].
     pub fn read(&self, body: &BodyRef) -> Result<Bytes, BodyReadError> {
-        match self.storage.get(Space::Bodies, body.key) {
-            Ok(Some(bytes)) => {
-                body.verify(&bytes).map_err(|reason| BodyReadError::Damaged { reason })?;
-                Ok(Bytes::from(bytes))
-            }
-            Ok(None) => Err(BodyReadError::Missing { key: body.key }),
-            Err(error) => Err(BodyReadError::Damaged { reason: error.to_string() }),
+        let kept = self.kept().get(&body.key).copied();
+        match kept.map(|kept| self.read_in_log(kept.at, body)) {
+            Some(Ok(Some(bytes))) => Ok(bytes),
+            Some(Err(reason)) => from_store(self.storage.get(Space::Bodies, body.key), body, Some(reason)),
+            Some(Ok(None)) | None => from_store(self.storage.get(Space::Bodies, body.key), body, None),
         }
     }
 
-    /// The bodies `bodies` refer to, each read and verified as [`StoredBodies::read`] does, in one batched read.
+    /// The bodies `bodies` refer to, each read and verified as [`StoredBodies::read`] does, those in the store in one
+    /// batched read.
     pub fn read_many(&self, bodies: &[&BodyRef]) -> Vec<Result<Bytes, BodyReadError>> {
-        let keys: Vec<u64> = bodies.iter().map(|body| body.key).collect();
-        self.storage
-            .get_many(Space::Bodies, &keys)
-            .into_iter()
-            .zip(bodies)
-            .map(|(read, body)| match read {
-                Ok(Some(bytes)) => {
-                    body.verify(&bytes).map_err(|reason| BodyReadError::Damaged { reason })?;
-                    Ok(Bytes::from(bytes))
+        let places: Vec<Option<Kept>> = {
+            let kept = self.kept();
+            if kept.is_empty() {
+                vec![None; bodies.len()]
+            } else {
+                bodies.iter().map(|body| kept.get(&body.key).copied()).collect()
+            }
+        };
+        let mut read: Vec<Option<Result<Option<Bytes>, String>>> =
+            places.iter().zip(bodies).map(|(kept, body)| kept.map(|kept| self.read_in_log(kept.at, body))).collect();
+        let from_store_at: Vec<usize> =
+            (0..bodies.len()).filter(|&at| !matches!(read[at], Some(Ok(Some(_))))).collect();
+        let keys: Vec<u64> = from_store_at.iter().map(|&at| bodies[at].key).collect();
+        let mut stored = self.storage.get_many(Space::Bodies, &keys).into_iter();
+        let mut answers: Vec<Result<Bytes, BodyReadError>> = Vec::with_capacity(bodies.len());
+        for (at, body) in bodies.iter().enumerate() {
+            let answer = match read[at].take() {
+                Some(Ok(Some(bytes))) => Ok(bytes),
+                in_log => {
+                    let stored = stored.next().unwrap_or(Ok(None));
+                    from_store(stored, body, in_log.and_then(Result::err))
                 }
-                Ok(None) => Err(BodyReadError::Missing { key: body.key }),
-                Err(error) => Err(BodyReadError::Damaged { reason: error.to_string() }),
-            })
-            .collect()
+            };
+            answers.push(answer);
+        }
+        answers
+    }
+
+    /// A body kept in the log, read from `at` and verified against `body`; `None` when the log no longer holds the
+    /// entry (a snapshot copied the body out, or it was released, and the log behind the snapshot went); an error
+    /// says what was damaged.
+    fn read_in_log(&self, at: InLog, body: &BodyRef) -> Result<Option<Bytes>, String> {
+        let start = at.offset as usize;
+        match self.storage.read_part(Space::Log, at.index, start..start + body.len as usize) {
+            Ok(Some(bytes)) => {
+                body.verify(&bytes)?;
+                Ok(Some(Bytes::from(bytes)))
+            }
+            Ok(None) => Ok(None),
+            Err(error) => Err(error.to_string()),
+        }
+    }
+
+    /// The bodies kept in the log now: what a snapshot of the state as it is now must copy out before it is stored.
+    /// Taken with the state, under the replica's lock.
+    pub(crate) fn kept_now(&self) -> BTreeMap<u64, Kept> {
+        self.kept().clone()
+    }
+
+    /// Copies the bodies of `kept` into the store, unlogged (a persist makes them durable, before the snapshot that
+    /// refers to them is stored), but those in `released` (the snapshot does not refer to them), in batches of at most
+    /// 4 MiB. A body that cannot be read from the log is damage, unless the store already holds a copy that verifies
+    /// (a repair wrote it): the node marks it and goes on.
+    pub(crate) fn copy_out(&self, kept: &BTreeMap<u64, Kept>, released: &[u64]) -> Result<(), StorageError> {
+        const BATCH_BYTES: usize = 4 << 20;
+        #[cfg(madsim)]
+        if cellog_planted::active(cellog_planted::Mutant::InLogNotCopied) {
+            return Ok(());
+        }
+        let released: std::collections::BTreeSet<u64> = released.iter().copied().collect();
+        let mut batch = Batch::new();
+        let mut bytes = 0;
+        for (key, kept) in kept {
+            if released.contains(key) {
+                continue;
+            }
+            match self.read_in_log(kept.at, &kept.body) {
+                Ok(Some(body)) => {
+                    bytes += body.len();
+                    batch.put(Space::Bodies, *key, &body);
+                }
+                read => {
+                    let reason = read.err().unwrap_or_else(|| format!("entry {} is not in the log", kept.at.index));
+                    if from_store(self.storage.get(Space::Bodies, *key), &kept.body, None).is_err() {
+                        self.mark_damaged(*key, &reason);
+                    }
+                }
+            }
+            if bytes >= BATCH_BYTES {
+                self.storage.write_unlogged(std::mem::take(&mut batch))?;
+                bytes = 0;
+            }
+        }
+        if !batch.is_empty() {
+            self.storage.write_unlogged(batch)?;
+        }
+        Ok(())
+    }
+
+    /// Forgets the places of `kept` once a snapshot that copied them out is stored: the log behind it may go.
+    pub(crate) fn forget(&self, kept: &BTreeMap<u64, Kept>) {
+        let mut places = self.kept();
+        for (key, copied) in kept {
+            if places.get(key) == Some(copied) {
+                places.remove(key);
+            }
+        }
+    }
+
+    /// Forgets every body kept in the log: a snapshot installed whole replaces the state and the log, and brought
+    /// every body it refers to.
+    pub(crate) fn forget_all(&self) {
+        self.kept().clear();
     }
 
     /// Reads that failed on damage since the node started.
@@ -341,6 +484,26 @@ impl<S: Storage> BodySource for StoredBodies<S> {
 
     fn repair(&self, body: &BodyRef, reason: &str) -> Option<oneshot::Receiver<Result<Bytes, String>>> {
         self.found_damaged(*body, Need::Held, reason)
+    }
+}
+
+/// A body read from the store, verified against `body`; when it is not there, `in_log` says why the log could not
+/// serve it either (damage), if the node kept it there.
+fn from_store(
+    read: Result<Option<Vec<u8>>, StorageError>,
+    body: &BodyRef,
+    in_log: Option<String>,
+) -> Result<Bytes, BodyReadError> {
+    match read {
+        Ok(Some(bytes)) => {
+            body.verify(&bytes).map_err(|reason| BodyReadError::Damaged { reason })?;
+            Ok(Bytes::from(bytes))
+        }
+        Ok(None) => match in_log {
+            Some(reason) => Err(BodyReadError::Damaged { reason }),
+            None => Err(BodyReadError::Missing { key: body.key }),
+        },
+        Err(error) => Err(BodyReadError::Damaged { reason: error.to_string() }),
     }
 }
 

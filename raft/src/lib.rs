@@ -35,6 +35,7 @@ pub mod format;
 mod founder;
 pub mod founding;
 pub mod identity;
+pub mod in_log;
 pub mod log_store;
 pub mod membership;
 pub mod network;

@@ -15,7 +15,7 @@ use std::ops::{Bound, RangeBounds};
 use std::sync::{Arc, Mutex};
 
 use openraft::storage::{LogFlushed, RaftLogStorage};
-use openraft::{LogState, OptionalSend, RaftLogReader, StorageIOError, Vote};
+use openraft::{EntryPayload, LogState, OptionalSend, RaftLogReader, StorageIOError, Vote};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
@@ -471,8 +471,12 @@ impl<S: Storage + Clone> RaftLogStorage<TypeConfig> for LogStore<S> {
     {
         let mut batch = Batch::new();
         let mut appended = Vec::new();
-        for entry in entries {
-            let encoded = encode(&entry);
+        for mut entry in entries {
+            // Where the entry's payloads land is kept with it, so that applying it can leave them in the log.
+            let (encoded, placed) = crate::in_log::encode_placing(&entry);
+            if let EntryPayload::Normal(request) = &mut entry.payload {
+                request.placed = placed;
+            }
             let size = (encoded.len() + crate::storage::FRAME_BYTES) as u64;
             self.sizes.insert(entry.log_id.index, size);
             batch.put(Space::Log, entry.log_id.index, &encoded);
@@ -539,7 +543,7 @@ impl<S: Storage + Clone> RaftLogStorage<TypeConfig> for LogStore<S> {
 
 #[cfg(test)]
 mod tests {
-    use openraft::{CommittedLeaderId, EntryPayload};
+    use openraft::CommittedLeaderId;
 
     use super::*;
 

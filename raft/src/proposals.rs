@@ -111,7 +111,8 @@ pub(crate) async fn pack_proposals(
         // (the entry in memory carries them), or Raft's answer to the proposal (a proposal refused, leadership lost, or
         // an entry applied after it was read back from the store).
         let waiting = Waiting::new(Proposers { replies, in_flight: permit });
-        let committed = raft.client_write_ff(Request { at, commands, waiting: waiting.clone() }).await;
+        let committed =
+            raft.client_write_ff(Request { at, commands, waiting: waiting.clone(), placed: Default::default() }).await;
         tokio::spawn(async move {
             let answered = match committed {
                 Err(fatal) => Err(fatal.to_string()),

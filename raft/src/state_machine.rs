@@ -409,26 +409,29 @@ impl<S: Storage + Clone> StateMachineStore<S> {
     /// and syncs it.
     fn persist_snapshot(&self) -> Result<Snapshot<TypeConfig>, RaftStorageError> {
         self.take_initial_meta();
-        let (bytes, meta, released) = {
+        let (bytes, meta, released, kept) = {
             // Never a replica that a panic interrupted: it may hold half an entry, and a snapshot would keep it.
             let replica = read_replica(&self.replica).map_err(state_error)?;
             let file = replica.file();
-            // Taken with the state: every body released so far is one this snapshot no longer refers to.
+            // Taken with the state: every body released so far is one this snapshot no longer refers to, and every
+            // body kept in the log that it refers to must be copied out before it is stored.
             let released = self.bodies.take_released();
-            (postcard::to_stdvec(&file).expect("encoding into memory does not fail"), replica.meta(), released)
+            let kept = self.bodies.kept_now();
+            (postcard::to_stdvec(&file).expect("encoding into memory does not fail"), replica.meta(), released, kept)
         };
-        // The bodies this state refers to were written without the journal before the replica was let go: durable
-        // now, before the snapshot that lets the log holding them go.
-        if let Err(error) = self.storage.persist() {
-            self.bodies.give_back(released);
-            return Err(state_error(error));
-        }
         let mut stored = self.stored.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if *stored > meta.last_log_id {
             // A newer snapshot was installed while this one was built: it stays. The releases taken above were not
             // among the bodies its install deleted; a later snapshot deletes them.
             self.bodies.give_back(released);
             return Ok(Snapshot { meta: self.stored_meta()?, snapshot: Box::new(SnapshotData::Empty) });
+        }
+        // The bodies this state refers to were written without the journal before the replica was let go, or are in
+        // the log and copied out now (with `stored` held, so no install replaces the log meanwhile): durable, before
+        // the snapshot that lets the log holding them go.
+        if let Err(error) = self.bodies.copy_out(&kept, &released).and_then(|()| self.storage.persist()) {
+            self.bodies.give_back(released);
+            return Err(state_error(error));
         }
         let mut batch = Batch::new();
         self.delete_unless_held(released, &mut batch);
@@ -437,6 +440,7 @@ impl<S: Storage + Clone> StateMachineStore<S> {
         self.storage.sync().map_err(state_error)?;
         self.storage.checkpoint().map_err(state_error)?;
         *stored = meta.last_log_id;
+        self.bodies.forget(&kept);
         self.snapshot_bytes.store(bytes.len() as u64, Ordering::Release);
         Ok(Snapshot { meta, snapshot: Box::new(SnapshotData::Empty) })
     }
@@ -563,6 +567,7 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
             let response = match entry.payload {
                 EntryPayload::Blank => Response::Empty,
                 EntryPayload::Normal(request) => {
+                    work.enter(index, &request.placed);
                     let waiting = request.waiting.take();
                     let kinds: Vec<&'static str> =
                         if traced { request.commands.iter().map(Command::kind).collect() } else { Vec::new() };
@@ -699,6 +704,7 @@ impl<S: Storage + Clone> StateMachineStore<S> {
         self.storage.sync().map_err(state_error)?;
         self.storage.checkpoint().map_err(state_error)?;
         *stored = meta.last_log_id;
+        self.bodies.forget_all();
         self.snapshot_bytes.store(received.file.len() as u64, Ordering::Release);
         drop(stored);
         current.cell = replica.cell;

@@ -6,6 +6,8 @@ use cellog_core::{Command, Millis, Outcome, Rejection};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{OwnedSemaphorePermit, oneshot};
 
+use crate::in_log::Placed;
+
 /// A node's id within a cell.
 pub type NodeId = u64;
 
@@ -44,12 +46,16 @@ pub struct Request {
     /// Who waits for the answers, on the node that proposed the entry: in memory only, never stored nor sent.
     #[serde(skip)]
     pub(crate) waiting: Waiting,
+    /// Where its payloads are in its stored encoding, once the log store wrote it (see [`crate::in_log`]): in memory
+    /// only, never stored nor sent.
+    #[serde(skip)]
+    pub(crate) placed: Placed,
 }
 
 impl Request {
     /// The entry of `commands` stamped `at`, with nobody waiting for its answers.
     pub fn new(at: Millis, commands: Vec<Command>) -> Self {
-        Request { at, commands, waiting: Waiting::default() }
+        Request { at, commands, waiting: Waiting::default(), placed: Placed::default() }
     }
 }
 

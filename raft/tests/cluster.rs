@@ -1040,3 +1040,114 @@ fn timers_do_not_depend_on_the_order_a_select_polls_its_branches() {
         assert_eq!(run(), first, "the same seed woke the sleepers in another order");
     }
 }
+
+/// Bytes of a payload the log keeps: well above `IN_LOG_MIN_BYTES`.
+const LARGE: usize = 3 * cellog_raft::in_log::IN_LOG_MIN_BYTES;
+
+/// Large payloads are written once, in the log: no node writes them to its body store until a snapshot refers to
+/// them, which copies them out before the log behind it goes; they read the same before, after and across a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_bodies_stay_in_the_log_until_a_snapshot_copies_them_out() {
+    let mut cell = TestCell::new(NO_SNAPSHOTS);
+    cell.bootstrap(&[1, 2, 3]).await;
+    cell.create_stream().await;
+    cell.publish_sized("large", 20, LARGE).await;
+    cell.publish("small", 5).await;
+    cell.converge().await;
+    for id in [1, 2, 3] {
+        assert_eq!(cell.disks[&id].keys(Space::Bodies).len(), 5, "node {id} wrote only the small bodies");
+    }
+
+    for id in [1, 2, 3] {
+        cell.node(id).raft().trigger().snapshot().await.expect("snapshot");
+        wait_snapshot(&cell, id).await;
+        cell.node(id).raft().trigger().purge_log(last_applied(&cell, id)).await.expect("purge");
+        wait_purged(&cell, id).await;
+        let stored = cell.disks[&id].keys(Space::Bodies).len();
+        assert_eq!(stored, 25, "node {id} copied every retained body out before its log went");
+    }
+    cell.converge().await;
+
+    let leader = cell.wait_leader(&[1, 2, 3]).await;
+    let follower = [1, 2, 3].into_iter().find(|&id| id != leader).unwrap();
+    cell.stop(follower, true).await;
+    cell.start(follower).await;
+    cell.publish_sized("after", 5, LARGE).await;
+    cell.converge().await;
+}
+
+/// A large body released before any snapshot refers to it never reaches the body store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_body_released_before_a_snapshot_is_never_written_again() {
+    let mut cell = TestCell::new(NO_SNAPSHOTS);
+    cell.bootstrap(&[1, 2, 3]).await;
+    let config =
+        cellog_core::StreamConfig { max_messages: Some(2), ..cellog_core::StreamConfig::with_subjects(["orders.>"]) };
+    cell.propose(cellog_core::Command::CreateStream { name: "orders".to_string(), config }).await.expect("stream");
+    cell.publish_sized("large", 10, LARGE).await;
+    cell.acked.drain(..8);
+    cell.converge().await;
+    for id in [1, 2, 3] {
+        assert_eq!(cell.disks[&id].keys(Space::Bodies).len(), 0, "node {id} wrote no body");
+    }
+    for id in [1, 2, 3] {
+        cell.node(id).raft().trigger().snapshot().await.expect("snapshot");
+        wait_snapshot(&cell, id).await;
+        assert_eq!(cell.disks[&id].keys(Space::Bodies).len(), 2, "node {id} wrote only the two retained bodies");
+    }
+    cell.converge().await;
+}
+
+/// A body kept in the log that the disk damaged is never served, and is repaired from a peer's copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_body_in_the_log_is_never_served_and_is_repaired_from_a_peer() {
+    let mut cell = TestCell::new(NO_SNAPSHOTS);
+    cell.bootstrap(&[1, 2, 3]).await;
+    cell.create_stream().await;
+    cell.publish_sized("large", 10, LARGE).await;
+    cell.converge().await;
+    let leader = cell.wait_leader(&[1, 2, 3]).await;
+    let victim = [1, 2, 3].into_iter().find(|id| *id != leader).unwrap();
+    let (payload, partition, seq) = cell.acked.last().cloned().unwrap();
+    let record = cell.node(victim).replica().unwrap().cell.read("orders", partition, seq).unwrap();
+    assert!(cell.node(victim).payload("orders", &record).is_ok());
+    // A bit in the middle of the payload, where the entry that carries it holds it.
+    let disk = &cell.disks[&victim];
+    let (entry, at) = disk
+        .keys(Space::Log)
+        .into_iter()
+        .find_map(|key| {
+            let record = disk.read_framed(Space::Log, key).unwrap().unwrap();
+            let at = record.windows(payload.len()).position(|window| window == payload.as_bytes())?;
+            Some((key, at))
+        })
+        .expect("the log holds the payload");
+    assert!(disk.flip_bit(Space::Log, entry, (at + payload.len() / 2) * 8));
+
+    assert!(
+        matches!(cell.node(victim).payload("orders", &record), Err(cellog_raft::BodyError::Unreadable { .. })),
+        "the damaged body is refused"
+    );
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while cell.node(victim).payload("orders", &record).is_err() {
+        assert!(tokio::time::Instant::now() < deadline, "the body was not repaired");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(cell.disks[&victim].get(Space::Meta, MetaKey::BodiesDamaged as u64).unwrap().is_none());
+    cell.converge().await;
+}
+
+/// Waits until node `id` has taken a snapshot of everything it applied.
+async fn wait_snapshot(cell: &TestCell, id: NodeId) {
+    let applied = cell.node(id).raft().metrics().borrow().last_applied;
+    cell.node(id)
+        .raft()
+        .wait(Some(TIMEOUT))
+        .metrics(|m| m.snapshot >= applied, "the node snapshotted")
+        .await
+        .expect("the node snapshots");
+}
+
+fn last_applied(cell: &TestCell, id: NodeId) -> u64 {
+    cell.node(id).raft().metrics().borrow().last_applied.map_or(0, |log_id| log_id.index)
+}

@@ -145,10 +145,24 @@ pub fn txn_message_id(round: usize, index: usize) -> String {
     format!("t{round}-{index}")
 }
 
+/// The bytes of a larger body, that the node keeps in the log it was written to (at least
+/// `cellog_raft::in_log::IN_LOG_MIN_BYTES`) until a snapshot copies it out.
+pub const LARGE_BODY_BYTES: usize = 6_000;
+
+/// The body of message `msg_id`: its id, padded to [`LARGE_BODY_BYTES`] for about one message in ten (those whose id
+/// ends in 3), so that bodies kept in the log meet every fault too.
+pub fn body_of(msg_id: &str) -> Bytes {
+    if msg_id.ends_with('3') {
+        Bytes::from(format!("{msg_id:.<LARGE_BODY_BYTES$}"))
+    } else {
+        Bytes::from(msg_id.to_string())
+    }
+}
+
 fn request(subject: String, msg_id: String) -> v1::PublishRequest {
     v1::PublishRequest {
         subject,
-        payload: Bytes::from(msg_id.clone()),
+        payload: body_of(&msg_id),
         deliver_after_ms: is_delayed(&msg_id).then_some(DELAY_MS),
         msg_id: Some(msg_id),
         ..v1::PublishRequest::default()

@@ -20,7 +20,7 @@ use crate::time::Millis;
 pub(super) fn store_body(effects: &mut Vec<Effect>, next_body: &mut u64, payload: Bytes) -> BodyRef {
     let body = BodyRef::of(*next_body, &payload);
     *next_body += 1;
-    effects.push(Effect::BodyStored { key: body.key, body: payload });
+    effects.push(Effect::BodyStored { body, bytes: payload });
     body
 }
 

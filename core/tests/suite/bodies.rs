@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use cellog_core::{
-    AckKind, Body, Cell, Command, ConsumerConfig, Effect, MemoryBodies, Millis, PublishRequest, SnapshotError,
+    AckKind, Body, BodyRef, Cell, Command, ConsumerConfig, Effect, MemoryBodies, Millis, PublishRequest, SnapshotError,
     StreamConfig,
 };
 use common::{Harness, is_body_work};
@@ -27,7 +27,8 @@ fn a_publish_hands_its_body_to_the_host_and_keeps_a_reference() {
     let mut h = Harness::new();
     h.simple_stream("orders");
     let work = body_work(&mut h, Command::Publish(PublishRequest::new("orders.a", "hello")));
-    assert_eq!(work, vec![Effect::BodyStored { key: 1, body: Bytes::from_static(b"hello") }]);
+    let hello = Bytes::from_static(b"hello");
+    assert_eq!(work, vec![Effect::BodyStored { body: BodyRef::of(1, &hello), bytes: hello }]);
     let record = h.cell.read("orders", 0, 1).unwrap();
     let Body::Stored(body) = record.body else { panic!("expected a stored body, found {:?}", record.body) };
     assert_eq!((body.key, body.len, body.crc), (1, 5, crc32c::crc32c(b"hello")));
@@ -68,7 +69,10 @@ fn every_way_a_message_goes_releases_its_body() {
     }
     // The limit makes room: the oldest body is released before the new one is stored.
     let work = body_work(&mut h, Command::Publish(PublishRequest::new("orders.a", "m4")));
-    assert_eq!(work, vec![Effect::BodyReleased { key: 1 }, Effect::BodyStored { key: 4, body: "m4".into() }]);
+    assert_eq!(
+        work,
+        vec![Effect::BodyReleased { key: 1 }, Effect::BodyStored { body: BodyRef::of(4, b"m4"), bytes: "m4".into() }]
+    );
     h.publish("orders.a", "m5").unwrap();
     assert_eq!((h.bodies.len(), h.cell.body_refs().len()), (3, 3));
 

@@ -254,6 +254,12 @@ pub trait Storage: Send + Sync + 'static {
     /// batching by forgetting to forward it.
     fn read_many_framed(&self, space: Space, keys: &[u64]) -> Vec<Result<Option<Vec<u8>>, StorageError>>;
 
+    /// The bytes `within` of the payload of the record under a key (after its frame), not verified: the caller checks
+    /// them against a checksum of its own (a body in the log, see [`crate::in_log`]). A record too short to hold them
+    /// is [`StorageError::Corrupt`]. Required, so that a wrapper cannot make it read the whole record by forgetting to
+    /// forward it.
+    fn read_part(&self, space: Space, key: u64, within: Range<usize>) -> Result<Option<Vec<u8>>, StorageError>;
+
     /// Up to `limit` stored records with keys in `keys`, in key order.
     fn scan_framed(&self, space: Space, keys: Range<u64>, limit: usize) -> Result<Vec<(u64, Vec<u8>)>, StorageError>;
 
@@ -325,6 +331,9 @@ impl<S: Storage + ?Sized> Storage for std::sync::Arc<S> {
     fn read_many_framed(&self, space: Space, keys: &[u64]) -> Vec<Result<Option<Vec<u8>>, StorageError>> {
         (**self).read_many_framed(space, keys)
     }
+    fn read_part(&self, space: Space, key: u64, within: Range<usize>) -> Result<Option<Vec<u8>>, StorageError> {
+        (**self).read_part(space, key, within)
+    }
     fn scan_framed(&self, space: Space, keys: Range<u64>, limit: usize) -> Result<Vec<(u64, Vec<u8>)>, StorageError> {
         (**self).scan_framed(space, keys, limit)
     }
@@ -368,6 +377,19 @@ pub fn frame(space: Space, key: u64, payload: &[u8]) -> Vec<u8> {
     framed.extend_from_slice(&(payload.len() as u32).to_le_bytes());
     framed.extend_from_slice(payload);
     framed
+}
+
+/// The bytes `within` of a framed record's payload, not verified (see [`Storage::read_part`]).
+pub fn part_of(space: Space, key: u64, framed: &[u8], within: Range<usize>) -> Result<Vec<u8>, StorageError> {
+    let (start, end) = (within.start.saturating_add(FRAME_BYTES), within.end.saturating_add(FRAME_BYTES));
+    match framed.get(start..end) {
+        Some(part) => Ok(part.to_vec()),
+        _ => Err(StorageError::Corrupt {
+            space,
+            key,
+            reason: format!("bytes {within:?} asked of a {}-byte record", framed.len().saturating_sub(FRAME_BYTES)),
+        }),
+    }
 }
 
 /// Verifies a framed record read from `space` at `key` and returns its payload.

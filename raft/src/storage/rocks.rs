@@ -280,6 +280,13 @@ impl Storage for RocksStorage {
         }
     }
 
+    fn read_part(&self, space: Space, key: u64, within: Range<usize>) -> Result<Option<Vec<u8>>, StorageError> {
+        match space {
+            Space::Log => self.log.read_part(key, within),
+            _ => self.read_framed(space, key)?.map(|framed| super::part_of(space, key, &framed, within)).transpose(),
+        }
+    }
+
     /// One batched lookup (RocksDB sorts the keys and reads each block once), instead of a lookup per key.
     fn read_many_framed(&self, space: Space, keys: &[u64]) -> Vec<Result<Option<Vec<u8>>, StorageError>> {
         if space == Space::Log || keys.iter().any(|&key| beside_the_log(space, key)) {

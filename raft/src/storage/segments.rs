@@ -43,7 +43,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::StorageError;
+use super::{FRAME_BYTES, Space, StorageError};
 
 /// Bytes a segment holds before the next one starts (64 MiB).
 pub const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
@@ -483,6 +483,28 @@ impl SegmentLog {
             inner.index.get(&key).map(|place| (*place, inner.segments[&place.segment].file.clone()))
         };
         found.map(|(place, file)| self.read_at(place, &file)).transpose()
+    }
+
+    /// The bytes `within` of the payload of the framed record under `key` (after its frame), not verified: one read of
+    /// those bytes alone.
+    pub fn read_part(&self, key: u64, within: Range<usize>) -> Result<Option<Vec<u8>>, StorageError> {
+        let found = {
+            let inner = self.lock();
+            inner.index.get(&key).map(|place| (*place, inner.segments[&place.segment].file.clone()))
+        };
+        let Some((place, file)) = found else { return Ok(None) };
+        let payload = (place.len as usize).saturating_sub(FRAME_BYTES);
+        if within.start > within.end || within.end > payload {
+            return Err(StorageError::Corrupt {
+                space: Space::Log,
+                key,
+                reason: format!("bytes {within:?} asked of a {payload}-byte record"),
+            });
+        }
+        let mut part = vec![0u8; within.end - within.start];
+        let at = place.offset + (FRAME_BYTES + within.start) as u64;
+        file.read_exact_at(&mut part, at).map_err(|e| io_error("reading", &self.path(place.segment), e))?;
+        Ok(Some(part))
     }
 
     /// The framed record beside the log under `key`.

@@ -400,6 +400,12 @@ impl Storage for SimDisk {
         Ok(state.view.get(&(space, key)).cloned())
     }
 
+    fn read_part(&self, space: Space, key: u64, within: Range<usize>) -> Result<Option<Vec<u8>>, StorageError> {
+        let mut state = self.lock();
+        state.check_readable(space, key)?;
+        state.view.get(&(space, key)).map(|framed| super::part_of(space, key, framed, within)).transpose()
+    }
+
     /// One by one, as a device without batched lookups would: each draws its own read error.
     fn read_many_framed(&self, space: Space, keys: &[u64]) -> Vec<Result<Option<Vec<u8>>, StorageError>> {
         keys.iter().map(|&key| self.read_framed(space, key)).collect()

@@ -277,12 +277,18 @@ impl TestCell {
 
     /// Publishes `n` messages with ids, recording each acknowledgement.
     pub async fn publish(&mut self, prefix: &str, n: usize) {
+        self.publish_sized(prefix, n, 0).await;
+    }
+
+    /// Publishes `n` messages with ids and payloads of at least `size` bytes, recording each acknowledgement.
+    pub async fn publish_sized(&mut self, prefix: &str, n: usize, size: usize) {
         for i in 0..n {
-            let payload = format!("{prefix}-{i}");
-            let request = PublishRequest::new(format!("orders.{}", i % 5), payload.clone()).with_id(payload.clone());
+            let id = format!("{prefix}-{i}");
+            let payload = format!("{id:.<size$}");
+            let request = PublishRequest::new(format!("orders.{}", i % 5), payload.clone()).with_id(id.clone());
             match self.propose(Command::Publish(request)).await {
                 Ok(Outcome::Published(ack)) => self.acked.push((payload, ack.partition, ack.seq)),
-                other => panic!("publish {payload} answered {other:?}"),
+                other => panic!("publish {id} answered {other:?}"),
             }
         }
     }
