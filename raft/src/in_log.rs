@@ -76,10 +76,12 @@ impl std::fmt::Debug for Placed {
     }
 }
 
-/// A postcard output that notes where each long run of bytes lands. Written here because postcard's flavors are
-/// the one place an encoding's offsets can be seen without encoding twice.
+/// A postcard output that notes where each long run of bytes lands (from `base`, where the value starts in `out`).
+/// Written here because postcard's flavors are the one place an encoding's offsets can be seen without encoding
+/// twice.
 struct Placing {
     out: Vec<u8>,
+    base: usize,
     runs: Vec<Run>,
 }
 
@@ -88,7 +90,7 @@ impl postcard::ser_flavors::Flavor for Placing {
 
     fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
         if data.len() >= IN_LOG_MIN_BYTES
-            && let (Ok(len), Ok(offset)) = (u32::try_from(data.len()), u32::try_from(self.out.len()))
+            && let (Ok(len), Ok(offset)) = (u32::try_from(data.len()), u32::try_from(self.out.len() - self.base))
         {
             self.runs.push(Run { addr: data.as_ptr() as usize, len, offset });
         }
@@ -106,9 +108,11 @@ impl postcard::ser_flavors::Flavor for Placing {
     }
 }
 
-/// `value` encoded as postcard encodes it (the same bytes), and where its long runs of bytes are in the encoding.
-pub fn encode_placing<T: Serialize>(value: &T) -> (Vec<u8>, Placed) {
-    let placing = Placing { out: Vec::new(), runs: Vec::new() };
+/// `value` encoded as postcard encodes it (the same bytes), appended to `out`, and where its long runs of bytes are in
+/// the encoding (counted from where it starts in `out`).
+pub fn encode_placing<T: Serialize>(value: &T, out: Vec<u8>) -> (Vec<u8>, Placed) {
+    let base = out.len();
+    let placing = Placing { out, base, runs: Vec::new() };
     let (out, mut runs) = postcard::serialize_with_flavor(value, placing).expect("encoding into memory does not fail");
     if runs.is_empty() {
         return (out, Placed::default());
@@ -139,8 +143,9 @@ mod tests {
             small: Bytes::from(vec![2u8; 10]),
             second: Bytes::from(vec![3u8; IN_LOG_MIN_BYTES * 3]),
         };
-        let (encoded, placed) = encode_placing(&two);
-        assert_eq!(encoded, postcard::to_stdvec(&two).unwrap());
+        let (encoded, placed) = encode_placing(&two, b"head".to_vec());
+        assert_eq!(encoded[4..], postcard::to_stdvec(&two).unwrap());
+        let encoded = &encoded[4..];
         for bytes in [&two.first, &two.second] {
             let offset = placed.find(bytes).expect("placed") as usize;
             assert_eq!(&encoded[offset..offset + bytes.len()], &bytes[..]);
@@ -149,6 +154,6 @@ mod tests {
         // The same bytes elsewhere, or a part of them, are not found.
         assert_eq!(placed.find(&Bytes::from(vec![1u8; IN_LOG_MIN_BYTES])), None);
         assert_eq!(placed.find(&two.second.slice(0..IN_LOG_MIN_BYTES)), None);
-        assert!(encode_placing(&"x".repeat(10)).1.is_empty());
+        assert!(encode_placing(&"x".repeat(10), Vec::new()).1.is_empty());
     }
 }

@@ -472,14 +472,19 @@ impl<S: Storage + Clone> RaftLogStorage<TypeConfig> for LogStore<S> {
         let mut batch = Batch::new();
         let mut appended = Vec::new();
         for mut entry in entries {
-            // Where the entry's payloads land is kept with it, so that applying it can leave them in the log.
-            let (encoded, placed) = crate::in_log::encode_placing(&entry);
+            // Encoded once, into the record as it is stored (sized first: a payload is not copied again as the buffer
+            // grows). Where the entry's payloads land is kept with it, so that applying it can leave them in the log.
+            let encoded = postcard::serialize_with_flavor(&entry, postcard::ser_flavors::Size::default())
+                .expect("sizing an encoding does not fail");
+            let mut record = Vec::with_capacity(crate::storage::FRAME_BYTES + encoded);
+            record.resize(crate::storage::FRAME_BYTES, 0);
+            let (record, placed) = crate::in_log::encode_placing(&entry, record);
             if let EntryPayload::Normal(request) = &mut entry.payload {
                 request.placed = placed;
             }
-            let size = (encoded.len() + crate::storage::FRAME_BYTES) as u64;
+            let size = record.len() as u64;
             self.sizes.insert(entry.log_id.index, size);
-            batch.put(Space::Log, entry.log_id.index, &encoded);
+            batch.put_encoded(Space::Log, entry.log_id.index, record);
             appended.push((entry, size));
         }
         let first = appended.first().map(|(entry, _)| entry.log_id.index);

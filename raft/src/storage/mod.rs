@@ -188,6 +188,21 @@ impl Batch {
         self
     }
 
+    /// Puts a payload already encoded into `buffer` after [`FRAME_BYTES`] reserved bytes, framing it in place (the
+    /// bytes [`frame`] makes, without copying the payload).
+    pub fn put_encoded(&mut self, space: Space, key: u64, mut buffer: Vec<u8>) -> &mut Self {
+        let payload = buffer.len().saturating_sub(FRAME_BYTES);
+        if payload > MAX_RECORD_BYTES || buffer.len() < FRAME_BYTES {
+            self.writes.push(Write::Refused { space, key, size: payload });
+        } else {
+            let crc = checksum(space, key, &buffer[FRAME_BYTES..]);
+            buffer[0..4].copy_from_slice(&crc.to_le_bytes());
+            buffer[4..8].copy_from_slice(&(payload as u32).to_le_bytes());
+            self.writes.push(Write::Put { space, key, framed: buffer });
+        }
+        self
+    }
+
     /// Whether every record fits: [`Storage::write`] implementations call this first and write nothing otherwise.
     pub fn check(&self) -> Result<(), StorageError> {
         match self.writes.iter().find(|write| matches!(write, Write::Refused { .. })) {

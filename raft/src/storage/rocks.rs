@@ -9,6 +9,7 @@
 //! Builds before kept the log in RocksDB's `log` column family: opening such a directory moves it into segments
 //! first (copied and synced, then deleted from RocksDB in one synced write, so a crash midway copies it again).
 
+use std::borrow::Cow;
 use std::ops::Range;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -98,7 +99,7 @@ impl RocksStorage {
         let mut beside = Vec::new();
         for key in BESIDE_THE_LOG {
             if let Some(framed) = self.db.get_cf(self.family(Space::Meta), key_bytes(key)).map_err(io)? {
-                beside.push(LogWrite::PutMeta(key, framed));
+                beside.push(LogWrite::PutMeta(key, Cow::Owned(framed)));
             }
         }
         if !in_rocks && beside.is_empty() {
@@ -118,7 +119,8 @@ impl RocksStorage {
         while let Some(from) = next {
             let records = self.scan_rocks(Space::Log, from..u64::MAX, 1024)?;
             next = records.last().and_then(|(key, _)| key.checked_add(1)).filter(|_| records.len() == 1024);
-            let writes: Vec<LogWrite> = records.into_iter().map(|(key, framed)| LogWrite::Put(key, framed)).collect();
+            let writes: Vec<LogWrite> =
+                records.into_iter().map(|(key, framed)| LogWrite::Put(key, Cow::Owned(framed))).collect();
             self.log.write(&writes)?;
         }
         self.log.write(&beside)?;
@@ -168,10 +170,10 @@ impl RocksStorage {
         let mut rocks_batch = WriteBatch::default();
         for write in &batch.writes {
             match write {
-                Write::Put { space: Space::Log, key, framed } => log.push(LogWrite::Put(*key, framed.clone())),
+                Write::Put { space: Space::Log, key, framed } => log.push(LogWrite::Put(*key, Cow::Borrowed(framed))),
                 Write::DeleteRange { space: Space::Log, keys } => log.push(LogWrite::Delete(keys.clone())),
                 Write::Put { space, key, framed } if beside_the_log(*space, *key) => {
-                    log.push(LogWrite::PutMeta(*key, framed.clone()));
+                    log.push(LogWrite::PutMeta(*key, Cow::Borrowed(framed)));
                 }
                 Write::DeleteRange { space: Space::Meta, keys } if BESIDE_THE_LOG.iter().any(|k| keys.contains(k)) => {
                     log.extend(BESIDE_THE_LOG.iter().filter(|&&k| keys.contains(&k)).map(|&k| LogWrite::DeleteMeta(k)));

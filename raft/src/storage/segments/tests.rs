@@ -7,8 +7,8 @@ use proptest::prelude::*;
 use super::*;
 use crate::storage::{Space, frame, unframe};
 
-fn entry(key: u64, text: &str) -> LogWrite {
-    LogWrite::Put(key, frame(Space::Log, key, text.as_bytes()))
+fn entry(key: u64, text: &str) -> LogWrite<'static> {
+    LogWrite::Put(key, frame(Space::Log, key, text.as_bytes()).into())
 }
 
 /// Every record of `log`, unframed, in key order.
@@ -162,8 +162,27 @@ fn the_preallocated_tail_is_zeros_written_ahead_not_unwritten_blocks() {
     let len = std::fs::metadata(&path).expect("stat").len();
     assert!(end < len && len <= end + PREALLOCATE_BYTES, "preallocated ahead again: {end} written, {len} long");
     assert_eq!(first_hole(&path), len);
-    let want: BTreeMap<u64, String> =
-        std::iter::once((1, "one".to_string())).chain((2..=70).map(|key| (key, big.clone()))).collect();
+    // A write of a MiB or more past the zeros is not followed by more: the file ends where its records do.
+    let large = "z".repeat(ZERO_AHEAD_BELOW as usize);
+    let mut keys = 71..;
+    while written(&log) <= len {
+        log.write(&[entry(keys.next().unwrap(), &large)]).expect("written");
+    }
+    log.sync().expect("synced");
+    let end = written(&log);
+    assert_eq!(std::fs::metadata(&path).expect("stat").len(), end, "no zeros after a large write");
+    // A small write after it zeros ahead again.
+    let small = keys.next().unwrap();
+    log.write(&[entry(small, "small")]).expect("written");
+    log.sync().expect("synced");
+    let len = std::fs::metadata(&path).expect("stat").len();
+    assert!(written(&log) < len && len <= written(&log) + PREALLOCATE_BYTES, "{len}");
+    assert_eq!(first_hole(&path), len);
+    let want: BTreeMap<u64, String> = std::iter::once((1, "one".to_string()))
+        .chain((2..=70).map(|key| (key, big.clone())))
+        .chain((71..small).map(|key| (key, large.clone())))
+        .chain(std::iter::once((small, "small".to_string())))
+        .collect();
     survives_a_reopen(log, dir.path(), SEGMENT_BYTES, &want);
 }
 
@@ -375,7 +394,7 @@ fn agrees_with_a_map(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let key = u64::from(key);
                 if put {
                     let text = format!("meta {n}");
-                    log.write(&[LogWrite::PutMeta(key, frame(Space::Meta, key, text.as_bytes()))]).expect("put");
+                    log.write(&[LogWrite::PutMeta(key, frame(Space::Meta, key, text.as_bytes()).into())]).expect("put");
                     metas.insert(key, text);
                 } else {
                     log.write(&[LogWrite::DeleteMeta(key)]).expect("deleted");
