@@ -22,7 +22,8 @@ use clap::{Parser, Subcommand};
 /// The process's allocator: jemalloc. A node allocates and frees per message (requests, entries, answers, RocksDB's
 /// memtable blocks); glibc's allocator hands freed memory back to the kernel and takes page faults to get it again.
 /// `scripts/bench` measured a tenth less node CPU per consumed message with jemalloc. (mimalloc measured faster
-/// publishes at R1 but a p99 latency two to four times glibc's.)
+/// publishes at R1 but a p99 latency two to four times glibc's.) Its options are built in (`.cargo/config.toml`,
+/// `JEMALLOC_SYS_WITH_MALLOC_CONF`).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
