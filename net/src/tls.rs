@@ -571,16 +571,6 @@ mod real {
         let until_ms = u64::try_from(cert.validity().not_after.timestamp()).unwrap_or(0).saturating_mul(1000);
         Ok(CertificateFacts { serial: cert.raw_serial().to_vec(), names, until_ms })
     }
-
-    /// The cell and node a peer's certificate names (`cellog://CELL/node/ID`).
-    pub fn node_of(der: &[u8]) -> Option<(String, u64)> {
-        Named::read(der)?.node()
-    }
-
-    /// The cell and principal a client certificate names (`cellog://CELL/principal/NAME`).
-    pub fn principal_of(der: &[u8]) -> Option<(String, String)> {
-        Named::read(der)?.principal()
-    }
 }
 
 /// No TLS in simulation (madsim's network has none): nothing makes one of these.
