@@ -583,7 +583,10 @@ mod tests {
         assert_eq!(metered.get(Space::Bodies, 9), Ok(Some(b"unlogged".to_vec())), "an unlogged write reaches it");
         assert_eq!(metered.get(Space::Bodies, 7), Ok(Some(b"body".to_vec())));
         assert_eq!(metered.key_bounds(Space::Bodies), Ok(Some((7, 9))));
-        assert_eq!(metered.get_many(Space::Bodies, &[8, 7]), vec![Ok(None), Ok(Some(b"body".to_vec()))]);
+        assert_eq!(
+            metered.get_many(Space::Bodies, &[8, 7]),
+            vec![Ok(None), Ok(Some(bytes::Bytes::from_static(b"body")))]
+        );
         assert_eq!(inner.many.load(Ordering::Relaxed), 1, "a batched read reaches the store it wraps");
         assert_eq!(metered.read_part(Space::Bodies, 7, 1..3), Ok(Some(b"od".to_vec())));
         assert_eq!(inner.parts.load(Ordering::Relaxed), 1, "a part's read reaches the store it wraps");

@@ -490,14 +490,14 @@ impl<S: Storage> BodySource for StoredBodies<S> {
 /// A body read from the store, verified against `body`; when it is not there, `in_log` says why the log could not
 /// serve it either (damage), if the node kept it there.
 fn from_store(
-    read: Result<Option<Vec<u8>>, StorageError>,
+    read: Result<Option<impl Into<Bytes> + AsRef<[u8]>>, StorageError>,
     body: &BodyRef,
     in_log: Option<String>,
 ) -> Result<Bytes, BodyReadError> {
     match read {
         Ok(Some(bytes)) => {
-            body.verify(&bytes).map_err(|reason| BodyReadError::Damaged { reason })?;
-            Ok(Bytes::from(bytes))
+            body.verify(bytes.as_ref()).map_err(|reason| BodyReadError::Damaged { reason })?;
+            Ok(bytes.into())
         }
         Ok(None) => match in_log {
             Some(reason) => Err(BodyReadError::Damaged { reason }),

@@ -8,6 +8,7 @@
 
 use std::ops::Range;
 
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 #[cfg(feature = "rocksdb")]
@@ -308,15 +309,14 @@ pub trait Storage: Send + Sync + 'static {
         }
     }
 
-    /// Verified records under each of `keys`, in their order; each that does not verify is an error of its own.
-    fn get_many(&self, space: Space, keys: &[u64]) -> Vec<Result<Option<Vec<u8>>, StorageError>> {
+    /// Verified records under each of `keys`, in their order; each that does not verify is an error of its own. Each
+    /// payload is the record as read, past its frame: not copied again.
+    fn get_many(&self, space: Space, keys: &[u64]) -> Vec<Result<Option<Bytes>, StorageError>> {
         self.read_many_framed(space, keys)
             .into_iter()
             .zip(keys)
             .map(|(read, &key)| {
-                read.and_then(|framed| {
-                    framed.map(|framed| unframe(space, key, &framed).map(<[u8]>::to_vec)).transpose()
-                })
+                read.and_then(|framed| framed.map(|framed| unframe_owned(space, key, framed)).transpose())
             })
             .collect()
     }
@@ -428,4 +428,10 @@ pub fn unframe(space: Space, key: u64, framed: &[u8]) -> Result<&[u8], StorageEr
         return Err(corrupt(format!("checksum {stored:08x} stored, {computed:08x} computed")));
     }
     Ok(payload)
+}
+
+/// [`unframe`] of a record read into a buffer of its own: its payload, sharing the buffer.
+pub fn unframe_owned(space: Space, key: u64, framed: Vec<u8>) -> Result<Bytes, StorageError> {
+    let length = unframe(space, key, &framed)?.len();
+    Ok(Bytes::from(framed).slice(FRAME_BYTES..FRAME_BYTES + length))
 }
