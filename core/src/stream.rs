@@ -537,7 +537,7 @@ impl Stream {
         let expires_at = ttl_ms.map(|ttl| at.plus(ttl));
         let deliver_at = deliver_after_ms.filter(|delay| *delay > 0).map(|delay| at.plus(delay));
         let extras = (key.is_some() || !headers.is_empty() || expires_at.is_some() || deliver_at.is_some())
-            .then(|| Box::new(Extras { key, headers, expires_at, deliver_at, recalled_at: None }));
+            .then(|| Box::new(Extras { key, headers: headers.into(), expires_at, deliver_at, recalled_at: None }));
         let message =
             Message { stream_seq: self.next_stream_seq, subject, msg_id: msg_id.clone(), body, stored_at: at, extras };
         debug_assert_eq!(message.size(), size);
