@@ -62,8 +62,14 @@ impl Packed {
 
     /// The bytes of their names and values.
     pub fn bytes(&self) -> usize {
-        self.iter().map(|(name, value)| name.len() + value.len()).sum()
+        header_bytes(self.iter())
     }
+}
+
+/// The bytes of headers' names and values, as limits count them: one sum for a publish's map and a stored message's
+/// pairs, which must agree.
+fn header_bytes<'a>(pairs: impl Iterator<Item = (&'a str, &'a str)>) -> usize {
+    pairs.map(|(name, value)| name.len() + value.len()).sum()
 }
 
 impl Serialize for Packed {
@@ -100,8 +106,8 @@ impl From<v3::Message> for Message {
 impl Message {
     #[inline]
     pub fn accounted_size(subject: &str, key: Option<&Bytes>, headers: &Headers, payload_len: usize) -> u64 {
-        let header_bytes: usize = headers.iter().map(|(name, value)| name.len() + value.len()).sum();
-        Message::size_of(subject, key, header_bytes, payload_len)
+        let pairs = headers.iter().map(|(name, value)| (name.as_str(), value.as_str()));
+        Message::size_of(subject, key, header_bytes(pairs), payload_len)
     }
 
     #[inline]
