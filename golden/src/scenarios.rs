@@ -100,8 +100,10 @@ impl Scenario {
     fn run(self) -> String {
         let runtime = madsim::runtime::Runtime::with_seed_and_config(SEED, madsim::Config::default());
         runtime.block_on(async move {
-            let replay =
-                format!("RUSTFLAGS=\"--cfg madsim\" cargo test -p cellog-golden --test golden -- {}", self.name());
+            let replay = format!(
+                "RUSTFLAGS=\"--cfg madsim\" cargo test --profile sim -p cellog-golden --test golden -- {}",
+                self.name()
+            );
             if self == Scenario::SealedMailAcrossAHealingPartition {
                 let timing = RaftTiming { snapshot_every: SIM_SNAPSHOT_EVERY, ..RaftTiming::default() };
                 let mut cluster = Cluster::with_cells(&[("alpha", 3), ("bravo", 3)], timing, true);

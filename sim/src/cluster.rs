@@ -248,8 +248,9 @@ fn mail_setup(members: &BTreeMap<String, Vec<SimNodeId>>) -> BTreeMap<String, Ma
 /// The command that replays the running test with this seed (madsim runs a test's body on a thread of its own, so
 /// the test's name is known only when that thread carries it).
 fn test_replay(seed: u64) -> String {
-    let command =
-        format!("MADSIM_TEST_SEED={seed} RUSTFLAGS=\"--cfg madsim\" cargo test -p cellog-sim --test scenarios");
+    let command = format!(
+        "MADSIM_TEST_SEED={seed} RUSTFLAGS=\"--cfg madsim\" cargo test --profile sim -p cellog-sim --test scenarios"
+    );
     match std::thread::current().name().filter(|name| !name.is_empty() && *name != "main") {
         Some(test) => format!("{command} -- --exact {test}"),
         None => command,

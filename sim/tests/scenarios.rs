@@ -1,7 +1,7 @@
 //! Whole cells in deterministic simulation: each scenario runs the production node code under faults and checks, from
 //! the run's history and the replicas, that no acknowledged publish is lost or duplicated and that the replicas end
-//! equal. Run with `RUSTFLAGS="--cfg madsim" cargo test -p cellog-sim`; a failure prints its seed, the one-line
-//! command that replays it, and where its trace and history were written.
+//! equal. Run with `RUSTFLAGS="--cfg madsim" cargo test --profile sim -p cellog-sim`; a failure prints its seed, the
+//! one-line command that replays it, and where its trace and history were written.
 
 #![cfg(madsim)]
 

@@ -3,7 +3,7 @@
 //! `ci/sim-run --seed 7` wraps it.
 //!
 //! ```sh
-//! RUSTFLAGS="--cfg madsim" cargo run -p cellog-sim --bin sim-run -- --seed 7 [--trace FILE] [--history FILE]
+//! RUSTFLAGS="--cfg madsim" cargo run --profile sim -p cellog-sim --bin sim-run -- --seed 7 [--trace FILE] [--history FILE]
 //! ```
 
 #[cfg(madsim)]
