@@ -156,7 +156,7 @@ fn the_console_shows_a_published_message_in_its_tail_and_counts() {
         .spawn()
         .expect("chromedriver runs (ci/install-deps installs chromium and chromium-driver)");
     let dir = tempfile::tempdir().expect("a temp dir");
-    let base_port = 20_000 + u16::try_from((std::process::id() + 7_000) % 20_000).expect("a port");
+    let base_port = common::free_base_port();
     let (mut dev, lines) = common::dev(dir.path(), base_port);
     let console = lines
         .iter()

@@ -154,7 +154,7 @@ async fn acknowledged_publishes_survive_a_killed_leader_exactly_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cellog_dev_runs_a_cell_and_comes_back_with_its_data() {
     let dir = tempfile::tempdir().expect("a temp dir");
-    let base_port = 20_000 + u16::try_from(std::process::id() % 20_000).expect("a port");
+    let base_port = common::free_base_port();
     let (mut child, lines) = common::dev(dir.path(), base_port);
     assert_eq!(lines.iter().filter(|line| line.trim_start().starts_with("node ")).count(), 3, "{lines:?}");
     let addrs: Vec<String> = (1..=3).map(|i| format!("127.0.0.1:{}", base_port + i)).collect();
@@ -245,7 +245,7 @@ async fn a_single_node_that_lost_its_disk_does_not_lead_an_empty_cell() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_sets_limits_quotas_and_revokes_certificates_from_the_command_line() {
     let dir = tempfile::tempdir().expect("a temp dir");
-    let base_port = 20_000 + u16::try_from((std::process::id() + 7_000) % 20_000).expect("a port");
+    let base_port = common::free_base_port();
     let (mut child, _) = common::dev(dir.path(), base_port);
     let certs = dir.path().join("certs");
     let server = format!("127.0.0.1:{}", base_port + 1);

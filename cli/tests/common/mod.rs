@@ -15,17 +15,33 @@ use cellog_client::{Client, ClientOptions};
 /// which failed a test with "Address already in use" while others ran beside it. Ports are taken in turn from a
 /// place drawn from the process id, so test binaries running at once start apart, and each is checked free.
 pub fn free_port() -> u16 {
+    free_ports(1)
+}
+
+/// A base port for `cellog dev --base-port` whose block (BASE+1 to BASE+299: the clients, peers and metrics of up to
+/// ten cells) is taken in the same turn as [`free_port`]'s ports, so that no other test of this binary is handed one
+/// of them while the dev cell starts, and is checked free. (The dev tests drew their base from the process id alone,
+/// and a node of a test beside them bound a port of the dev cell's first: "Address already in use".)
+pub fn free_base_port() -> u16 {
+    free_ports(300) - 1
+}
+
+/// The first of `n` consecutive free loopback ports, from the turn all ports of this test binary are taken in.
+fn free_ports(n: u32) -> u16 {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     const LOW: u32 = 20_000;
     const SPAN: u32 = 12_000;
     let start = std::process::id().wrapping_mul(997) % SPAN;
     for _ in 0..SPAN {
-        let port = (LOW + (start + NEXT.fetch_add(1, Ordering::Relaxed)) % SPAN) as u16;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
+        let first = LOW + (start + NEXT.fetch_add(n, Ordering::Relaxed)) % SPAN;
+        if first + n > LOW + SPAN {
+            continue;
+        }
+        if (first..first + n).all(|port| TcpListener::bind(("127.0.0.1", port as u16)).is_ok()) {
+            return first as u16;
         }
     }
-    panic!("no free loopback port from {LOW} to {}", LOW + SPAN);
+    panic!("no {n} free loopback ports from {LOW} to {}", LOW + SPAN);
 }
 
 /// One node process and how to start it again.
