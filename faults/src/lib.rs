@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use cellog_check::history::{Op, Operation};
 use cellog_check::record::{History, by_id};
 use cellog_check::{Duties, Evidence, NodeState, check_all};
 use cellog_client::proto as v1;
@@ -34,6 +35,8 @@ use crate::schedule::{Fault, Step};
 const STREAM: &str = "orders";
 const PARTITIONS: u32 = 2;
 const CONSUMER: &str = "audit";
+/// The process that publishes outside transactions, whose acknowledgements time a failover.
+const PRODUCER: &str = "producer";
 const NODES: u64 = 3;
 
 /// How to run.
@@ -60,12 +63,48 @@ pub struct Report {
     pub acknowledged: usize,
     /// Faults injected, by kind.
     pub faults: BTreeMap<&'static str, usize>,
+    /// For each kill, pause or partition of the node that led when it began: how long the producer then went without
+    /// an acknowledged publish, at the longest, until the fault ended.
+    pub failovers: Vec<Failover>,
     /// Properties violated, with what was found.
     pub violations: Vec<String>,
     /// Why the nodes did not converge at the end, if they did not.
     pub liveness: Option<String>,
     /// Where the node data, logs and history are.
     pub work: PathBuf,
+}
+
+/// How a client saw one of its leader's faults.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failover {
+    /// The fault's kind.
+    pub kind: &'static str,
+    /// The longest the producer went without an acknowledged publish from the fault's start until it ended.
+    pub longest_ms: u64,
+    /// Whether no publish was acknowledged before the fault ended: `longest_ms` is then the fault's whole hold, and
+    /// the client's failover took at least that.
+    pub unfinished: bool,
+}
+
+/// From a fault of the leader at `at_ms` held for `hold_ms`, the longest wait for an acknowledged publish by
+/// `process` in the history until the fault ends.
+fn failover(operations: &[Operation], process: &str, kind: &'static str, at_ms: u64, hold_ms: u64) -> Failover {
+    let end_ms = at_ms + hold_ms;
+    let mut acked: Vec<u64> = operations
+        .iter()
+        .filter(|operation| operation.process == process && matches!(operation.op, Op::Publish { .. }))
+        .filter(|operation| operation.ok().is_some())
+        .filter_map(|operation| operation.completed.as_ref().map(|(at, _)| *at))
+        .filter(|done| (at_ms..=end_ms).contains(done))
+        .collect();
+    acked.sort_unstable();
+    let unfinished = acked.is_empty();
+    acked.insert(0, at_ms);
+    if unfinished {
+        acked.push(end_ms);
+    }
+    let longest_ms = acked.windows(2).map(|pair| pair[1] - pair[0]).max().unwrap_or_default();
+    Failover { kind, longest_ms, unfinished }
 }
 
 impl Report {
@@ -84,6 +123,27 @@ impl std::fmt::Display for Report {
             self.seconds, self.operations, self.acknowledged
         )?;
         writeln!(f, "faults injected: {}", faults.join(", "))?;
+        if !self.failovers.is_empty() {
+            let mut longest: Vec<u64> = self.failovers.iter().map(|failover| failover.longest_ms).collect();
+            longest.sort_unstable();
+            let each: Vec<String> = self
+                .failovers
+                .iter()
+                .map(|failover| {
+                    let over = if failover.unfinished { "at least " } else { "" };
+                    format!("{} {over}{} ms", failover.kind, failover.longest_ms)
+                })
+                .collect();
+            writeln!(
+                f,
+                "failover (the producer's longest wait for an ack after a fault of the leader): {} faults, median {} \
+                 ms, longest {} ms; {}",
+                longest.len(),
+                longest[longest.len() / 2],
+                longest[longest.len() - 1],
+                each.join(", ")
+            )?;
+        }
         for violation in &self.violations {
             writeln!(f, "VIOLATED {violation}")?;
         }
@@ -132,10 +192,22 @@ pub async fn run(config: &Config) -> Result<Report, String> {
 
     let steps = schedule::draw(config.seed, NODES, config.duration_secs * 1000);
     let mut faults = BTreeMap::new();
+    // The faults of the leader: their kind, when they began and how long they were held.
+    let mut of_leader = Vec::new();
     for step in &steps {
         let due = clock_start + Duration::from_millis(step.at_ms);
         tokio::time::sleep(due.saturating_duration_since(Instant::now())).await;
         eprintln!("{step}");
+        let target = match step.fault {
+            Fault::Kill(id) | Fault::Pause(id) | Fault::Isolate(id) => Some(id),
+            Fault::RestartAll => None,
+        };
+        if let Some(id) = target
+            && leader_of(&nodes).await == Some(id)
+        {
+            let at_ms = u64::try_from(clock_start.elapsed().as_millis()).unwrap_or(u64::MAX);
+            of_leader.push((step.fault.kind(), at_ms, step.hold_ms));
+        }
         inject(step, &hosts, &mut nodes).await?;
         *faults.entry(step.fault.kind()).or_insert(0) += 1;
     }
@@ -174,8 +246,13 @@ pub async fn run(config: &Config) -> Result<Report, String> {
         drained: [CONSUMER.to_string()].into(),
         ..Duties::default()
     };
+    let operations = history.operations();
+    let failovers = of_leader
+        .iter()
+        .map(|(kind, at_ms, hold_ms)| failover(&operations, PRODUCER, kind, *at_ms, *hold_ms))
+        .collect();
     let evidence = Evidence {
-        operations: history.operations(),
+        operations,
         held: BTreeMap::from([(STREAM.to_string(), held)]),
         states,
         samples: Vec::new(),
@@ -194,6 +271,7 @@ pub async fn run(config: &Config) -> Result<Report, String> {
         operations: evidence.operations.len(),
         acknowledged: history.acknowledged_in(STREAM).len(),
         faults,
+        failovers,
         violations,
         liveness,
         work,
@@ -222,7 +300,7 @@ async fn setup(client: &Client) -> Result<(), String> {
 
 /// The producer, the consumer and the transactional producer, until `stop`; returns the consumer to drain.
 fn spawn_workload(caller: &Caller, stop: &Arc<AtomicBool>, seed: u64) -> tokio::task::JoinHandle<Consumer> {
-    let mut producer = Producer::new(caller.clone(), "producer");
+    let mut producer = Producer::new(caller.clone(), PRODUCER);
     let producing = tokio::spawn({
         let stop = stop.clone();
         async move {
@@ -313,6 +391,19 @@ async fn inject(step: &Step, hosts: &Hosts, nodes: &mut [Node]) -> Result<(), St
     Ok(())
 }
 
+/// The node that leads, as the first node to answer within a second names it.
+async fn leader_of(nodes: &[Node]) -> Option<u64> {
+    for node in nodes {
+        let status = tokio::time::timeout(Duration::from_secs(1), node.local_client().cluster_status()).await;
+        if let Ok(Ok(status)) = status
+            && status.leader_id.is_some()
+        {
+            return status.leader_id;
+        }
+    }
+    None
+}
+
 /// Waits until every node applied the same index with the same state digest, at most two minutes.
 async fn converge(nodes: &[Node]) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -347,4 +438,50 @@ async fn read_all(client: &Client) -> Result<Vec<v1::Message>, cellog_client::Cl
         }
     }
     Ok(messages)
+}
+
+#[cfg(test)]
+mod tests {
+    use cellog_check::history::{Completion, Fingerprint, Value};
+
+    use super::*;
+
+    fn publish(process: &str, completed: Option<(u64, bool)>) -> Operation {
+        let value = Value::Published { stream: STREAM.to_string(), partition: 0, seq: 1, duplicate: false };
+        Operation {
+            process: process.to_string(),
+            op: Op::Publish {
+                msg_id: "m".to_string(),
+                subject: "orders.0".to_string(),
+                txn: None,
+                delay_ms: None,
+                payload: Fingerprint(0),
+            },
+            invoked_ms: 0,
+            completed: completed.map(|(at, ok)| {
+                (at, if ok { Completion::Ok(value.clone()) } else { Completion::Unknown("timeout".to_string()) })
+            }),
+        }
+    }
+
+    #[test]
+    fn a_failover_is_the_longest_wait_for_the_producers_acks_while_the_fault_lasts() {
+        let operations = [
+            publish(PRODUCER, Some((950, true))),
+            publish(PRODUCER, Some((1_020, true))),
+            publish(PRODUCER, Some((1_900, false))),
+            publish("txn", Some((1_500, true))),
+            publish(PRODUCER, Some((2_300, true))),
+            publish(PRODUCER, Some((2_350, true))),
+            publish(PRODUCER, Some((4_000, true))),
+            publish(PRODUCER, None),
+        ];
+        // Held from 1 000 to 3 000 ms: acks at 1 020, 2 300 and 2 350; the transactional one and the unknown one do
+        // not count, nor do those outside the hold.
+        let seen = failover(&operations, PRODUCER, "pause", 1_000, 2_000);
+        assert_eq!(seen, Failover { kind: "pause", longest_ms: 1_280, unfinished: false });
+        // Held from 2 400 to 3 000 ms: no ack until it ended.
+        let seen = failover(&operations, PRODUCER, "kill -9", 2_400, 600);
+        assert_eq!(seen, Failover { kind: "kill -9", longest_ms: 600, unfinished: true });
+    }
 }
