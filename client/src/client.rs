@@ -551,7 +551,10 @@ impl Client {
             let request = self.request(message.clone());
             let addr = self.current_addr();
             let attempt = call(service(self.channel()?), request);
+            // Biased: tokio's random branch order draws from a thread's own generator, which a simulation cannot
+            // seed, so the same seed would not run the same way twice.
             let answer = tokio::select! {
+                biased;
                 answer = attempt => answer,
                 deposed = self.deposed(&addr) => Err(deposed),
             };
@@ -735,6 +738,7 @@ impl Client {
             client.publish_batch(self.credentials(Request::new(outgoing))),
         );
         let opened = tokio::select! {
+            biased;
             opened = opening => opened.unwrap_or_else(|_| Err(silent())),
             deposed = self.deposed(&addr) => Err(deposed),
         };
@@ -760,6 +764,7 @@ impl Client {
             }
             let next = tokio::time::timeout(self.options.attempt_timeout, answers.message());
             let answer = tokio::select! {
+                biased;
                 answer = next => answer.unwrap_or_else(|_| Err(silent())),
                 deposed = self.deposed(&addr) => Err(deposed),
             };
