@@ -63,7 +63,7 @@ pub struct NodeArgs {
     /// Raft heartbeat interval in milliseconds [default: 100].
     #[arg(long, env = "CELLOG_HEARTBEAT_MS")]
     heartbeat_ms: Option<u64>,
-    /// Shortest election timeout in milliseconds [default: 600].
+    /// Shortest election timeout in milliseconds; the longest is 1.5 times that [default: 350].
     #[arg(long, env = "CELLOG_ELECTION_TIMEOUT_MS")]
     election_timeout_ms: Option<u64>,
     /// Log entries between snapshots [default: 50000].

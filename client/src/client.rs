@@ -42,6 +42,14 @@ pub struct ClientOptions {
     /// After a node failed to answer, ask the next node that does for the cell's members and remember their
     /// addresses, so that a client outlives the nodes it was given. Off for a client meant for one node only.
     pub discover: bool,
+    /// When an attempt has waited this long for its node, and as often again until it ends, ask every known node
+    /// who leads: a leader that stopped answering (paused, cut off from its peers but not from the client) holds a
+    /// call until `attempt_timeout` otherwise, long after the cell elected another. The attempt is given up once its
+    /// node is silent or names itself leader while another node names a different leader at a later term; it is
+    /// retried there when it is safe to repeat, and answered as of unknown outcome when it is not. A node that says
+    /// it does not lead (a follower serving a read itself) is never given up on. `None`: wait for `attempt_timeout`.
+    /// Needs `discover`.
+    pub suspect_after: Option<Duration>,
     /// How often a client that is being answered asks for the cell's members anyway. A client learns a new node
     /// only from a node it knows: if every node it knows leaves the cell within this interval, it is stranded.
     pub discover_every: Duration,
@@ -74,6 +82,7 @@ impl std::fmt::Debug for ClientOptions {
             attempt_timeout,
             backoff,
             discover,
+            suspect_after,
             discover_every,
             retry_backpressure,
             token,
@@ -84,6 +93,7 @@ impl std::fmt::Debug for ClientOptions {
             .field("attempt_timeout", attempt_timeout)
             .field("backoff", backoff)
             .field("discover", discover)
+            .field("suspect_after", suspect_after)
             .field("discover_every", discover_every)
             .field("retry_backpressure", retry_backpressure)
             .field("token", &crate::token::redacted(token))
@@ -108,6 +118,7 @@ impl Default for ClientOptions {
             attempt_timeout: Duration::from_secs(10),
             backoff: Duration::from_millis(50),
             discover: true,
+            suspect_after: Some(SUSPECT_AFTER),
             discover_every: DISCOVERY_INTERVAL,
             retry_backpressure: true,
             token: None,
@@ -185,6 +196,15 @@ fn outcome_unknown_item(error: &ClientError) -> v1::Error {
 
 /// How often a client asks the cell for its members, so that it learns of nodes added since it was made.
 pub const DISCOVERY_INTERVAL: Duration = Duration::from_secs(10);
+
+/// How long an attempt waits on its node before the client asks the others who leads (see
+/// [`ClientOptions::suspect_after`]): shorter than the shortest election timeout (350 ms by default), so that a new
+/// leader is found within one interval of its election.
+pub const SUSPECT_AFTER: Duration = Duration::from_millis(250);
+
+/// The longest pause between attempts while the cell has no leader a node can name, or a node did not answer: an
+/// election takes about a second, and a pause doubling up to a second would find its winner up to a second late.
+const LEADERLESS_BACKOFF: Duration = Duration::from_millis(200);
 
 /// Whether a failure says the node could not be reached or did not answer in time (rather than that it refused).
 fn unreachable(status: &Status) -> bool {
@@ -297,13 +317,17 @@ impl Client {
 
     /// The channel to the node the next call goes to.
     fn channel(&self) -> Result<Channel, ClientError> {
+        self.channel_to(&self.current_addr())
+    }
+
+    /// The channel to the node at `addr`, made on first use.
+    fn channel_to(&self, addr: &str) -> Result<Channel, ClientError> {
         let mut route = self.route.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let addr = route.addrs[route.current].clone();
-        if let Some(channel) = route.channels.get(&addr) {
+        if let Some(channel) = route.channels.get(addr) {
             return Ok(channel.clone());
         }
-        let channel = connect(&addr, self.options.tls.as_ref())?;
-        route.channels.insert(addr, channel.clone());
+        let channel = connect(addr, self.options.tls.as_ref())?;
+        route.channels.insert(addr.to_string(), channel.clone());
         Ok(channel)
     }
 
@@ -369,6 +393,81 @@ impl Client {
         }
     }
 
+    /// Resolves once the node at `addr`, which an attempt waits on, has been deposed (see
+    /// [`ClientOptions::suspect_after`]), with a `LEADER_CHANGED` status naming its successor; never otherwise.
+    async fn deposed(&self, addr: &str) -> Status {
+        let Some(every) = self.options.suspect_after.filter(|_| self.options.discover) else {
+            return std::future::pending().await;
+        };
+        tokio::time::sleep(every).await;
+        loop {
+            // Once every interval, however long a silent node takes not to answer.
+            let asked_at = Instant::now();
+            if let Some(status) = self.successor(addr, every).await {
+                return status;
+            }
+            tokio::time::sleep_until(asked_at + every).await;
+        }
+    }
+
+    /// Asks `addr` who leads, for at most half of `every`, then (unless it knows it does not lead) every other known
+    /// node, so that their answers are fresh however long `addr` took not to answer: a `LEADER_CHANGED` status naming
+    /// the leader when `addr` is silent or names itself at a term earlier than another node's leader, which is not
+    /// `addr`.
+    async fn successor(&self, addr: &str, every: Duration) -> Option<Status> {
+        let own_term = match self.leader_seen_by(addr, every / 2).await {
+            // It leads, in its own view: deposed only if a later term has another leader.
+            Some(own) if own.leader_addr == addr => own.term,
+            // It knows it does not lead (it serves the call itself, or the cell is electing): let it answer.
+            Some(_) => return None,
+            None => 0,
+        };
+        let others: Vec<String> = {
+            let route = self.route.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            route.addrs.iter().filter(|node| *node != addr).cloned().collect()
+        };
+        let asks = others.iter().map(|node| async move { Some((node, self.leader_seen_by(node, every).await?)) });
+        let answers = futures::future::join_all(asks).await;
+        let (node, newer) = answers
+            .iter()
+            .flatten()
+            .filter(|(_, status)| {
+                !status.leader_addr.is_empty() && status.leader_addr != addr && status.term > own_term
+            })
+            .max_by_key(|(_, status)| status.term)?;
+        let detail = v1::ErrorDetail {
+            reason: "LEADER_CHANGED".to_string(),
+            message: format!(
+                "{addr} did not answer or no longer leads: {node} names {} the leader at term {}; the call may or \
+                 may not have been applied at {addr}, and goes to the new leader only if it is safe to repeat",
+                newer.leader_addr, newer.term
+            ),
+            leader_id: newer.leader_id.unwrap_or_default(),
+            leader_addr: newer.leader_addr.clone(),
+            ..v1::ErrorDetail::default()
+        };
+        Some(crate::status::status(Code::Unavailable, detail))
+    }
+
+    /// What the node at `addr` says of the cell's leader, if it answers within `patience`.
+    async fn leader_seen_by(&self, addr: &str, patience: Duration) -> Option<v1::ClusterStatusResponse> {
+        let mut request = self.credentials(Request::new(v1::ClusterStatusRequest::default()));
+        request.set_timeout(patience);
+        let mut client = cellog(self.channel_to(addr).ok()?);
+        let answer = tokio::time::timeout(patience, client.cluster_status(request)).await.ok()?.ok()?;
+        Some(answer.into_inner())
+    }
+
+    /// After a call gave up on `status`: the next call should not try a silent or deposed node first.
+    fn after_giving_up(&self, status: &Status) {
+        let detail = detail_of(status);
+        if detail.reason == "LEADER_CHANGED" && !detail.leader_addr.is_empty() {
+            self.go_to(detail.leader_addr);
+        } else if unreachable(status) {
+            self.next_node();
+        }
+    }
+
     /// Follows a failed attempt's advice; false when the call should give up.
     async fn recover(&self, status: &Status, idempotent: bool, deadline: Instant, backoff: &mut Duration) -> bool {
         if Instant::now() >= deadline {
@@ -385,7 +484,7 @@ impl Client {
             Next::Elsewhere(advised) => {
                 self.next_node();
                 tokio::time::sleep(advised.max(*backoff)).await;
-                *backoff = (*backoff * 2).min(Duration::from_secs(1));
+                *backoff = (*backoff * 2).min(LEADERLESS_BACKOFF);
             }
             Next::Later(advised) => {
                 tokio::time::sleep(advised.max(*backoff)).await;
@@ -451,7 +550,15 @@ impl Client {
         loop {
             let request = self.request(message.clone());
             let addr = self.current_addr();
-            let status = match call(service(self.channel()?), request).await {
+            let attempt = call(service(self.channel()?), request);
+            // Biased: tokio's random branch order draws from a thread's own generator, which a simulation cannot
+            // seed, so the same seed would not run the same way twice.
+            let answer = tokio::select! {
+                biased;
+                answer = attempt => answer,
+                deposed = self.deposed(&addr) => Err(deposed),
+            };
+            let status = match answer {
                 Ok(response) => {
                     self.rediscover().await;
                     return Ok((response.into_inner(), earlier_unknown));
@@ -466,10 +573,7 @@ impl Client {
                 });
             }
             if !self.recover(&status, idempotent, deadline, &mut backoff).await {
-                if unreachable(&status) {
-                    // Not retried here, but the next call should not try the same silent node first.
-                    self.next_node();
-                }
+                self.after_giving_up(&status);
                 return Err(ClientError::settle(status.into(), earlier_unknown));
             }
             earlier_unknown |= ClientError::from(status).outcome_unknown();
@@ -578,9 +682,7 @@ impl Client {
             // Messages from the one that failed on were not answered: retry those that are safe to retry.
             let idempotent = failed_at.is_none_or(|index| requests[index].msg_id.is_some());
             if !self.recover(&status, idempotent, deadline, &mut backoff).await {
-                if unreachable(&status) {
-                    self.next_node();
-                }
+                self.after_giving_up(&status);
                 let error = ClientError::from(status);
                 for index in todo.drain(..) {
                     let error = ClientError::settle(error.clone(), unanswered[index]);
@@ -628,13 +730,19 @@ impl Client {
         Self::send_more(&sender, requests, todo, &mut in_flight, window, per_request);
         // A node that stopped answering (paused, cut off, hung) must not hold the batch for ever: opening the call, and
         // each answer while messages are in flight, takes at most one attempt's deadline.
+        // A leader deposed meanwhile gives the call up sooner (see `ClientOptions::suspect_after`).
         let silent = || Status::deadline_exceeded("the node did not answer within the attempt deadline");
-        let opened = tokio::time::timeout(
+        let addr = self.current_addr();
+        let opening = tokio::time::timeout(
             self.options.attempt_timeout,
             client.publish_batch(self.credentials(Request::new(outgoing))),
-        )
-        .await;
-        let mut answers = match opened.unwrap_or_else(|_| Err(silent())) {
+        );
+        let opened = tokio::select! {
+            biased;
+            opened = opening => opened.unwrap_or_else(|_| Err(silent())),
+            deposed = self.deposed(&addr) => Err(deposed),
+        };
+        let mut answers = match opened {
             Ok(response) => response.into_inner(),
             Err(status) => {
                 broke(&in_flight, unanswered, &status);
@@ -654,8 +762,13 @@ impl Client {
             if let Some(open) = &sender {
                 Self::send_more(open, requests, todo, &mut in_flight, window, per_request);
             }
-            let answer = tokio::time::timeout(self.options.attempt_timeout, answers.message()).await;
-            let answer = match answer.unwrap_or_else(|_| Err(silent())) {
+            let next = tokio::time::timeout(self.options.attempt_timeout, answers.message());
+            let answer = tokio::select! {
+                biased;
+                answer = next => answer.unwrap_or_else(|_| Err(silent())),
+                deposed = self.deposed(&addr) => Err(deposed),
+            };
+            let answer = match answer {
                 Ok(Some(answer)) => answer,
                 Ok(None) if in_flight.is_empty() && todo.is_empty() => return None,
                 Ok(None) => {

@@ -26,7 +26,7 @@ pub mod token;
 pub use cellog_proto::v1 as proto;
 pub use cells::{Cells, Moved};
 pub use client::{
-    BatchResult, Client, ClientError, ClientOptions, ClientTls, DISCOVERY_INTERVAL, item_error, node_api,
+    BatchResult, Client, ClientError, ClientOptions, ClientTls, DISCOVERY_INTERVAL, SUSPECT_AFTER, item_error, node_api,
 };
 pub use group::{GroupMember, MemberOptions, Rebalance};
 

@@ -610,6 +610,7 @@ impl Mailroom {
             attempt_timeout: self.retry.attempt_timeout,
             backoff: Duration::from_millis(50),
             discover: true,
+            suspect_after: Some(cellog_client::SUSPECT_AFTER),
             discover_every: cellog_client::DISCOVERY_INTERVAL,
             retry_backpressure: true,
             // Another cell's `Deliver` takes an envelope on its signature, not on a credential.

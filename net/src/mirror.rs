@@ -380,6 +380,7 @@ impl<S: Storage + Clone> Follower<S> {
             attempt_timeout: self.options.attempt_timeout,
             backoff: Duration::from_millis(50),
             discover: true,
+            suspect_after: Some(cellog_client::SUSPECT_AFTER),
             discover_every: cellog_client::DISCOVERY_INTERVAL,
             retry_backpressure: false,
             token: self.options.token.clone(),

@@ -9,7 +9,9 @@ use openraft::{Config, SnapshotPolicy};
 pub struct RaftTiming {
     /// Leader heartbeat interval.
     pub heartbeat_ms: u64,
-    /// Shortest election timeout; the longest is twice that.
+    /// Shortest election timeout; the longest is one and a half times that. A follower that has heard from a leader
+    /// waits the longest timeout (openraft's leader lease) and then its own, drawn between the two, before it
+    /// campaigns: with the defaults, 875 ms to 1.05 s of silence.
     pub election_timeout_ms: u64,
     /// Entries between snapshots.
     pub snapshot_every: u64,
@@ -25,7 +27,11 @@ impl Default for RaftTiming {
     fn default() -> Self {
         RaftTiming {
             heartbeat_ms: 100,
-            election_timeout_ms: 600,
+            // A client sees its leader replaced 1.2 s on average after it stopped (in simulation, the election
+            // included), against 2.3 s with 600 ms and a longest of twice that. Shorter is quicker still (250 ms: under
+            // 1 s) but elects again and again under a full pipeline of large payloads on a slow disk, whose syncs keep
+            // a follower from hearing its leader for longer than 625 ms.
+            election_timeout_ms: 350,
             snapshot_every: 50_000,
             snapshot_every_bytes: crate::node::SNAPSHOT_EVERY_BYTES,
             keep_logs: 1000,
@@ -41,7 +47,7 @@ impl RaftTiming {
             cluster_name: cell.to_string(),
             heartbeat_interval: self.heartbeat_ms,
             election_timeout_min: self.election_timeout_ms,
-            election_timeout_max: self.election_timeout_ms * 2,
+            election_timeout_max: self.election_timeout_ms * 3 / 2,
             install_snapshot_timeout: 10_000,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_every),
             max_in_snapshot_log_to_keep: self.keep_logs,

@@ -1053,3 +1053,105 @@ async fn large_payloads_on_slow_disks_go_at_the_disks_pace_under_one_leader() {
     assert_eq!(after, term, "no election happened");
     cluster.check_acknowledged(STREAM, PARTITIONS, large_body).await;
 }
+
+/// How a leader stops, as a client sees it.
+#[derive(Clone, Copy, Debug)]
+enum LeaderStop {
+    /// Paused: its connections stay open and nothing comes back.
+    Pause,
+    /// Cut off from its peers but not from the client: it still answers, as a leader that cannot commit.
+    Isolate,
+    /// Crashed.
+    Crash,
+}
+
+/// How soon after a new leader's election a client's publishes are acknowledged again: the client asks who leads once
+/// per `cellog_client::SUSPECT_AFTER` while an attempt waits (half of it for the silent node's answer), then goes to
+/// the new leader, which commits the publish with one round to a follower.
+const FOUND_WITHIN: Duration = Duration::from_millis(2 * cellog_client::SUSPECT_AFTER.as_millis() as u64);
+
+/// The first election after `after` (simulated time, as the trace counts it) that a node other than `old` won.
+fn elected_after(cluster: &Cluster, after: Duration, old: u64) -> Option<Duration> {
+    cluster.trace().lines().iter().find_map(|line| {
+        let mut words = line.split_whitespace();
+        let at = Duration::from_secs_f64(words.next()?.parse().ok()?);
+        let node: u64 = words.next()?.strip_prefix('n')?.parse().ok()?;
+        let won = words.next() == Some("role") && words.next() == Some("state=leader");
+        (won && node != old && at > after).then_some(at)
+    })
+}
+
+/// A producer publishes one message at a time (with ids) while its leader stops: its publishes are acknowledged again
+/// within [`FOUND_WITHIN`] of the next leader's election (which Raft holds back until a follower heard nothing for
+/// the leader's lease and an election timeout: 2.5 to 3 times the shortest). A paused leader, and
+/// one cut off from its peers but not from the client, used to hold the publish for the client's whole attempt
+/// deadline (10 s), however soon the cell elected another: the client now asks the other nodes who leads while an
+/// attempt waits.
+async fn publishes_resume_soon_after_the_leader(stop: LeaderStop) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use cellog_sim::trace::simulated_elapsed;
+    let mut cluster = Cluster::new(3);
+    setup(&cluster).await;
+    let leader = cluster.wait_leader().await;
+    let producer = Producer::new(&cluster, "p1");
+    let acked = Arc::new(Mutex::new(Vec::new()));
+    let running = Arc::new(AtomicBool::new(true));
+    let publishing = cluster.spawn_on_client({
+        let (acked, running) = (acked.clone(), running.clone());
+        async move {
+            let mut index = 0;
+            while running.load(Ordering::Acquire) {
+                if producer.publish_one(message("steady", index)).await.is_ok() {
+                    acked.lock().expect("not poisoned").push(simulated_elapsed());
+                }
+                index += 1;
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let stopped = simulated_elapsed();
+    let others: Vec<_> = cluster.ids().into_iter().filter(|id| *id != leader).collect();
+    match stop {
+        LeaderStop::Pause => cluster.node(leader).pause(),
+        LeaderStop::Isolate => cluster.partition(&[leader], &others),
+        LeaderStop::Crash => cluster.node(leader).crash(),
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let back = simulated_elapsed();
+    match stop {
+        LeaderStop::Pause => cluster.node(leader).resume(),
+        LeaderStop::Isolate => cluster.heal(),
+        LeaderStop::Crash => cluster.node(leader).restart(),
+    }
+    running.store(false, Ordering::Release);
+    publishing.await.expect("the producer does not panic");
+    let elected = elected_after(&cluster, stopped, leader)
+        .unwrap_or_else(|| panic!("{stop:?}: no other node was elected in the 5 s after the stop"));
+    assert!(elected < back, "{stop:?}: the next leader was elected only after the stop ended");
+    let acked = acked.lock().expect("not poisoned").clone();
+    let resumed = acked.iter().copied().find(|at| *at > elected).expect("publishes acknowledged after the election");
+    let within = resumed - elected;
+    assert!(
+        within <= FOUND_WITHIN,
+        "{stop:?}: stopped at {stopped:?}, the next leader elected at {elected:?}, the first publish acknowledged \
+         after it at {resumed:?}: {within:?} after the election"
+    );
+    check(&cluster).await;
+}
+
+#[madsim::test]
+async fn publishes_resume_soon_after_the_leader_pauses() {
+    publishes_resume_soon_after_the_leader(LeaderStop::Pause).await;
+}
+
+#[madsim::test]
+async fn publishes_resume_soon_after_the_leader_is_cut_off_from_its_peers() {
+    publishes_resume_soon_after_the_leader(LeaderStop::Isolate).await;
+}
+
+#[madsim::test]
+async fn publishes_resume_soon_after_the_leader_crashes() {
+    publishes_resume_soon_after_the_leader(LeaderStop::Crash).await;
+}
