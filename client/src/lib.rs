@@ -1,7 +1,9 @@
 //! The cellog client library: talks to any node of a cell, follows the leader, and retries what is safe to retry.
 //!
-//! - [`client`]: [`Client`], one connection to a cell: leader discovery, safe retries, pipelined batch publish, and
-//!   sealed mail (`cellog.v1.Mail`) over the same connections.
+//! - [`client`]: [`Client`], one connection to a cell, with a method per call of the client API and of sealed mail
+//!   (`cellog.v1.Mail`) over the same connections; beside it, in private modules, `route` (which node a call goes
+//!   to, leader discovery, a deposed leader noticed while a call waits, safe retries), `batch` (pipelined publish) and
+//!   `options` ([`ClientOptions`]).
 //! - [`status`]: the error codec both sides speak: a failure's stable name, retry advice and leader address carried in
 //!   a gRPC status.
 //! - [`limits`]: what the wire carries at most.
@@ -14,12 +16,15 @@
 
 #![allow(clippy::result_large_err, reason = "tonic's Status is large, and it is what every call returns")]
 
+mod batch;
 pub mod cells;
 pub mod client;
 mod error;
 mod governance;
 pub mod group;
 pub mod limits;
+mod options;
+mod route;
 pub mod status;
 pub mod token;
 
