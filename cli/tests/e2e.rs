@@ -241,7 +241,8 @@ async fn a_single_node_that_lost_its_disk_does_not_lead_an_empty_cell() {
 }
 
 /// The operator's commands for bounds, against a dev cell: a stream's limits and rate changed from the command line,
-/// a tenant's quotas set and listed, and every certificate the CA issued to a principal revoked by name.
+/// a tenant's quotas set and listed, and every certificate the CA issued to a principal revoked by name. And the
+/// status an operator polls, which hashes the whole state only when asked to.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_sets_limits_quotas_and_revokes_certificates_from_the_command_line() {
     let dir = tempfile::tempdir().expect("a temp dir");
@@ -290,5 +291,10 @@ async fn an_operator_sets_limits_quotas_and_revokes_certificates_from_the_comman
     assert_eq!(revoked.lines().filter(|line| line.ends_with(") revoked")).count(), 2, "{revoked}");
     let remembered = cellog(&["certs", "revoked"]);
     assert_eq!(remembered.lines().filter(|line| line.contains("principal/acme/ops")).count(), 2, "{remembered}");
+
+    let status = cellog(&["cluster", "status"]);
+    assert!(status.contains("leader node") && !status.contains("state digest"), "{status}");
+    let compared = cellog(&["cluster", "status", "--digest"]);
+    assert!(compared.contains("state digest "), "{compared}");
     assert!(common::terminate(&mut child).success());
 }

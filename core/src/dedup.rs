@@ -82,7 +82,9 @@ impl DedupIndex {
 
     /// The index of `entries`, hashing with the default key until [`DedupIndex::rekey`].
     pub fn from_entries(entries: impl IntoIterator<Item = (Arc<str>, DedupEntry)>) -> Self {
+        let entries = entries.into_iter(); // order-free: its length is read here, its items go into the table below
         let mut index = DedupIndex::default();
+        index.ids.reserve(entries.size_hint().0, held_hash);
         entries.into_iter().for_each(|(id, entry)| index.insert(id, entry)); // order-free: into the table
         index
     }

@@ -93,9 +93,9 @@ fn check_bodies(refs: &[BodyRef], section: &[(u64, Bytes)]) -> Result<(), Snapsh
 }
 
 thread_local! {
-    /// While a cell is decoded: the subjects seen so far. Every message on a subject shares one allocation in a
-    /// running cell; without this, decoding would give each its own copy, and a million messages would take tens of
-    /// megabytes more after a restart than before it.
+    /// While a cell is decoded: the subjects seen so far, and the header names and stamped header values. Every
+    /// message on a subject shares one allocation in a running cell; without this, decoding would give each its own
+    /// copy, and a million messages would take tens of megabytes more after a restart than before it.
     static SUBJECTS: RefCell<Option<BTreeSet<Arc<str>>>> = const { RefCell::new(None) };
 }
 
@@ -108,20 +108,26 @@ pub(crate) fn interned_subject<'de, D: Deserializer<'de>>(deserializer: D) -> Re
             f.write_str("a subject")
         }
         fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Arc<str>, E> {
-            Ok(SUBJECTS.with_borrow_mut(|subjects| match subjects {
-                Some(subjects) => match subjects.get(text) {
-                    Some(shared) => shared.clone(),
-                    None => {
-                        let shared: Arc<str> = Arc::from(text);
-                        subjects.insert(shared.clone());
-                        shared
-                    }
-                },
-                None => Arc::from(text),
-            }))
+            Ok(interned(text))
         }
     }
     deserializer.deserialize_str(Subject)
+}
+
+/// `text`, shared with every other string equal to it that was interned while this cell is decoded (outside a
+/// decode, a string of its own).
+pub(crate) fn interned(text: &str) -> Arc<str> {
+    SUBJECTS.with_borrow_mut(|subjects| match subjects {
+        Some(subjects) => match subjects.get(text) {
+            Some(shared) => shared.clone(),
+            None => {
+                let shared: Arc<str> = Arc::from(text);
+                subjects.insert(shared.clone());
+                shared
+            }
+        },
+        None => Arc::from(text),
+    })
 }
 
 /// Shares subjects while it lives (see [`SUBJECTS`]).

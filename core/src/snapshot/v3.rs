@@ -109,7 +109,9 @@ pub(crate) struct Stream {
     pub n_messages: u64,
     pub n_bytes: u64,
     pub subjects: BTreeMap<Arc<str>, SubjectState>,
-    pub dedup: BTreeMap<Arc<str>, DedupEntry>,
+    /// A map on the wire, decoded as its pairs: they go into a hash table, and a B-tree of a million ids on the way
+    /// cost as much as the table.
+    pub dedup: Vec<(Arc<str>, DedupEntry)>,
     pub dedup_expiry: VecDeque<(Millis, Arc<str>, u32, u64)>,
     pub ttl_index: BTreeSet<(Millis, u32, u64)>,
     pub ttl_held: BTreeSet<(u32, u64)>,
@@ -145,7 +147,8 @@ pub(crate) struct Message {
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct Extras {
     pub key: Option<Bytes>,
-    pub headers: Headers,
+    /// A `Headers` map on the wire, decoded straight into the form a partition keeps.
+    pub headers: crate::partition::Packed,
     pub expires_at: Option<Millis>,
     pub deliver_at: Option<Millis>,
     pub recalled_at: Option<Millis>,
