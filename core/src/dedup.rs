@@ -15,7 +15,7 @@ use crate::index::DedupEntry;
 /// keyed (SipHash-1-3, as std's maps): without the key, no one can choose ids that collide and make every lookup slow.
 /// The host draws it ([`crate::Cell::key_ids`]); the cell draws nothing of its own. Not state: replicas may hold
 /// different keys, since what an index answers never depends on it.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IdKey(u64, u64);
 
 impl IdKey {
@@ -80,10 +80,10 @@ impl DedupIndex {
         DedupIndex { key, ids: hashbrown::HashTable::new() }
     }
 
-    /// The index of `entries`, hashing with the default key until [`DedupIndex::rekey`].
-    pub fn from_entries(entries: impl IntoIterator<Item = (Arc<str>, DedupEntry)>) -> Self {
+    /// The index of `entries`, hashing with `key`.
+    pub fn from_entries(key: IdKey, entries: impl IntoIterator<Item = (Arc<str>, DedupEntry)>) -> Self {
         let entries = entries.into_iter(); // order-free: its length is read here, its items go into the table below
-        let mut index = DedupIndex::default();
+        let mut index = DedupIndex::new(key);
         index.ids.reserve(entries.size_hint().0, held_hash);
         entries.into_iter().for_each(|(id, entry)| index.insert(id, entry)); // order-free: into the table
         index
@@ -91,6 +91,9 @@ impl DedupIndex {
 
     /// The same ids, hashed with `key`.
     pub fn rekey(&mut self, key: IdKey) {
+        if key == self.key {
+            return;
+        }
         let mut ids = hashbrown::HashTable::with_capacity(self.ids.len());
         let entries = self.ids.drain(); // order-free: into another table
         entries.for_each(|(_, id, entry)| {
@@ -251,7 +254,7 @@ mod tests {
                 prop_assert_eq!(index.get(id), Some(entry));
             }
             let entries = reference.iter().map(|(id, e)| (Arc::from(id.as_str()), e.clone())); // order-free: a BTreeMap
-            let rebuilt = DedupIndex::from_entries(entries);
+            let rebuilt = DedupIndex::from_entries(IdKey::new(7, 11), entries);
             prop_assert_eq!(&rebuilt, &index);
         }
     }

@@ -97,7 +97,12 @@ impl From<v3::Stream> for Stream {
             n_messages: stream.n_messages,
             n_bytes: stream.n_bytes,
             subjects: stream.subjects.into_iter().map(|(subject, state)| (subject, state.into())).collect(),
-            dedup: DedupIndex::from_entries(stream.dedup.into_iter().map(|(id, entry)| (id, entry.into()))),
+            // Hashed with the key of the cell being restored, which its host keys it with next (see
+            // `Cell::restore_keyed`): a million ids are not hashed twice.
+            dedup: DedupIndex::from_entries(
+                crate::snapshot::restoring_key(),
+                stream.dedup.into_iter().map(|(id, entry)| (id, entry.into())),
+            ),
             dedup_expiry: stream
                 .dedup_expiry
                 .into_iter()

@@ -170,7 +170,7 @@ fn decode(bytes: &[u8]) -> Result<Replica, StorageError> {
         |reason: String| StorageError::Corrupt { space: Space::State, key: stored_snapshot::HEADER_KEY, reason };
     let file: SnapshotFile =
         postcard::from_bytes(bytes).map_err(|error| corrupt(format!("snapshot does not decode: {error}")))?;
-    let cell = Cell::restore(&file.cell).map_err(|error| match error {
+    let cell = Cell::restore_keyed(&file.cell, id_key()).map_err(|error| match error {
         // Not damage: a snapshot this build cannot read is kept, and the node refuses to start over it.
         SnapshotError::UnsupportedVersion { version } => StorageError::Unsupported {
             reason: format!(

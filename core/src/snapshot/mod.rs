@@ -33,6 +33,7 @@ use sha2::{Digest, Sha256};
 
 use crate::body::BodyRef;
 use crate::cell::Cell;
+use crate::dedup::IdKey;
 use crate::error::SnapshotError;
 
 pub(crate) mod v10;
@@ -97,6 +98,15 @@ thread_local! {
     /// message on a subject shares one allocation in a running cell; without this, decoding would give each its own
     /// copy, and a million messages would take tens of megabytes more after a restart than before it.
     static SUBJECTS: RefCell<Option<BTreeSet<Arc<str>>>> = const { RefCell::new(None) };
+
+    /// While [`Cell::restore_keyed`] decodes a cell: the key it is restored with.
+    static RESTORING_KEY: std::cell::Cell<Option<IdKey>> = const { std::cell::Cell::new(None) };
+}
+
+/// The key the message-id indexes of the cell being decoded hash with: its host's (see [`Cell::restore_keyed`]), or
+/// the default one.
+pub(crate) fn restoring_key() -> IdKey {
+    RESTORING_KEY.get().unwrap_or_default()
 }
 
 /// Decodes a message's subject, shared with every other message on it while a cell is decoded.
@@ -354,6 +364,23 @@ impl Cell {
         if let Some(section) = &section {
             check_bodies(&cell.body_refs(), section)?;
         }
+        Ok(cell)
+    }
+
+    /// [`Cell::restore`], keyed with `key` as [`Cell::key_ids`] keys a cell, and with its message-id indexes hashed
+    /// with that key as they are decoded rather than hashed again afterwards.
+    pub fn restore_keyed(bytes: &[u8], key: IdKey) -> Result<Cell, SnapshotError> {
+        struct Keyed;
+        impl Drop for Keyed {
+            fn drop(&mut self) {
+                RESTORING_KEY.set(None);
+            }
+        }
+        RESTORING_KEY.set(Some(key));
+        let keyed = Keyed;
+        let mut cell = Self::restore(bytes)?;
+        drop(keyed);
+        cell.key_ids(key);
         Ok(cell)
     }
 

@@ -493,12 +493,19 @@ fn the_key_of_the_id_indexes_changes_no_answer_no_snapshot_and_no_digest() {
     keyed.cell.key_ids(IdKey::new(1, 2));
     let (half, rest) = steps.split_at(steps.len() / 2);
     let mut keyed_answers = run(&mut keyed, half);
-    // Restored, and keyed again with another key, halfway through.
-    let mut keyed = restored(&keyed);
-    keyed.cell.key_ids(IdKey::new(u64::MAX, 7));
+    // Restored, and keyed again with another key, halfway through; and restored already keyed with a third.
+    let mut rekeyed = restored(&keyed);
+    rekeyed.cell.key_ids(IdKey::new(u64::MAX, 7));
+    let mut restored_keyed = restored(&keyed);
+    restored_keyed.cell = Cell::restore_keyed(&keyed.cell.snapshot(), IdKey::new(3, 4)).expect("it restores");
+    let mut keyed = rekeyed;
     keyed_answers.extend(run(&mut keyed, rest));
+    let mut restored_keyed_answers = keyed_answers[..half.len()].to_vec();
+    restored_keyed_answers.extend(run(&mut restored_keyed, rest));
 
     assert_eq!(keyed_answers, answers);
+    assert_eq!(restored_keyed_answers, answers);
+    assert_eq!(restored_keyed.cell, plain.cell);
     assert_eq!(keyed.cell, plain.cell);
     assert_eq!(keyed.cell.snapshot(), plain.cell.snapshot());
     assert_eq!(keyed.cell.digest(), plain.cell.digest());
