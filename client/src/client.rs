@@ -9,6 +9,11 @@
 //! This file holds [`Client`] and its calls, one method per RPC; where a call goes and how it is retried is in
 //! `route.rs`, pipelined publishing in `batch.rs`, the options in `options.rs`.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "retry deadlines use the runtime's clock (madsim's simulated one under --cfg madsim)"
+)]
+
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
