@@ -16,9 +16,9 @@ use tokio::time::Instant;
 use tonic::transport::Channel;
 use tonic::{Request, Status};
 
-use crate::client::Client;
 use crate::error::ClientError;
 use crate::limits::{MAX_PUBLISH_BATCH, PUBLISH_BATCH_BYTES};
+use crate::route::Client;
 use crate::route::{Next, classify};
 use crate::status::from_item_error;
 

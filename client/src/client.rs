@@ -26,6 +26,7 @@ pub use crate::batch::BatchResult;
 pub use crate::error::ClientError;
 use crate::error::protocol_mismatch;
 pub use crate::options::{ClientOptions, ClientTls, DISCOVERY_INTERVAL, SUSPECT_AFTER};
+pub use crate::route::Client;
 pub use crate::route::node_api;
 use crate::route::{Route, cellog, connect};
 use crate::status::from_item_error;
@@ -60,15 +61,6 @@ fn outcome_unknown_item(error: &ClientError) -> v1::Error {
         ..v1::ErrorDetail::default()
     };
     v1::Error { code: Code::Unknown as i32, detail: Some(detail) }
-}
-
-/// A connection to a cell.
-#[derive(Clone)]
-pub struct Client {
-    pub(crate) route: Arc<Mutex<Route>>,
-    pub(crate) options: ClientOptions,
-    /// The credential's metadata value, checked once.
-    pub(crate) bearer: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
 }
 
 impl Client {

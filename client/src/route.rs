@@ -6,6 +6,7 @@
     reason = "retry deadlines and latencies use the runtime's clock (madsim's simulated one under --cfg madsim)"
 )]
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cellog_proto::v1::{self, cellog_client::CellogClient, mail_client::MailClient};
@@ -13,10 +14,9 @@ use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request, Response, Status};
 
-use crate::client::Client;
 use crate::error::{ClientError, protocol_mismatch};
 use crate::limits::MAX_CLIENT_MESSAGE;
-use crate::options::ClientTls;
+use crate::options::{ClientOptions, ClientTls};
 use crate::status::detail_of;
 use crate::token;
 
@@ -68,6 +68,15 @@ fn unreachable(status: &Status) -> bool {
         Code::DeadlineExceeded | Code::Cancelled => true,
         _ => false,
     }
+}
+
+/// A connection to a cell.
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) route: Arc<Mutex<Route>>,
+    pub(crate) options: ClientOptions,
+    /// The credential's metadata value, checked once.
+    pub(crate) bearer: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
 }
 
 /// The nodes a client knows, the one its next call goes to, and a channel to each node it has called.
