@@ -12,6 +12,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{NameKind, Rejection};
+pub use crate::headers::{NODE_HEADER_PREFIX, SENDER_HEADER, is_node_header};
 use crate::snapshot::v4;
 use crate::subject::{
     TENANT_SEPARATOR, filter_covers, filter_matches, filters_overlap, scoped_name, scoped_subject, tenant_of,
@@ -19,19 +20,6 @@ use crate::subject::{
 };
 use crate::time::Millis;
 
-/// The header every message a principal publishes carries: the principal's name, set by the cell over any value the
-/// caller sent, so that a reader can tell who published it.
-pub const SENDER_HEADER: &str = "Cellog-Sender";
-/// The prefix of every header the node writes (the sender, pins, a dead letter's origin), compared without regard to
-/// case: a caller's message carrying one is refused, so that no reader (folding case or not) can take a caller's
-/// header for the node's.
-pub const NODE_HEADER_PREFIX: &str = "Cellog-";
-
-/// Whether `name` is a header only the node writes: it starts with [`NODE_HEADER_PREFIX`] in any case.
-pub fn is_node_header(name: &str) -> bool {
-    let prefix = NODE_HEADER_PREFIX.as_bytes();
-    name.as_bytes().get(..prefix.len()).is_some_and(|start| start.eq_ignore_ascii_case(prefix))
-}
 /// The principal every cell starts with: every grant, and the only one that cannot be deleted or narrowed, so that a
 /// cell can always be administered. It has no token until one is added (by the node at bootstrap, or by itself).
 pub const ROOT: &str = "root";

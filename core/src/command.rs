@@ -1,6 +1,5 @@
 //! The vocabulary of the cell: commands in, outcomes and effects out, and the records readers see.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -15,8 +14,7 @@ use crate::error::Rejection;
 use crate::snapshot::v3;
 use crate::time::Millis;
 
-/// Message headers; ordered, so that encodings and traces are deterministic.
-pub type Headers = BTreeMap<String, String>;
+pub use crate::headers::Headers;
 
 /// A producer instance in a transaction: its id and the epoch it was given.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -11,6 +11,7 @@ use serde::{Serialize, Serializer};
 use siphasher::sip::SipHasher13;
 
 use crate::index::DedupEntry;
+
 /// The key of the hash behind every message-id index ([`DedupIndex`]). Message ids come from clients, so the hash is
 /// keyed (SipHash-1-3, as std's maps): without the key, no one can choose ids that collide and make every lookup slow.
 /// The host draws it ([`crate::Cell::key_ids`]); the cell draws nothing of its own. Not state: replicas may hold
@@ -30,6 +31,30 @@ impl Default for IdKey {
     fn default() -> Self {
         IdKey(0x6365_6c6c_6f67_2d69, 0x642d_696e_6465_7821)
     }
+}
+
+thread_local! {
+    /// While [`restoring_with`] runs: the key the indexes it decodes hash with.
+    static RESTORING: std::cell::Cell<Option<IdKey>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `decode` with every message-id index it builds hashed with `key` (see [`restoring_key`]): a cell restored for
+/// a host that keys it (`Cell::restore_keyed`) does not hash a million ids twice.
+pub(crate) fn restoring_with<T>(key: IdKey, decode: impl FnOnce() -> T) -> T {
+    struct Restoring;
+    impl Drop for Restoring {
+        fn drop(&mut self) {
+            RESTORING.set(None);
+        }
+    }
+    RESTORING.set(Some(key));
+    let _restoring = Restoring;
+    decode()
+}
+
+/// The key an index decoded now hashes with: the one [`restoring_with`] was given, or the default one.
+pub(crate) fn restoring_key() -> IdKey {
+    RESTORING.get().unwrap_or_default()
 }
 
 /// A stream's remembered message ids: a hash table, since a publish with an id looks it up and (when it is new) adds

@@ -34,6 +34,7 @@ mod consumer;
 mod dedup;
 mod error;
 pub mod group;
+mod headers;
 mod index;
 mod info;
 mod memory;

@@ -100,7 +100,7 @@ impl From<v3::Stream> for Stream {
             // Hashed with the key of the cell being restored, which its host keys it with next (see
             // `Cell::restore_keyed`): a million ids are not hashed twice.
             dedup: DedupIndex::from_entries(
-                crate::snapshot::restoring_key(),
+                crate::dedup::restoring_key(),
                 stream.dedup.into_iter().map(|(id, entry)| (id, entry.into())),
             ),
             dedup_expiry: stream

@@ -196,7 +196,7 @@ impl Cell {
                 && let Some(dead_letters) = self.streams.get_mut(target.as_str())
                 && self.auth.reserved_overlap(&dead_letters.config().subjects).is_none()
             {
-                let mut headers = message.headers().map(crate::partition::Packed::to_headers).unwrap_or_default();
+                let mut headers = message.headers().map(crate::headers::Packed::to_headers).unwrap_or_default();
                 for (name, value) in [
                     ("cellog-dead-letter-stream", stream.to_string()),
                     ("cellog-dead-letter-consumer", letter.consumer.to_string()),

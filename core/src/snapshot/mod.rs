@@ -21,12 +21,7 @@
 //!
 //! `v3.rs` itself never changes.
 
-use std::cell::RefCell;
-use std::collections::BTreeSet;
-use std::sync::Arc;
-
 use bytes::Bytes;
-use serde::Deserializer;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
@@ -36,6 +31,7 @@ use crate::cell::Cell;
 use crate::dedup::IdKey;
 use crate::error::SnapshotError;
 
+pub(crate) mod intern;
 pub(crate) mod v10;
 pub(crate) mod v11;
 pub(crate) mod v12;
@@ -91,69 +87,6 @@ fn check_bodies(refs: &[BodyRef], section: &[(u64, Bytes)]) -> Result<(), Snapsh
         body.verify(bytes).map_err(|reason| SnapshotError::Body { key: *key, reason })?;
     }
     Ok(())
-}
-
-thread_local! {
-    /// While a cell is decoded: the subjects seen so far, and the header names and stamped header values. Every
-    /// message on a subject shares one allocation in a running cell; without this, decoding would give each its own
-    /// copy, and a million messages would take tens of megabytes more after a restart than before it.
-    static SUBJECTS: RefCell<Option<BTreeSet<Arc<str>>>> = const { RefCell::new(None) };
-
-    /// While [`Cell::restore_keyed`] decodes a cell: the key it is restored with.
-    static RESTORING_KEY: std::cell::Cell<Option<IdKey>> = const { std::cell::Cell::new(None) };
-}
-
-/// The key the message-id indexes of the cell being decoded hash with: its host's (see [`Cell::restore_keyed`]), or
-/// the default one.
-pub(crate) fn restoring_key() -> IdKey {
-    RESTORING_KEY.get().unwrap_or_default()
-}
-
-/// Decodes a message's subject, shared with every other message on it while a cell is decoded.
-pub(crate) fn interned_subject<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Arc<str>, D::Error> {
-    struct Subject;
-    impl serde::de::Visitor<'_> for Subject {
-        type Value = Arc<str>;
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("a subject")
-        }
-        fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Arc<str>, E> {
-            Ok(interned(text))
-        }
-    }
-    deserializer.deserialize_str(Subject)
-}
-
-/// `text`, shared with every other string equal to it that was interned while this cell is decoded (outside a
-/// decode, a string of its own).
-pub(crate) fn interned(text: &str) -> Arc<str> {
-    SUBJECTS.with_borrow_mut(|subjects| match subjects {
-        Some(subjects) => match subjects.get(text) {
-            Some(shared) => shared.clone(),
-            None => {
-                let shared: Arc<str> = Arc::from(text);
-                subjects.insert(shared.clone());
-                shared
-            }
-        },
-        None => Arc::from(text),
-    })
-}
-
-/// Shares subjects while it lives (see [`SUBJECTS`]).
-struct Interning;
-
-impl Interning {
-    fn start() -> Self {
-        SUBJECTS.set(Some(BTreeSet::new()));
-        Interning
-    }
-}
-
-impl Drop for Interning {
-    fn drop(&mut self) {
-        SUBJECTS.set(None);
-    }
 }
 
 fn encode_state(cell: &Cell) -> Vec<u8> {
@@ -315,9 +248,9 @@ fn malformed(error: postcard::Error) -> SnapshotError {
     SnapshotError::Malformed { reason: error.to_string() }
 }
 
-/// Decodes a version's state from the front of `body`, sharing subjects (see [`SUBJECTS`]).
+/// Decodes a version's state from the front of `body`, sharing subjects (see [`intern`]).
 fn take_state<T: DeserializeOwned>(body: &[u8]) -> Result<(T, &[u8]), SnapshotError> {
-    let _interning = Interning::start();
+    let _interning = intern::Interning::start();
     postcard::take_from_bytes::<T>(body).map_err(malformed)
 }
 
@@ -370,16 +303,7 @@ impl Cell {
     /// [`Cell::restore`], keyed with `key` as [`Cell::key_ids`] keys a cell, and with its message-id indexes hashed
     /// with that key as they are decoded rather than hashed again afterwards.
     pub fn restore_keyed(bytes: &[u8], key: IdKey) -> Result<Cell, SnapshotError> {
-        struct Keyed;
-        impl Drop for Keyed {
-            fn drop(&mut self) {
-                RESTORING_KEY.set(None);
-            }
-        }
-        RESTORING_KEY.set(Some(key));
-        let keyed = Keyed;
-        let mut cell = Self::restore(bytes)?;
-        drop(keyed);
+        let mut cell = crate::dedup::restoring_with(key, || Self::restore(bytes))?;
         cell.key_ids(key);
         Ok(cell)
     }

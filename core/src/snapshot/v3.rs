@@ -136,7 +136,7 @@ pub(crate) struct Partition {
 pub(crate) struct Message {
     pub stream_seq: u64,
     /// Shared by every message on the subject while a cell is decoded.
-    #[serde(deserialize_with = "super::interned_subject")]
+    #[serde(deserialize_with = "super::intern::interned_subject")]
     pub subject: Arc<str>,
     pub msg_id: Option<Arc<str>>,
     pub body: BodyRef,
@@ -148,7 +148,7 @@ pub(crate) struct Message {
 pub(crate) struct Extras {
     pub key: Option<Bytes>,
     /// A `Headers` map on the wire, decoded straight into the form a partition keeps.
-    pub headers: crate::partition::Packed,
+    pub headers: crate::headers::Packed,
     pub expires_at: Option<Millis>,
     pub deliver_at: Option<Millis>,
     pub recalled_at: Option<Millis>,
