@@ -25,10 +25,13 @@ pub(crate) struct Message {
     /// Where the payload is stored (see [`crate::body`]).
     pub body: BodyRef,
     pub stored_at: Millis,
-    pub extras: Option<Box<Extras>>,
+    /// Shared with the messages before it in the partition that carry equal extras (see [`Partition::extras_like`]).
+    pub extras: Option<Arc<Extras>>,
 }
 
-/// What few messages carry (but every message published by a caller carries its stamped sender, a header).
+/// What few messages carry (but every message published by a caller carries its stamped sender, a header). Held
+/// behind a shared pointer: a publisher's messages mostly carry the same headers (its stamped sender) and nothing
+/// else, and a million of them then hold one copy. Encoded as the value it points to.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub(crate) struct Extras {
     pub key: Option<Bytes>,
@@ -58,7 +61,7 @@ impl From<v3::Message> for Message {
             msg_id: message.msg_id,
             body: message.body.into(),
             stored_at: message.stored_at.into(),
-            extras: message.extras.map(|extras| Box::new(Extras::from(*extras))),
+            extras: message.extras.map(|extras| Arc::new(Extras::from(*extras))),
         }
     }
 }
@@ -139,7 +142,26 @@ pub(crate) struct Partition {
 impl From<v3::Partition> for Partition {
     fn from(partition: v3::Partition) -> Self {
         // Collected from a `Vec` into a `Vec`, the slots stay in their allocation: a partition can hold millions.
-        let slots: Vec<Option<Message>> = partition.slots.into_iter().map(|slot| slot.map(Message::from)).collect();
+        // Equal extras of neighbouring messages are shared again, as they were before the snapshot.
+        let mut newest: Option<Arc<Extras>> = None;
+        let mut slots: Vec<Option<Message>> = partition
+            .slots
+            .into_iter()
+            .map(|slot| {
+                slot.map(|message| {
+                    let mut message = Message::from(message);
+                    if let Some(extras) = &mut message.extras {
+                        match &newest {
+                            Some(shared) if shared == extras => *extras = shared.clone(),
+                            _ => newest = Some(extras.clone()),
+                        }
+                    }
+                    message
+                })
+            })
+            .collect();
+        // Decoding grew the vector by doubling from a cautious guess: up to twice the memory the slots need.
+        slots.shrink_to_fit();
         Partition {
             first_seq: partition.first_seq,
             slots: slots.into(),
@@ -182,6 +204,25 @@ impl Partition {
     #[inline]
     pub fn front(&self) -> Option<(u64, &Message)> {
         self.slots.front().map(|slot| (self.first_seq, slot.as_ref().expect("the front slot is never a hole")))
+    }
+
+    /// The extras of the partition's newest message, when they equal the ones described (never a recalled
+    /// message's): a message appended with these shares them rather than holding a copy of its own.
+    #[inline]
+    pub(crate) fn extras_like(
+        &self,
+        key: Option<&Bytes>,
+        headers: &Headers,
+        expires_at: Option<Millis>,
+        deliver_at: Option<Millis>,
+    ) -> Option<Arc<Extras>> {
+        let extras = self.slots.back()?.as_ref()?.extras.as_ref()?;
+        let same = extras.key.as_ref() == key
+            && extras.expires_at == expires_at
+            && extras.deliver_at == deliver_at
+            && extras.recalled_at.is_none()
+            && extras.headers.iter().eq(headers.iter().map(|(name, value)| (name.as_str(), value.as_str())));
+        same.then(|| extras.clone())
     }
 
     #[inline]

@@ -87,12 +87,21 @@ pub(crate) struct Stream {
 
 impl From<v3::Stream> for Stream {
     fn from(stream: v3::Stream) -> Self {
+        let partitions: Vec<Partition> = stream.partitions.into_iter().map(Partition::from).collect();
+        // A message id is one allocation, shared by the message, its index entry and its expiry, as in a running cell:
+        // the copies decoded for the index are dropped for the message's own.
+        let shared = |id: Arc<str>, partition: u32, seq: u64| -> Arc<str> {
+            let message = partitions.get(partition as usize).and_then(|held| held.get(seq));
+            match message.and_then(|message| message.msg_id.as_ref()) {
+                Some(own) if **own == *id => own.clone(),
+                _ => id,
+            }
+        };
         Stream {
             id: stream.id,
             name: stream.name,
             config: stream.config.into(),
             created_at: stream.created_at.into(),
-            partitions: stream.partitions.into_iter().map(Partition::from).collect(),
             next_stream_seq: stream.next_stream_seq,
             n_messages: stream.n_messages,
             n_bytes: stream.n_bytes,
@@ -101,12 +110,12 @@ impl From<v3::Stream> for Stream {
             // `Cell::restore_keyed`): a million ids are not hashed twice.
             dedup: DedupIndex::from_entries(
                 crate::dedup::restoring_key(),
-                stream.dedup.into_iter().map(|(id, entry)| (id, entry.into())),
+                stream.dedup.into_iter().map(|(id, entry)| (shared(id, entry.partition, entry.seq), entry.into())),
             ),
             dedup_expiry: stream
                 .dedup_expiry
                 .into_iter()
-                .map(|(end, id, partition, seq)| (end.into(), id, partition, seq))
+                .map(|(end, id, partition, seq)| (end.into(), shared(id, partition, seq), partition, seq))
                 .collect(),
             ttl_index: stream
                 .ttl_index
@@ -120,6 +129,7 @@ impl From<v3::Stream> for Stream {
             peers: stream.peers,
             pins: stream.pins,
             sweep_at: stream.sweep_at.map(Millis::from),
+            partitions,
         }
     }
 }
@@ -541,8 +551,14 @@ impl Stream {
         let msg_id: Option<Arc<str>> = msg_id.map(Arc::from);
         let expires_at = ttl_ms.map(|ttl| at.plus(ttl));
         let deliver_at = deliver_after_ms.filter(|delay| *delay > 0).map(|delay| at.plus(delay));
-        let extras = (key.is_some() || !headers.is_empty() || expires_at.is_some() || deliver_at.is_some())
-            .then(|| Box::new(Extras { key, headers: headers.into(), expires_at, deliver_at, recalled_at: None }));
+        let extras =
+            (key.is_some() || !headers.is_empty() || expires_at.is_some() || deliver_at.is_some()).then(|| {
+                self.partitions[partition as usize]
+                    .extras_like(key.as_ref(), &headers, expires_at, deliver_at)
+                    .unwrap_or_else(|| {
+                        Arc::new(Extras { key, headers: headers.into(), expires_at, deliver_at, recalled_at: None })
+                    })
+            });
         let message =
             Message { stream_seq: self.next_stream_seq, subject, msg_id: msg_id.clone(), body, stored_at: at, extras };
         debug_assert_eq!(message.size(), size);
@@ -637,7 +653,7 @@ impl Stream {
         let freed = u64::from(message.body.len);
         effects.push(Effect::BodyReleased { key: message.body.key });
         message.body = BodyRef::of(message.body.key, &[]);
-        message.extras.get_or_insert_default().recalled_at = Some(at);
+        Arc::make_mut(message.extras.get_or_insert_default()).recalled_at = Some(at);
         let subject = message.subject.clone();
         partition_state.n_bytes -= freed;
         self.n_bytes -= freed;

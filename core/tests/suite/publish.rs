@@ -888,6 +888,37 @@ fn recalling_twice_changes_nothing_more() {
     assert_eq!(h.cell.read("s", 0, 1).unwrap().body, Body::Tombstone { recalled_at: Millis(1_000) });
 }
 
+/// Messages with equal headers share them in memory; recalling one of them leaves its neighbours whole, and a message
+/// published after the newest was recalled is no tombstone. The same holds after a snapshot.
+#[test]
+fn recalling_one_of_many_messages_with_equal_headers_leaves_the_others_whole() {
+    let mut h = Harness::new();
+    h.simple_stream("s");
+    let with_headers = |payload: &str| {
+        let mut r = request("s.a", payload);
+        r.headers.insert("trace".to_string(), "same".to_string());
+        r
+    };
+    for payload in ["one", "two", "three"] {
+        h.publish_request(with_headers(payload)).unwrap();
+    }
+    recall(&mut h, "s", 0, 2).unwrap();
+    recall(&mut h, "s", 0, 3).unwrap();
+    h.publish_request(with_headers("four")).unwrap();
+    let check = |cell: &cellog_core::Cell| {
+        let bodies: Vec<bool> =
+            (1..=4).map(|seq| matches!(cell.read("s", 0, seq).unwrap().body, Body::Stored(_))).collect();
+        assert_eq!(bodies, [true, false, false, true], "only the recalled messages are tombstones");
+        for seq in 1..=4 {
+            assert_eq!(cell.read("s", 0, seq).unwrap().headers.get("trace").map(String::as_str), Some("same"));
+        }
+    };
+    check(&h.cell);
+    let restored = cellog_core::Cell::restore(&h.cell.snapshot()).unwrap();
+    check(&restored);
+    assert_eq!(restored.digest(), h.cell.digest());
+}
+
 #[test]
 fn recall_of_a_missing_message_is_not_found() {
     let mut h = Harness::new();
