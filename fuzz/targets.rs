@@ -58,7 +58,7 @@ pub fn prepared() -> &'static Cell {
         for command in setup() {
             let outcome = cell.apply(AT, command);
             assert!(outcome.is_ok(), "{outcome:?}");
-            cell.drain_effects().for_each(drop);
+            cell.drain_work().for_each(drop);
         }
         cell
     })
@@ -109,7 +109,7 @@ fn apply(at: Millis, commands: Vec<Command>) {
     let mut cell = prepared().clone();
     for command in commands {
         let _ = cell.apply(at, command);
-        cell.drain_effects().for_each(drop);
+        cell.drain_work().for_each(drop);
     }
     let restored = Cell::restore(&cell.snapshot()).expect("a cell restores from its own snapshot");
     assert!(restored == cell, "a snapshot round trip changed the state");
@@ -401,7 +401,7 @@ pub fn snapshots() -> Vec<Vec<u8>> {
     for request in requests() {
         for command in request.commands {
             let _ = cell.apply(request.at, command);
-            cell.drain_effects().for_each(drop);
+            cell.drain_work().for_each(drop);
         }
     }
     let fixtures = root().join("../core/tests/fixtures");

@@ -30,7 +30,7 @@ fn cell_with_stream(partitions: u32) -> Cell {
 
 /// What a host does after every apply: takes the effects and keeps the bodies they store.
 fn drain(cell: &mut Cell, bodies: &mut MemoryBodies) {
-    cell.drain_effects().for_each(|effect| bodies.apply(&effect));
+    cell.drain_work().for_each(|work| bodies.apply(&work));
 }
 
 /// A cell of `n` streams, each claiming 64 filters (`s<i>.f<j>.>`); publishes to `s<n-1>.f63.x` go to the last one,

@@ -3,8 +3,8 @@
 //! The cell keeps, per message, a [`BodyRef`]: the key its body is stored under, its length and its crc32c. Keys come
 //! from a counter in the cell's state, so every replica stores the same body under the same key and a key is never
 //! used twice. The cell never holds, reads or writes body bytes after `apply` returns: a new body leaves `apply` as
-//! [`Effect::BodyStored`] (with its bytes), a dead letter's copy as [`Effect::BodyCopied`], and a body no message
-//! refers to any more as [`Effect::BodyReleased`]. The host must act on every one of them, in order, in the same
+//! [`BodyOp::BodyStored`] (with its bytes), a dead letter's copy as [`BodyOp::BodyCopied`], and a body no message
+//! refers to any more as [`BodyOp::BodyReleased`]. The host must act on every one of them, in order, in the same
 //! storage batch as the entry that produced them (raft-rs' `Ready`): [`crate::Cell::apply`] refuses to run while
 //! effects of an earlier apply are still queued.
 //!

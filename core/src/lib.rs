@@ -9,15 +9,16 @@
 //!                 (at, Command)                       Outcome | Rejection (bodies by reference)
 //!  Raft log ───────────────────────▶  Cell::apply  ───────────────────────▶ proposer
 //!                                        │   ▲
-//!     Effect: body work (stored, copied, │   │ Command::Tick when the leader's clock
+//!     BodyOp: body work (stored, copied, │   │ Command::Tick when the leader's clock
 //!     released) into the entry's storage ▼   │ passes Cell::next_deadline()
-//!     batch; transitions to the trace   host
+//!     batch; transitions, when traced   host
 //! ```
 //!
 //! - [`Cell`] holds the state; [`Cell::apply`] is the only way to change it.
 //! - [`Command`] lists every state change; [`Outcome`] and [`Rejection`] are the answers.
-//! - [`Effect`]s are queued for the host and drained after each apply: body work ([`body`]) the host stores in the
-//!   same batch as the entry, transitions it traces. `apply` refuses to run over undrained effects.
+//! - Each apply queues [`BodyOp`]s, body work ([`body`]) the host does in the same batch as the entry, and, while
+//!   the host traces them, [`Transition`]s; the host drains both after each apply, and `apply` refuses to run over
+//!   either undrained.
 //! - [`Cell::snapshot`] / [`Cell::restore`] encode the state deterministically (bodies by reference;
 //!   [`Cell::snapshot_whole`] adds the bytes the host hands it); [`Cell::digest`] compares replicas.
 //!
@@ -32,6 +33,7 @@ mod command;
 mod config;
 mod consumer;
 mod dedup;
+mod effect;
 mod error;
 pub mod group;
 mod headers;
@@ -59,9 +61,8 @@ pub use cell::{
     MirrorRead, PIN_HEADER, PRODUCER_IDLE_MS,
 };
 pub use command::{
-    AbortReason, AckAnswer, AckItem, AckKind, AckState, Body, Command, Delivery, Effect, GroupChange, GroupMember,
-    Headers, IngestMessage, MemberAssignment, Outcome, ProducerRef, PublishAck, PublishRequest, Record, RemovalReason,
-    Strategy,
+    AbortReason, AckAnswer, AckItem, AckKind, AckState, Body, Command, Delivery, GroupChange, GroupMember, Headers,
+    IngestMessage, MemberAssignment, Outcome, ProducerRef, PublishAck, PublishRequest, Record, RemovalReason, Strategy,
 };
 pub use config::{
     ConsumerConfig, DeliverPolicy, DiscardPolicy, MAX_DURATION_MS, MAX_PARTITIONS, MAX_PAYLOAD_LIMIT, RateLimit,
@@ -69,6 +70,7 @@ pub use config::{
 };
 pub use consumer::Work;
 pub use dedup::IdKey;
+pub use effect::{BodyOp, Transition};
 pub use error::{Cap, NameKind, Quota, Rejection, SnapshotError};
 pub use group::{GroupInfo, MemberInfo, PartitionOwner};
 pub use info::{

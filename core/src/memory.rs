@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 
 use crate::body::BodyRef;
-use crate::command::{Body, Effect, Record};
+use crate::command::{Body, Record};
+use crate::effect::BodyOp;
 
 /// Bodies in memory, kept by a host that applies the cell's body effects to them.
 ///
@@ -18,22 +19,21 @@ pub struct MemoryBodies {
 
 impl MemoryBodies {
     /// Acts on one drained effect: stores, copies or forgets a body. Every other effect is none of its business.
-    pub fn apply(&mut self, effect: &Effect) {
-        match effect {
-            Effect::BodyStored { body, bytes } => {
+    pub fn apply(&mut self, work: &BodyOp) {
+        match work {
+            BodyOp::BodyStored { body, bytes } => {
                 self.bodies.insert(body.key, bytes.clone());
             }
-            Effect::BodyCopied { from, to } => {
+            BodyOp::BodyCopied { from, to } => {
                 // A source that is not here leaves nothing under `to`: a later read of the copy fails, as it would
                 // on a store that lost the source.
                 if let Some(body) = self.bodies.get(from).cloned() {
                     self.bodies.insert(*to, body);
                 }
             }
-            Effect::BodyReleased { key } => {
+            BodyOp::BodyReleased { key } => {
                 self.bodies.remove(key);
             }
-            _ => {}
         }
     }
 

@@ -9,10 +9,11 @@ use serde::Serialize;
 
 use crate::body::BodyRef;
 use crate::bucket::TokenBucket;
-use crate::command::{Delivery, Effect, Headers, PublishAck, Record, RemovalReason};
+use crate::command::{Delivery, Headers, PublishAck, Record, RemovalReason};
 use crate::config::{ConsumerConfig, DeliverPolicy, DiscardPolicy, RetentionPolicy, StreamConfig};
 use crate::consumer::{Consumer, DeliveryTimer};
 use crate::dedup::{DedupIndex, IdKey};
+use crate::effect::{BodyOp, Effects};
 use crate::error::{Quota, Rejection};
 use crate::index::{DedupEntry, SubjectState};
 use crate::info::{PartitionInfo, PeerInfo, StreamInfo};
@@ -527,7 +528,7 @@ impl Stream {
 
     /// Appends a message and indexes it. The caller has made room, checked everything and stored the body.
     #[inline]
-    pub fn append(&mut self, message: Append<'_>, at: Millis, effects: &mut Vec<Effect>) -> u64 {
+    pub fn append(&mut self, message: Append<'_>, at: Millis, effects: &mut Effects) -> u64 {
         let Append { partition, subject, body, key, msg_id, headers, ttl_ms, deliver_after_ms } = message;
         let (n_messages, n_bytes) = (self.n_messages, self.n_bytes);
         let size = Message::accounted_size(subject, key.as_ref(), &headers, body.len as usize);
@@ -577,7 +578,7 @@ impl Stream {
         if let Some(expires_at) = expires_at {
             self.ttl_index.insert((expires_at, partition, seq));
         }
-        effects.push(Effect::Appended { stream: self.name.clone(), partition, seq });
+        effects.appended(&self.name, partition, seq);
         // Paired with the counts before: one more message, exactly its size more bytes, and its partition agrees.
         debug_assert_eq!((self.n_messages, self.n_bytes), (n_messages + 1, n_bytes + size));
         debug_assert_eq!(self.partitions[partition as usize].last_seq(), seq);
@@ -591,10 +592,10 @@ impl Stream {
     }
 
     /// Removes a message and its index entries. Returns whether it was there.
-    pub fn remove(&mut self, partition: u32, seq: u64, reason: RemovalReason, effects: &mut Vec<Effect>) -> bool {
+    pub fn remove(&mut self, partition: u32, seq: u64, reason: RemovalReason, effects: &mut Effects) -> bool {
         let Some(message) = self.partitions[partition as usize].take(seq) else { return false };
         if message.recalled_at().is_none() {
-            effects.push(Effect::BodyReleased { key: message.body.key });
+            effects.work(BodyOp::BodyReleased { key: message.body.key });
         }
         let size = message.size();
         debug_assert!(self.n_messages >= 1 && self.n_bytes >= size, "a stream counts every message it holds");
@@ -626,7 +627,7 @@ impl Stream {
             self.ttl_index.remove(&(expires_at, partition, seq));
             self.ttl_held.remove(&(partition, seq));
         }
-        effects.push(Effect::Removed { stream: self.name.clone(), partition, seq, reason });
+        effects.removed(&self.name, partition, seq, reason);
         // Paired with the partition: the message is gone and the front slot is never a hole.
         debug_assert!(self.partitions[partition as usize].get(seq).is_none());
         debug_assert!(self.partitions[partition as usize].slots.front().is_none_or(Option::is_some));
@@ -634,13 +635,7 @@ impl Stream {
     }
 
     /// Replaces a message's payload with a tombstone; its id stays remembered so a retry does not republish it.
-    pub fn recall(
-        &mut self,
-        partition: u32,
-        seq: u64,
-        at: Millis,
-        effects: &mut Vec<Effect>,
-    ) -> Result<bool, Rejection> {
+    pub fn recall(&mut self, partition: u32, seq: u64, at: Millis, effects: &mut Effects) -> Result<bool, Rejection> {
         let not_found = || Rejection::MessageNotFound { stream: self.name.to_string(), partition, seq };
         if self.is_pinned(partition, seq) {
             return Err(Rejection::Pinned { stream: self.name.to_string(), partition, seq });
@@ -651,7 +646,7 @@ impl Stream {
             return Ok(false);
         }
         let freed = u64::from(message.body.len);
-        effects.push(Effect::BodyReleased { key: message.body.key });
+        effects.work(BodyOp::BodyReleased { key: message.body.key });
         message.body = BodyRef::of(message.body.key, &[]);
         Arc::make_mut(message.extras.get_or_insert_default()).recalled_at = Some(at);
         let subject = message.subject.clone();
@@ -700,7 +695,7 @@ impl Stream {
 
     /// Adds a consumer whose cursors start where its deliver policy says. Interest retention may then take what it
     /// starts past.
-    pub fn add_consumer(&mut self, name: Arc<str>, config: ConsumerConfig, at: Millis, effects: &mut Vec<Effect>) {
+    pub fn add_consumer(&mut self, name: Arc<str>, config: ConsumerConfig, at: Millis, effects: &mut Effects) {
         let cursors = self
             .partitions
             .iter()
@@ -718,7 +713,7 @@ impl Stream {
     }
 
     /// Removes a consumer, and lets interest retention take what only it still needed. Returns whether it existed.
-    pub fn remove_consumer(&mut self, name: &str, effects: &mut Vec<Effect>) -> bool {
+    pub fn remove_consumer(&mut self, name: &str, effects: &mut Effects) -> bool {
         if self.consumers.remove(name).is_none() {
             return false;
         }
@@ -749,7 +744,7 @@ impl Stream {
     }
 
     /// Removes a message under interest retention if every consumer is done with it and no peer still needs it.
-    pub fn remove_if_uninteresting(&mut self, partition: u32, seq: u64, effects: &mut Vec<Effect>) {
+    pub fn remove_if_uninteresting(&mut self, partition: u32, seq: u64, effects: &mut Effects) {
         if self.config.retention == RetentionPolicy::Limits {
             return;
         }
@@ -760,7 +755,7 @@ impl Stream {
     }
 
     /// Runs interest retention over a whole partition range (after a consumer is deleted or a peer catches up).
-    pub fn sweep_interest(&mut self, partition: u32, from: u64, to_inclusive: u64, effects: &mut Vec<Effect>) {
+    pub fn sweep_interest(&mut self, partition: u32, from: u64, to_inclusive: u64, effects: &mut Effects) {
         if self.config.retention == RetentionPolicy::Limits {
             return;
         }
@@ -772,7 +767,7 @@ impl Stream {
     }
 
     /// Runs interest retention over every partition, whole.
-    pub fn sweep_all_interest(&mut self, effects: &mut Vec<Effect>) {
+    pub fn sweep_all_interest(&mut self, effects: &mut Effects) {
         for partition in 0..self.config.partitions {
             self.sweep_interest(partition, 0, u64::MAX, effects);
         }
@@ -781,7 +776,7 @@ impl Stream {
     /// Removes the oldest messages while discard-old limits are exceeded: after a lagging peer caught up (lenient
     /// appends may have overshot meanwhile) or after an update lowered the limits. Stops at a message a peer still
     /// needs, since removing a newer one instead would break the oldest-first order.
-    pub fn shrink_to_limits(&mut self, effects: &mut Vec<Effect>) {
+    pub fn shrink_to_limits(&mut self, effects: &mut Effects) {
         if self.config.discard != DiscardPolicy::Old {
             return;
         }
@@ -819,7 +814,7 @@ impl Stream {
     }
 
     /// Fires the stream's due timers: the dedup window, TTLs and max age. Removals wait for lagging peers.
-    pub fn sweep(&mut self, at: Millis, effects: &mut Vec<Effect>) {
+    pub fn sweep(&mut self, at: Millis, effects: &mut Effects) {
         while let Some((due, msg_id, partition, seq)) = self.dedup_expiry.front().cloned() {
             if due > at {
                 break;
@@ -862,7 +857,7 @@ impl Stream {
 
     /// Removes expired messages that a lagging peer held back and has now received (after a peer's progress or
     /// removal).
-    pub fn release_held(&mut self, effects: &mut Vec<Effect>) {
+    pub fn release_held(&mut self, effects: &mut Effects) {
         let released: Vec<(u32, u64)> =
             self.ttl_held.iter().copied().filter(|&(partition, seq)| !self.held(partition, seq)).collect();
         for (partition, seq) in released {
@@ -914,7 +909,7 @@ impl Stream {
 
     /// The sweep timer set for `due` fired: sweeps if that is still the stream's sweep time. Returns the next sweep
     /// time when it changed, for the caller's timer.
-    pub fn fire_sweep(&mut self, due: Millis, at: Millis, effects: &mut Vec<Effect>) -> Option<Millis> {
+    pub fn fire_sweep(&mut self, due: Millis, at: Millis, effects: &mut Effects) -> Option<Millis> {
         if self.sweep_at != Some(due) {
             return None;
         }

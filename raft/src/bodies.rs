@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use bytes::Bytes;
-use cellog_core::{BodyRef, Effect};
+use cellog_core::{BodyOp, BodyRef};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::in_log::{InLog, Placed};
@@ -232,11 +232,11 @@ impl<S: Storage> StoredBodies<S> {
         self.in_log.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Acts on one effect the cell drained: a body to store or copy joins `work`; a released one waits for the next
-    /// stored snapshot. Every other effect is none of this store's business.
-    pub fn act(&self, work: &mut BodyWork, effect: &Effect) {
-        match effect {
-            Effect::BodyStored { body, bytes } => match work.in_log(bytes) {
+    /// Acts on one piece of body work the cell drained: a body to store or copy joins `work`; a released one waits
+    /// for the next stored snapshot.
+    pub fn act(&self, work: &mut BodyWork, op: &BodyOp) {
+        match op {
+            BodyOp::BodyStored { body, bytes } => match work.in_log(bytes) {
                 Some(at) => {
                     work.in_log.insert(body.key, Kept { at, body: *body });
                 }
@@ -244,7 +244,7 @@ impl<S: Storage> StoredBodies<S> {
                     work.puts.insert(body.key, bytes.clone());
                 }
             },
-            Effect::BodyCopied { from, to } => {
+            BodyOp::BodyCopied { from, to } => {
                 // A copy of a body this apply left in the log stays there too: the same bytes, under the new key. A
                 // body an earlier apply left there is copied into the store: a place is only ever in an entry of the
                 // apply that keeps it, so the snapshot that lets that entry go has copied out every body placed in it.
@@ -270,14 +270,13 @@ impl<S: Storage> StoredBodies<S> {
                     Err(reason) => self.mark_damaged(*from, &reason),
                 }
             }
-            Effect::BodyReleased { key } => {
+            BodyOp::BodyReleased { key } => {
                 // Put during this apply, it need not be written. It is deleted from storage all the same: a log
                 // replayed after a restart puts bodies again that were written before it.
                 work.puts.remove(key);
                 work.in_log.remove(key);
                 self.released().push(*key);
             }
-            _ => {}
         }
     }
 

@@ -135,7 +135,8 @@ pub(crate) async fn pack_proposals(
                         let mut results = Vec::with_capacity(commands.len());
                         for command in commands {
                             results.push(replica.cell.apply(at, command));
-                            replica.cell.drain_effects().for_each(drop);
+                            replica.cell.drain_work().for_each(drop);
+                            replica.cell.drain_transitions().for_each(drop);
                         }
                         return proposers.answer(results);
                     }

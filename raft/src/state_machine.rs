@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
-use cellog_core::{Body, BodyRef, Cell, Command, Effect, Outcome, Record, SNAPSHOT_VERSION, SnapshotError};
+use cellog_core::{Body, BodyRef, Cell, Command, Outcome, Transition, Record, SNAPSHOT_VERSION, SnapshotError};
 use openraft::storage::RaftStateMachine;
 use openraft::{
     EntryPayload, OptionalSend, RaftSnapshotBuilder, Snapshot, SnapshotMeta, StorageIOError, StoredMembership,
@@ -565,8 +565,9 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
             }
             alarm.current.set(Some(entry.log_id));
             let traced = transition::tracing_entries();
-            // Transitions, collected only to be traced; body work goes to `work` as each command's effects drain.
-            let mut transitions: Vec<Effect> = Vec::new();
+            // Transitions, built and collected only to be traced; body work goes to `work` as each command's drains.
+            replica.cell.trace_transitions(traced);
+            let mut transitions: Vec<Transition> = Vec::new();
             let response = match entry.payload {
                 EntryPayload::Blank => Response::Empty,
                 EntryPayload::Normal(request) => {
@@ -583,13 +584,10 @@ impl<S: Storage + Clone> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
                             self.credentials.follow(&replica.cell);
                         }
                         results.push(result);
-                        for effect in replica.cell.drain_effects() {
-                            if effect.is_body_work() {
-                                self.bodies.act(&mut work, &effect);
-                            } else if traced {
-                                transitions.push(effect);
-                            }
+                        for op in replica.cell.drain_work() {
+                            self.bodies.act(&mut work, &op);
                         }
+                        transitions.extend(replica.cell.drain_transitions());
                     }
                     if traced {
                         transition::applied(entry.log_id.index, request.at, &kinds, &results);

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use cellog_core::{Effect, Grants, Millis, Outcome, Rejection};
+use cellog_core::{Grants, Millis, Outcome, Rejection, Transition};
 use openraft::{Membership, ServerState};
 
 use crate::types::{NodeAddrs, NodeId, Raft};
@@ -101,7 +101,7 @@ type Runs = BTreeMap<(&'static str, String, u32), Vec<(u64, u64)>>;
 
 /// The effects of one entry. Appends and removals are folded into runs of sequences per partition; every other effect
 /// is an event of its own.
-pub(crate) fn effects<'a>(index: u64, effects: impl IntoIterator<Item = &'a Effect>) {
+pub(crate) fn effects<'a>(index: u64, effects: impl IntoIterator<Item = &'a Transition>) {
     let mut runs = Runs::new();
     let mut extend = |what: &'static str, stream: &str, partition: u32, seq: u64| {
         let runs = runs.entry((what, stream.to_string(), partition)).or_default();
@@ -112,49 +112,49 @@ pub(crate) fn effects<'a>(index: u64, effects: impl IntoIterator<Item = &'a Effe
     };
     for effect in effects {
         match effect {
-            Effect::Appended { stream, partition, seq } => extend("appended", stream, *partition, *seq),
-            Effect::Removed { stream, partition, seq, reason } => {
+            Transition::Appended { stream, partition, seq } => extend("appended", stream, *partition, *seq),
+            Transition::Removed { stream, partition, seq, reason } => {
                 extend(<&'static str>::from(reason), stream, *partition, *seq);
             }
-            Effect::Recalled { stream, partition, seq } => {
+            Transition::Recalled { stream, partition, seq } => {
                 tracing::debug!(target: TARGET, index, %stream, partition, seq, "recalled");
             }
-            Effect::DeliveryExpired { stream, consumer, partition, seq, delivery_count } => {
+            Transition::DeliveryExpired { stream, consumer, partition, seq, delivery_count } => {
                 tracing::debug!(target: TARGET, index, %stream, %consumer, partition, seq, delivery_count, "expired");
             }
-            Effect::DeadLettered { stream, consumer, partition, seq, delivery_count, copy } => {
+            Transition::DeadLettered { stream, consumer, partition, seq, delivery_count, copy } => {
                 let copy = copy.as_ref().map_or("none".to_string(), |(dl, p, s)| format!("{dl}/{p}:{s}"));
                 tracing::debug!(
                     target: TARGET, index, %stream, %consumer, partition, seq, delivery_count, %copy, "dead-lettered"
                 );
             }
-            Effect::TransactionCommitted { producer_id, epoch, n_messages } => {
+            Transition::TransactionCommitted { producer_id, epoch, n_messages } => {
                 tracing::debug!(target: TARGET, index, producer_id, epoch, n_messages, "txn-committed");
             }
-            Effect::TransactionAborted { producer_id, epoch, reason } => {
+            Transition::TransactionAborted { producer_id, epoch, reason } => {
                 let reason: &'static str = reason.into();
                 tracing::debug!(target: TARGET, index, producer_id, epoch, reason, "txn-aborted");
             }
-            Effect::ProducerExpired { producer_id, transactional_id } => {
+            Transition::ProducerExpired { producer_id, transactional_id } => {
                 tracing::debug!(target: TARGET, index, producer_id, %transactional_id, "producer-expired")
             }
-            Effect::StreamDeleted { stream } => tracing::debug!(target: TARGET, index, %stream, "stream-deleted"),
-            Effect::Granted { principal, grants } => {
+            Transition::StreamDeleted { stream } => tracing::debug!(target: TARGET, index, %stream, "stream-deleted"),
+            Transition::Granted { principal, grants } => {
                 let Grants { publish, subscribe, consume, admin, cluster_admin } = grants;
                 tracing::info!(
                     target: TARGET, index, %principal, ?publish, ?subscribe, ?consume, admin, cluster_admin, "granted"
                 );
             }
-            Effect::PrincipalDeleted { principal } => {
+            Transition::PrincipalDeleted { principal } => {
                 tracing::info!(target: TARGET, index, %principal, "principal-deleted");
             }
-            Effect::TokenAdded { principal, token } => {
+            Transition::TokenAdded { principal, token } => {
                 tracing::info!(target: TARGET, index, %principal, %token, "token-added");
             }
-            Effect::TokenRevoked { principal, token } => {
+            Transition::TokenRevoked { principal, token } => {
                 tracing::info!(target: TARGET, index, %principal, %token, "token-revoked");
             }
-            Effect::GroupChanged { stream, group, generation, member, change, granted, revoking, released } => {
+            Transition::GroupChanged { stream, group, generation, member, change, granted, revoking, released } => {
                 let change: &'static str = change.into();
                 let granted = owners(granted);
                 let revoking = owners(revoking);
@@ -163,8 +163,6 @@ pub(crate) fn effects<'a>(index: u64, effects: impl IntoIterator<Item = &'a Effe
                     ?released, "group"
                 );
             }
-            // Storage work, not a transition: the state machine writes it and never passes it here.
-            Effect::BodyStored { .. } | Effect::BodyCopied { .. } | Effect::BodyReleased { .. } => {}
         }
     }
     for ((what, stream, partition), runs) in runs {

@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use super::{Cell, PIN_HEADER};
 use crate::auth::{Access, Actor, Grants, NODE_HEADER_PREFIX, SENDER_HEADER, TokenHash, is_node_header};
-use crate::command::{Command, Effect, Outcome};
+use crate::command::{Command, Outcome};
+use crate::effect::Transition;
 use crate::error::Rejection;
 use crate::tenant::Scope;
 use crate::time::Millis;
@@ -177,7 +178,7 @@ impl Cell {
     pub(super) fn put_principal(&mut self, name: &str, grants: Grants) -> Result<Outcome, Rejection> {
         let created = self.auth.put_principal(name, grants.clone())?;
         let principal = self.auth.authenticate(&Actor::Vouched(name.to_string()))?;
-        self.effects.push(Effect::Granted { principal, grants });
+        self.effects.note(|| Transition::Granted { principal, grants });
         Ok(Outcome::PrincipalPut { created })
     }
 
@@ -187,14 +188,14 @@ impl Cell {
             .authenticate(&Actor::Vouched(name.to_string()))
             .map_err(|_| Rejection::PrincipalNotFound { principal: name.to_string() })?;
         self.auth.delete_principal(name)?;
-        self.effects.push(Effect::PrincipalDeleted { principal });
+        self.effects.note(|| Transition::PrincipalDeleted { principal });
         Ok(Outcome::PrincipalDeleted)
     }
 
     pub(super) fn add_token(&mut self, principal: &str, token: TokenHash) -> Result<Outcome, Rejection> {
         self.auth.add_token(principal, token)?;
         let principal = self.auth.authenticate(&Actor::Token(token))?;
-        self.effects.push(Effect::TokenAdded { principal, token });
+        self.effects.note(|| Transition::TokenAdded { principal, token });
         Ok(Outcome::TokenAdded)
     }
 
@@ -210,7 +211,7 @@ impl Cell {
 
     pub(super) fn revoke_token(&mut self, token: TokenHash) -> Result<Outcome, Rejection> {
         let principal = self.auth.revoke_token(token)?;
-        self.effects.push(Effect::TokenRevoked { principal, token });
+        self.effects.note(|| Transition::TokenRevoked { principal, token });
         Ok(Outcome::TokenRevoked)
     }
 }

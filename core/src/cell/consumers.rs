@@ -6,9 +6,10 @@ use std::sync::Arc;
 use super::limits::{MAX_CONSUMERS_PER_STREAM, invalid};
 use super::timers::Timer;
 use super::{Cell, stream_in};
-use crate::command::{AckAnswer, AckItem, AckKind, AckState, Delivery, Effect, GroupMember, Outcome, PublishRequest};
+use crate::command::{AckAnswer, AckItem, AckKind, AckState, Delivery, GroupMember, Outcome, PublishRequest};
 use crate::config::{ConsumerConfig, RetentionPolicy};
 use crate::consumer::{Acked, DeadLetter};
+use crate::effect::Transition;
 use crate::error::Rejection;
 use crate::partition::Message;
 use crate::stream::{Incoming, RoomMode};
@@ -228,7 +229,7 @@ impl Cell {
                 let seq = self.append_message(&target_name, partition, request, copy_of, at);
                 copy = Some((target_name, partition, seq));
             }
-            self.effects.push(Effect::DeadLettered {
+            self.effects.note(|| Transition::DeadLettered {
                 stream: stream.clone(),
                 consumer: letter.consumer.clone(),
                 partition: letter.partition,

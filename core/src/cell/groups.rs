@@ -7,8 +7,9 @@ use std::sync::Arc;
 use super::Cell;
 use super::limits::{MAX_GROUP_MEMBERS, invalid};
 use crate::command::Strategy;
-use crate::command::{Effect, GroupChange, Outcome};
+use crate::command::{GroupChange, Outcome};
 use crate::config::ConsumerConfig;
+use crate::effect::Transition;
 use crate::error::{Cap, Rejection};
 use crate::group::{Changes, Group, GroupInfo};
 use crate::time::Millis;
@@ -212,7 +213,7 @@ impl Cell {
         for &partition in &released {
             consumer.release_partition(partition);
         }
-        self.effects.push(Effect::GroupChanged {
+        self.effects.note(|| Transition::GroupChanged {
             stream: key.0.clone(),
             group: key.1.clone(),
             generation,

@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::command::Effect;
 use crate::error::Rejection;
 use crate::quota::{Held, QuotaBook, check};
 use crate::stream::Stream;
@@ -69,22 +68,10 @@ impl Ledger {
         }
     }
 
-    /// Enters the streams an apply's effects name: every change to a stream's counts names it in one.
-    pub(crate) fn follow(&mut self, effects: &[Effect], streams: &BTreeMap<Arc<str>, Stream>) {
-        let mut last: Option<&Arc<str>> = None;
-        for effect in effects {
-            let name = match effect {
-                Effect::Appended { stream, .. }
-                | Effect::Removed { stream, .. }
-                | Effect::Recalled { stream, .. }
-                | Effect::StreamDeleted { stream } => stream,
-                _ => continue,
-            };
-            // A batch names the same stream many times in a row: enter it once per run.
-            if last.is_some_and(|l| l == name) {
-                continue;
-            }
-            last = Some(name);
+    /// Enters the streams an apply changed (see [`crate::effect::Effects::changed_streams`]): every change to a
+    /// stream's counts is followed there, a run of one stream once.
+    pub(crate) fn follow(&mut self, changed: &[Arc<str>], streams: &BTreeMap<Arc<str>, Stream>) {
+        for name in changed {
             self.enter(name, streams.get(name));
         }
     }

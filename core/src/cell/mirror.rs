@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::limits::{MAX_READ, invalid};
 use super::{Cell, stream_in};
-use crate::command::{Effect, IngestMessage, Outcome, Record};
+use crate::command::{IngestMessage, Outcome, Record};
 use crate::config::StreamConfig;
 use crate::error::Rejection;
 use crate::mirror::{LoggedRecall, MAX_PENDING_RECALLS, MAX_RECALLS_READ, Mirror, MirrorSource, RecallLog};
@@ -110,7 +110,7 @@ impl Cell {
             });
         }
         if s.recall(partition, seq, at, &mut self.effects)? {
-            self.effects.push(Effect::Recalled { stream: s.name().clone(), partition, seq });
+            self.effects.recalled(s.name(), partition, seq);
             if let Some(log) = log {
                 log.pending.push_back(LoggedRecall { number: log.next, partition, seq });
                 log.next += 1;

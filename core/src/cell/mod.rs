@@ -14,8 +14,9 @@ use serde::Serialize;
 
 use crate::auth::Auth;
 use crate::body::BodyRef;
-use crate::command::{AckAnswer, Command, Effect, Outcome};
+use crate::command::{AckAnswer, Command, Outcome};
 use crate::dedup::IdKey;
+use crate::effect::{BodyOp, Effects, Transition};
 use crate::error::Rejection;
 use crate::group::Group;
 use crate::mirror::Mirroring;
@@ -62,8 +63,9 @@ type MessageRef = (Arc<str>, u32, u64);
 /// The host (the Raft state-machine adapter, a test, a simulation) owns a `Cell` and:
 /// 1. applies every committed command in log order with [`Cell::apply`], passing the time the leader stamped on it
 ///    (`max(previous stamp, leader clock)`); the outcome goes back to whoever proposed the command;
-/// 2. drains [`Cell::drain_effects`] after each apply (before the next: `apply` asserts it), stores, copies and
-///    releases bodies as the body effects say, in the same storage batch as the entry, and traces the rest;
+/// 2. drains [`Cell::drain_work`] after each apply (before the next: `apply` asserts it), and stores, copies and
+///    releases bodies as it says, in the same storage batch as the entry; a host that traces turns
+///    [`Cell::trace_transitions`] on and drains [`Cell::drain_transitions`] too;
 /// 3. watches [`Cell::next_deadline`]: once the leader's clock passes it, the leader proposes [`Command::Tick`].
 ///
 /// Every command first fires the timers due at its time, so the state is a pure function of the sequence of
@@ -120,7 +122,7 @@ pub struct Cell {
     id_key: HostKey,
     /// Transient: not part of the state, not in snapshots, not compared.
     #[serde(skip)]
-    effects: Vec<Effect>,
+    effects: Effects,
 }
 
 impl Default for Cell {
@@ -183,7 +185,7 @@ impl Cell {
             producers_expire_from: ExpiryBound(Millis::MAX),
             members_expire_from: ExpiryBound(Millis::MAX),
             id_key: HostKey::default(),
-            effects: Vec::new(),
+            effects: Effects::default(),
         }
     }
 
@@ -217,7 +219,7 @@ impl Cell {
             producers_expire_from: ExpiryBound(Millis::MAX),
             members_expire_from: ExpiryBound(Millis::MAX),
             id_key: HostKey::default(),
-            effects: Vec::new(),
+            effects: Effects::default(),
         }
     }
 
@@ -335,9 +337,26 @@ impl Cell {
         }
     }
 
-    /// Takes the effects queued by the commands applied so far.
-    pub fn drain_effects(&mut self) -> std::vec::Drain<'_, Effect> {
-        self.effects.drain(..)
+    /// Takes the storage work queued by the commands applied so far: the host does it, in order, in the same storage
+    /// batch as the entry (see [`crate::body`]).
+    pub fn drain_work(&mut self) -> std::vec::Drain<'_, BodyOp> {
+        self.effects.drain_work()
+    }
+
+    /// Takes the transitions queued by the commands applied so far (none unless [`Cell::trace_transitions`]).
+    pub fn drain_transitions(&mut self) -> std::vec::Drain<'_, Transition> {
+        self.effects.drain_transitions()
+    }
+
+    /// Whether applies build [`Transition`]s for the host to trace (off in a new or restored cell): a host's setting,
+    /// not state, so replicas may differ and nothing else an apply does depends on it.
+    pub fn trace_transitions(&mut self, traced: bool) {
+        self.effects.set_traced(traced);
+    }
+
+    /// Whether applies build [`Transition`]s.
+    pub fn traces_transitions(&self) -> bool {
+        self.effects.traced()
     }
 
     /// This cell without its dedup indexes (a planted bug's snapshot).
@@ -366,9 +385,9 @@ impl Cell {
     /// If the effects of an earlier apply were not drained: a host that forgets them loses body writes.
     pub fn apply(&mut self, at: Millis, command: Command) -> Result<Outcome, Rejection> {
         assert!(
-            self.effects.is_empty(),
-            "the host must drain the effects of every apply before the next; {} are queued",
-            self.effects.len()
+            self.effects.queued() == 0,
+            "the host must drain the work and transitions of every apply before the next; {} are queued",
+            self.effects.queued()
         );
         // The leader stamps monotonic times; a replica clamps rather than trusting that, so state never sees time
         // go backwards.
@@ -399,8 +418,9 @@ impl Cell {
             self.release_pins(at, 0);
         }
         if let Some(ledger) = &mut self.ledger {
-            ledger.follow(&self.effects, &self.streams);
+            ledger.follow(self.effects.changed_streams(), &self.streams);
         }
+        self.effects.end_apply();
         result
     }
 

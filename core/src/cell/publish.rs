@@ -9,7 +9,8 @@ use super::Cell;
 use super::limits::{MAX_DEDUP_IDS, invalid};
 use super::timers::{Timer, Timers};
 use crate::body::BodyRef;
-use crate::command::{Effect, Outcome, PublishAck, PublishRequest};
+use crate::command::{Outcome, PublishAck, PublishRequest};
+use crate::effect::{BodyOp, Effects};
 use crate::error::{Cap, Rejection};
 use crate::partition::Message;
 use crate::route::Router;
@@ -17,10 +18,10 @@ use crate::stream::{Append, Incoming, RoomMode, Stream, Tally};
 use crate::time::Millis;
 
 /// Gives a new body the cell's next body key, and asks the host to store it.
-pub(super) fn store_body(effects: &mut Vec<Effect>, next_body: &mut u64, payload: Bytes) -> BodyRef {
+pub(super) fn store_body(effects: &mut Effects, next_body: &mut u64, payload: Bytes) -> BodyRef {
     let body = BodyRef::of(*next_body, &payload);
     *next_body += 1;
-    effects.push(Effect::BodyStored { body, bytes: payload });
+    effects.work(BodyOp::BodyStored { body, bytes: payload });
     body
 }
 
@@ -32,7 +33,7 @@ pub(super) fn store_body(effects: &mut Vec<Effect>, next_body: &mut u64, payload
 pub(super) fn append_message(
     stream: &mut Stream,
     timers: &mut Timers,
-    effects: &mut Vec<Effect>,
+    effects: &mut Effects,
     partition: u32,
     request: PublishRequest,
     body: BodyRef,
@@ -185,7 +186,7 @@ impl Cell {
             Some(source) => {
                 let body = BodyRef { key: self.next_body, ..source };
                 self.next_body += 1;
-                self.effects.push(Effect::BodyCopied { from: source.key, to: body.key });
+                self.effects.work(BodyOp::BodyCopied { from: source.key, to: body.key });
                 body
             }
             None => store_body(&mut self.effects, &mut self.next_body, std::mem::take(&mut request.payload)),

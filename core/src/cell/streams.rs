@@ -7,8 +7,9 @@ use std::sync::Arc;
 use super::limits::{MAX_PEERS_PER_STREAM, MAX_STREAMS, invalid};
 use super::timers::reschedule_sweep;
 use super::{Cell, MessageRef, stream_in};
-use crate::command::{Effect, Outcome, PublishRequest};
+use crate::command::{Outcome, PublishRequest};
 use crate::config::StreamConfig;
+use crate::effect::BodyOp;
 use crate::error::Rejection;
 use crate::stream::Stream;
 use crate::tenant::{subject_tenant, tenant_of};
@@ -169,7 +170,7 @@ impl Cell {
             self.router.remove(filter);
         }
         for body in stream.bodies() {
-            self.effects.push(Effect::BodyReleased { key: body.key });
+            self.effects.work(BodyOp::BodyReleased { key: body.key });
         }
         let mut released: BTreeSet<Arc<str>> = BTreeSet::new();
         let pinning: Vec<MessageRef> =
@@ -180,7 +181,7 @@ impl Cell {
         }
         self.forget_groups_of(name);
         self.forget_mirroring_of(name);
-        self.effects.push(Effect::StreamDeleted { stream: stream.name().clone() });
+        self.effects.stream_deleted(stream.name());
         for target in released {
             self.enforce_retention(at, &target, None);
         }
@@ -229,15 +230,14 @@ impl Cell {
         Ok(Some((target.name().clone(), partition, seq)))
     }
 
-    /// Releases what removed pinning messages pinned (every removal since effect `from` is looked at), and lets
+    /// Releases what removed pinning messages pinned (every removal of this apply from the `from`th on is looked at), and lets
     /// retention take what it may now, which can remove further pinning messages in turn.
     pub(super) fn release_pins(&mut self, at: Millis, mut from: usize) {
-        while from < self.effects.len() {
-            let end = self.effects.len();
+        while from < self.effects.n_removed() {
+            let end = self.effects.n_removed();
             let mut released: BTreeSet<Arc<str>> = BTreeSet::new();
-            for effect in &self.effects[from..end] {
-                let Effect::Removed { stream, partition, seq, .. } = effect else { continue };
-                if let Some(target) = self.pinned_by.remove(&(stream.clone(), *partition, *seq)) {
+            for removal in self.effects.removed_since(from) {
+                if let Some(target) = self.pinned_by.remove(removal) {
                     unpin(&mut self.streams, target, &mut released);
                 }
             }

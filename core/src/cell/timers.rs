@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use super::Cell;
-use crate::command::Effect;
+use crate::effect::Transition;
 use crate::snapshot::v3;
 use crate::stream::Stream;
 use crate::time::Millis;
@@ -183,7 +183,7 @@ impl Cell {
         let Some(consumer) = stream.consumer_by_id_mut(consumer_id) else { return };
         let mut letters = Vec::new();
         if let Some((delivery_count, dead_letter)) = consumer.delivery_timer_fired(partition, seq, due) {
-            self.effects.push(Effect::DeliveryExpired {
+            self.effects.note(|| Transition::DeliveryExpired {
                 stream: name.clone(),
                 consumer: consumer.name().clone(),
                 partition,

@@ -11,7 +11,8 @@ use super::limits::{MAX_DEDUP_IDS, MAX_OPEN_TRANSACTIONS, MAX_PRODUCERS, PRODUCE
 use super::publish::{append_message, store_body};
 use super::timers::Timer;
 use crate::body::BodyRef;
-use crate::command::{AbortReason, Effect, Outcome, ProducerRef, PublishAck, PublishRequest};
+use crate::command::{AbortReason, Outcome, ProducerRef, PublishAck, PublishRequest};
+use crate::effect::{BodyOp, Effects, Transition};
 use crate::error::{Cap, Quota, Rejection};
 use crate::partition::Message;
 use crate::snapshot::v3;
@@ -175,20 +176,20 @@ pub(super) fn abort_transaction(
     producer: &mut Producer,
     reason: AbortReason,
     detail: String,
-    effects: &mut Vec<Effect>,
+    effects: &mut Effects,
 ) {
     if let Some(transaction) = producer.transaction.take() {
         release_staged(transaction.staged, effects);
-        effects.push(Effect::TransactionAborted { producer_id, epoch: producer.epoch, reason });
+        effects.note(|| Transition::TransactionAborted { producer_id, epoch: producer.epoch, reason });
         producer.last_end = Some(TransactionEnd::Aborted { epoch: producer.epoch, reason, detail });
         producer.epoch = producer.epoch.saturating_add(1);
     }
 }
 
 /// Releases the stored bodies of staged messages that will never be appended.
-fn release_staged(staged: Vec<Staged>, effects: &mut Vec<Effect>) {
-    effects.extend(
-        staged.into_iter().filter_map(|message| message.body).map(|body| Effect::BodyReleased { key: body.key }),
+fn release_staged(staged: Vec<Staged>, effects: &mut Effects) {
+    effects.extend_work(
+        staged.into_iter().filter_map(|message| message.body).map(|body| BodyOp::BodyReleased { key: body.key }),
     );
 }
 
@@ -216,7 +217,8 @@ impl Cell {
                 self.transactional_ids.remove(&producer.transactional_id);
             }
             self.auth.forget_producer(producer_id);
-            self.effects.push(Effect::ProducerExpired { producer_id, transactional_id: producer.transactional_id });
+            self.effects
+                .note(|| Transition::ProducerExpired { producer_id, transactional_id: producer.transactional_id });
         }
         // A producer with a transaction open past its idle time is looked at again a little later: its transaction
         // ends by its timeout, and it expires then.
@@ -484,7 +486,7 @@ impl Cell {
             let stream = self.streams.get_mut(&message.stream).expect("checked by check_staged");
             let request = message.request;
             if let Some(ack) = request.msg_id.as_deref().and_then(|id| stream.duplicate_of(id)) {
-                self.effects.extend(message.body.map(|body| Effect::BodyReleased { key: body.key }));
+                self.effects.extend_work(message.body.map(|body| BodyOp::BodyReleased { key: body.key }));
                 acks.push(ack);
                 continue;
             }
@@ -532,7 +534,11 @@ impl Cell {
             }
             _ => unreachable!("built above"),
         };
-        self.effects.push(Effect::TransactionCommitted { producer_id: r.producer_id, epoch: r.epoch, n_messages });
+        self.effects.note(|| Transition::TransactionCommitted {
+            producer_id: r.producer_id,
+            epoch: r.epoch,
+            n_messages,
+        });
         Ok(outcome)
     }
 
@@ -569,7 +575,7 @@ mod tests {
         let init = |cell: &mut Cell, at| {
             let command = Command::InitProducer { transactional_id: "t".into(), transaction_timeout_ms: 1_000 };
             let outcome = cell.apply(Millis(at), command);
-            cell.drain_effects().for_each(drop);
+            cell.drain_work().for_each(drop);
             match outcome {
                 Ok(Outcome::ProducerInitialized(producer)) => producer,
                 other => panic!("{other:?}"),

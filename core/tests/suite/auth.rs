@@ -418,7 +418,7 @@ fn a_dead_letter_is_not_copied_into_a_reserved_stream() {
         .take_effects()
         .into_iter()
         .filter_map(|effect| match effect {
-            cellog_core::Effect::DeadLettered { copy, .. } => Some(copy),
+            cellog_core::Transition::DeadLettered { copy, .. } => Some(copy),
             _ => None,
         })
         .collect();

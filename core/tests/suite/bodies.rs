@@ -8,18 +8,19 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use cellog_core::{
-    AckKind, Body, BodyRef, Cell, Command, ConsumerConfig, Effect, MemoryBodies, Millis, PublishRequest, SnapshotError,
+    AckKind, Body, BodyOp, BodyRef, Cell, Command, ConsumerConfig, MemoryBodies, Millis, PublishRequest, SnapshotError,
     StreamConfig,
 };
-use common::{Harness, is_body_work};
+use common::Harness;
 
 /// The body work of one command, as data.
-fn body_work(h: &mut Harness, command: Command) -> Vec<Effect> {
+fn body_work(h: &mut Harness, command: Command) -> Vec<BodyOp> {
     let outcome = h.cell.apply(h.now, command);
     outcome.unwrap_or_else(|rejection| panic!("{rejection}"));
-    let effects: Vec<Effect> = h.cell.drain_effects().collect();
-    effects.iter().for_each(|effect| h.bodies.apply(effect));
-    effects.into_iter().filter(is_body_work).collect()
+    h.cell.drain_transitions().for_each(drop);
+    let work: Vec<BodyOp> = h.cell.drain_work().collect();
+    work.iter().for_each(|work| h.bodies.apply(work));
+    work
 }
 
 #[test]
@@ -28,7 +29,7 @@ fn a_publish_hands_its_body_to_the_host_and_keeps_a_reference() {
     h.simple_stream("orders");
     let work = body_work(&mut h, Command::Publish(PublishRequest::new("orders.a", "hello")));
     let hello = Bytes::from_static(b"hello");
-    assert_eq!(work, vec![Effect::BodyStored { body: BodyRef::of(1, &hello), bytes: hello }]);
+    assert_eq!(work, vec![BodyOp::BodyStored { body: BodyRef::of(1, &hello), bytes: hello }]);
     let record = h.cell.read("orders", 0, 1).unwrap();
     let Body::Stored(body) = record.body else { panic!("expected a stored body, found {:?}", record.body) };
     assert_eq!((body.key, body.len, body.crc), (1, 5, crc32c::crc32c(b"hello")));
@@ -71,14 +72,14 @@ fn every_way_a_message_goes_releases_its_body() {
     let work = body_work(&mut h, Command::Publish(PublishRequest::new("orders.a", "m4")));
     assert_eq!(
         work,
-        vec![Effect::BodyReleased { key: 1 }, Effect::BodyStored { body: BodyRef::of(4, b"m4"), bytes: "m4".into() }]
+        vec![BodyOp::BodyReleased { key: 1 }, BodyOp::BodyStored { body: BodyRef::of(4, b"m4"), bytes: "m4".into() }]
     );
     h.publish("orders.a", "m5").unwrap();
     assert_eq!((h.bodies.len(), h.cell.body_refs().len()), (3, 3));
 
     // A recall releases the body, keeping the tombstone.
     let work = body_work(&mut h, Command::Recall { stream: "orders".to_string(), partition: 0, seq: 5 });
-    assert_eq!(work, vec![Effect::BodyReleased { key: 5 }]);
+    assert_eq!(work, vec![BodyOp::BodyReleased { key: 5 }]);
     assert!(matches!(h.cell.read("orders", 0, 5).unwrap().body, Body::Tombstone { .. }));
 
     // A dead letter copies its body under a new key: the copy reads back the original's bytes.
@@ -90,14 +91,14 @@ fn every_way_a_message_goes_releases_its_body() {
         &mut h,
         Command::Ack { stream: "orders".into(), consumer: "c".into(), partition: 0, seq, kind: AckKind::Failed },
     );
-    assert_eq!(work, vec![Effect::BodyCopied { from: 3, to: 6 }]);
+    assert_eq!(work, vec![BodyOp::BodyCopied { from: 3, to: 6 }]);
     let copies = h.cell.read_from("dlq", 0, 1, 10).unwrap();
     assert_eq!(h.payload(&copies[0]), h.payload(&delivered[0].record));
     assert_eq!(h.bodies.len(), 3);
 
     // Deleting a stream releases every body it held; the copy stays.
     let work = body_work(&mut h, Command::DeleteStream { name: "orders".to_string() });
-    assert_eq!(work, vec![Effect::BodyReleased { key: 3 }, Effect::BodyReleased { key: 4 }]);
+    assert_eq!(work, vec![BodyOp::BodyReleased { key: 3 }, BodyOp::BodyReleased { key: 4 }]);
     assert_eq!(h.bodies.len(), 1);
     assert_eq!(h.cell.body_refs().len(), 1);
     assert_eq!(h.payload(&h.cell.read("dlq", 0, 1).unwrap()), "m3");

@@ -6,8 +6,8 @@ use common::*;
 
 use bytes::Bytes;
 use cellog_core::{
-    Cap, Cell, Command, Effect, MAX_DEDUP_IDS, MAX_KEY_BYTES, MAX_OPEN_TRANSACTIONS, MAX_PRODUCERS, Outcome,
-    PRODUCER_IDLE_MS, ProducerRef, PublishRequest, Rejection, StreamConfig,
+    Cap, Cell, Command, MAX_DEDUP_IDS, MAX_KEY_BYTES, MAX_OPEN_TRANSACTIONS, MAX_PRODUCERS, Outcome, PRODUCER_IDLE_MS,
+    ProducerRef, PublishRequest, Rejection, StreamConfig, Transition,
 };
 
 fn capped(result: Result<Outcome, Rejection>) -> Option<Cap> {
@@ -123,7 +123,7 @@ fn an_idle_producer_expires_and_frees_its_place() {
         .take_effects()
         .into_iter()
         .filter_map(|effect| match effect {
-            Effect::ProducerExpired { producer_id, .. } => Some(producer_id),
+            Transition::ProducerExpired { producer_id, .. } => Some(producer_id),
             _ => None,
         })
         .collect();

@@ -3,17 +3,19 @@
 use bytes::Bytes;
 use cellog_core::subject::partition_for_key;
 use cellog_core::{
-    AckKind, Cell, Command, ConsumerConfig, Delivery, Effect, MemoryBodies, Millis, Outcome, ProducerRef, PublishAck,
-    PublishRequest, Record, Rejection, RemovalReason, StreamConfig,
+    AckKind, Cell, Command, ConsumerConfig, Delivery, MemoryBodies, Millis, Outcome, ProducerRef, PublishAck,
+    PublishRequest, Record, Rejection, RemovalReason, StreamConfig, Transition,
 };
 
-/// A cell, the time the next command is stamped with, the effects drained so far (body work aside), and the bodies
-/// that body work keeps, as a host keeps them.
+/// A cell, the time the next command is stamped with, the transitions drained so far, and the bodies that body work
+/// keeps, as a host keeps them.
 pub struct Harness {
     pub cell: Cell,
     pub now: Millis,
-    pub effects: Vec<Effect>,
+    pub effects: Vec<Transition>,
     pub bodies: MemoryBodies,
+    /// Whether the cell builds transitions (as a host that traces), which the tests compare.
+    pub traced: bool,
 }
 
 impl Default for Harness {
@@ -24,7 +26,13 @@ impl Default for Harness {
 
 impl Harness {
     pub fn new() -> Self {
-        Harness { cell: Cell::new(), now: Millis(1_000), effects: Vec::new(), bodies: MemoryBodies::default() }
+        Harness {
+            cell: Cell::new(),
+            now: Millis(1_000),
+            effects: Vec::new(),
+            bodies: MemoryBodies::default(),
+            traced: true,
+        }
     }
 
     /// Moves the clock forward.
@@ -32,15 +40,15 @@ impl Harness {
         self.now = self.now.plus(ms);
     }
 
-    /// Applies a command at the current time and drains its effects: body work into the bodies, the rest kept.
+    /// Applies a command at the current time and drains it: body work into the bodies, transitions kept.
     pub fn apply(&mut self, command: Command) -> Result<Outcome, Rejection> {
+        // A cell restored in a test's place traces too.
+        self.cell.trace_transitions(self.traced);
         let outcome = self.cell.apply(self.now, command);
-        for effect in self.cell.drain_effects() {
-            self.bodies.apply(&effect);
-            if !is_body_work(&effect) {
-                self.effects.push(effect);
-            }
+        for work in self.cell.drain_work() {
+            self.bodies.apply(&work);
         }
+        self.effects.extend(self.cell.drain_transitions());
         outcome
     }
 
@@ -62,7 +70,7 @@ impl Harness {
     }
 
     /// Takes the effects drained so far.
-    pub fn take_effects(&mut self) -> Vec<Effect> {
+    pub fn take_effects(&mut self) -> Vec<Transition> {
         std::mem::take(&mut self.effects)
     }
 
@@ -136,11 +144,6 @@ impl Harness {
     }
 }
 
-/// Whether an effect is storage work for the host (kept out of the effects tests compare).
-pub fn is_body_work(effect: &Effect) -> bool {
-    effect.is_body_work()
-}
-
 /// A stream config claiming `subjects`, everything else default.
 pub fn config(subjects: &[&str]) -> StreamConfig {
     StreamConfig::with_subjects(subjects.iter().copied())
@@ -167,7 +170,7 @@ pub fn removals(h: &mut Harness) -> Vec<(u32, u64, RemovalReason)> {
     h.take_effects()
         .into_iter()
         .filter_map(|effect| match effect {
-            Effect::Removed { partition, seq, reason, .. } => Some((partition, seq, reason)),
+            Transition::Removed { partition, seq, reason, .. } => Some((partition, seq, reason)),
             _ => None,
         })
         .collect()
@@ -209,7 +212,7 @@ pub fn stored_state_holds(cell: &Cell, bodies: &MemoryBodies) -> Result<(), Stri
     if restored != *cell {
         return Err("restore(snapshot(cell)) differs from cell".to_string());
     }
-    if restored.drain_effects().count() != 0 {
+    if restored.drain_work().count() != 0 {
         return Err("a restored cell has effects pending".to_string());
     }
     let again = Cell::reencode_snapshot(&snapshot).map_err(|error| format!("the snapshot does not decode: {error}"))?;

@@ -6,9 +6,9 @@ use common::*;
 
 use bytes::Bytes;
 use cellog_core::{
-    AckKind, AckState, Command, ConsumerConfig, DeliverPolicy, Delivery, DeliveryPhase, Effect, MAX_PAYLOAD_LIMIT,
+    AckKind, AckState, Command, ConsumerConfig, DeliverPolicy, Delivery, DeliveryPhase, MAX_PAYLOAD_LIMIT,
     MAX_RESPONSE_BYTES, Millis, Outcome, PublishRequest, Rejection, RemovalReason, RetentionPolicy, StreamConfig,
-    subject::partition_for_key,
+    Transition, subject::partition_for_key,
 };
 
 // ----- shorthands -----
@@ -63,19 +63,19 @@ fn already_done() -> Outcome {
 }
 
 /// The `(seq, delivery_count)` of every `DeliveryExpired` effect in `effects`.
-fn expired(effects: &[Effect]) -> Vec<(u64, u32)> {
+fn expired(effects: &[Transition]) -> Vec<(u64, u32)> {
     effects
         .iter()
         .filter_map(|e| match e {
-            Effect::DeliveryExpired { seq, delivery_count, .. } => Some((*seq, *delivery_count)),
+            Transition::DeliveryExpired { seq, delivery_count, .. } => Some((*seq, *delivery_count)),
             _ => None,
         })
         .collect()
 }
 
 /// The `DeadLettered` effects in `effects`.
-fn dead_lettered(effects: &[Effect]) -> Vec<Effect> {
-    effects.iter().filter(|e| matches!(e, Effect::DeadLettered { .. })).cloned().collect()
+fn dead_lettered(effects: &[Transition]) -> Vec<Transition> {
+    effects.iter().filter(|e| matches!(e, Transition::DeadLettered { .. })).cloned().collect()
 }
 
 /// A key that lands in `partition` of a stream with `n_partitions`.
@@ -198,7 +198,7 @@ fn messages_published_with_no_consumer_wait_on_an_interest_stream() {
     h.advance(60_000);
     h.tick();
     assert_eq!(h.cell.stream_info("jobs").unwrap().n_messages, 2);
-    assert!(!h.take_effects().iter().any(|e| matches!(e, Effect::Removed { .. })));
+    assert!(!h.take_effects().iter().any(|e| matches!(e, Transition::Removed { .. })));
 
     h.create_consumer("jobs", "worker", ConsumerConfig::default());
     let deliveries = h.fetch("jobs", "worker", 10);
@@ -211,7 +211,7 @@ fn messages_published_with_no_consumer_wait_on_an_interest_stream() {
         .take_effects()
         .into_iter()
         .filter_map(|e| match e {
-            Effect::Removed { seq, reason, .. } => Some((seq, reason)),
+            Transition::Removed { seq, reason, .. } => Some((seq, reason)),
             _ => None,
         })
         .collect();
@@ -608,7 +608,7 @@ fn failed_is_dead_lettered_at_once() {
     let letters = dead_lettered(&h.take_effects());
     assert_eq!(
         letters,
-        vec![Effect::DeadLettered {
+        vec![Transition::DeadLettered {
             stream: "orders".into(),
             consumer: "c".into(),
             partition: 0,
@@ -639,7 +639,7 @@ fn failed_without_a_dead_letter_stream_still_leaves_the_consumer() {
     ack0(&mut h, 1, AckKind::Failed).unwrap();
     let letters = dead_lettered(&h.take_effects());
     assert!(
-        matches!(&letters[..], [Effect::DeadLettered { seq: 1, delivery_count: 1, copy: None, .. }]),
+        matches!(&letters[..], [Transition::DeadLettered { seq: 1, delivery_count: 1, copy: None, .. }]),
         "{letters:?}"
     );
     h.advance(60_000);
@@ -715,7 +715,7 @@ fn expiry_after_ack_wait_is_reported_by_a_tick() {
     h.tick();
     assert_eq!(
         h.take_effects(),
-        vec![Effect::DeliveryExpired {
+        vec![Transition::DeliveryExpired {
             stream: "orders".into(),
             consumer: "c".into(),
             partition: 0,
@@ -786,7 +786,7 @@ fn max_deliver_sends_the_message_to_the_dead_letter_stream() {
     assert_eq!(expired(&effects), vec![(1, 2)]);
     assert_eq!(
         dead_lettered(&effects),
-        vec![Effect::DeadLettered {
+        vec![Transition::DeadLettered {
             stream: "orders".into(),
             consumer: "c".into(),
             partition: 0,
@@ -795,7 +795,7 @@ fn max_deliver_sends_the_message_to_the_dead_letter_stream() {
             copy: Some(("dlq".into(), 0, 1)),
         }]
     );
-    assert!(effects.contains(&Effect::Appended { stream: "dlq".into(), partition: 0, seq: 1 }));
+    assert!(effects.contains(&Transition::Appended { stream: "dlq".into(), partition: 0, seq: 1 }));
 
     // No third delivery.
     h.advance(10_000);
@@ -846,7 +846,7 @@ fn nack_at_max_deliver_dead_letters() {
     h.take_effects();
     ack0(&mut h, 1, AckKind::Nack { delay_ms: 0 }).unwrap();
     let letters = dead_lettered(&h.take_effects());
-    assert!(matches!(&letters[..], [Effect::DeadLettered { seq: 1, delivery_count: 2, copy: Some(_), .. }]));
+    assert!(matches!(&letters[..], [Transition::DeadLettered { seq: 1, delivery_count: 2, copy: Some(_), .. }]));
     assert!(h.fetch("orders", "c", 10).is_empty());
     let copies = h.cell.read_from("dlq", 0, 1, 10).unwrap();
     assert_eq!(header(&copies[0], "cellog-dead-letter-reason"), Some("max_deliver"));
@@ -870,7 +870,7 @@ fn dead_letters_on_an_interest_stream_release_the_original() {
     h.take_effects();
     h.ack("jobs", "w", 0, 1, AckKind::Failed).unwrap();
     let effects = h.take_effects();
-    assert!(effects.contains(&Effect::Removed {
+    assert!(effects.contains(&Transition::Removed {
         stream: "jobs".into(),
         partition: 0,
         seq: 1,

@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use cellog_core::group::{Assignment, assign};
 use cellog_core::{
-    AckAnswer, AckItem, AckKind, AckState, Cap, Cell, Command, ConsumerConfig, Delivery, Effect, GroupChange,
-    GroupMember, MemberAssignment, Outcome, Rejection, Strategy, StreamConfig,
+    AckAnswer, AckItem, AckKind, AckState, Cap, Cell, Command, ConsumerConfig, Delivery, GroupChange, GroupMember,
+    MemberAssignment, Outcome, Rejection, Strategy, StreamConfig, Transition,
 };
 use proptest::prelude::*;
 use proptest::strategy::Strategy as _;
@@ -198,10 +198,10 @@ fn the_first_join_creates_the_group_and_its_consumer_and_owns_everything() {
         assert!(h.cell.consumer_info("orders", "g", h.now).is_ok(), "the group consumes through its consumer");
         assert_eq!(h.cell.group_names("orders").unwrap(), vec![Arc::from("g")]);
         let changed: Vec<_> =
-            h.take_effects().into_iter().filter(|e| matches!(e, Effect::GroupChanged { .. })).collect();
+            h.take_effects().into_iter().filter(|e| matches!(e, Transition::GroupChanged { .. })).collect();
         let everything: Vec<(Arc<str>, u32)> = (0..4).map(|p| (Arc::from("a"), p)).collect();
         assert!(
-            matches!(&changed[..], [Effect::GroupChanged { change: GroupChange::Joined, generation: 1, granted, revoking, .. }]
+            matches!(&changed[..], [Transition::GroupChanged { change: GroupChange::Joined, generation: 1, granted, revoking, .. }]
                 if *granted == everything && revoking.is_empty()),
             "{changed:?}"
         );
@@ -365,8 +365,10 @@ fn a_member_that_misses_its_session_is_removed_and_its_partitions_move() {
     }
     assert!(deadline <= h.now);
     assert!(matches!(heartbeat(&mut h, "b", b.generation, &[]), Err(Rejection::UnknownMember { .. })));
-    let expired =
-        h.take_effects().into_iter().any(|e| matches!(e, Effect::GroupChanged { change: GroupChange::Expired, .. }));
+    let expired = h
+        .take_effects()
+        .into_iter()
+        .any(|e| matches!(e, Transition::GroupChanged { change: GroupChange::Expired, .. }));
     assert!(expired);
     let a = settle(&mut h, "a");
     assert_eq!(a.partitions, vec![0, 1]);
@@ -477,8 +479,11 @@ fn groups_survive_a_snapshot_and_their_sessions_still_end() {
     assert_eq!(restored, h.cell);
     assert_eq!(restored.next_deadline(), h.cell.next_deadline(), "the sessions' end is a deadline again");
     let later = h.now.plus(SESSION * 2);
+    restored.trace_transitions(true);
     restored.apply(later, Command::Tick).unwrap();
-    let changes: Vec<Effect> = restored.drain_effects().filter(|e| matches!(e, Effect::GroupChanged { .. })).collect();
+    restored.drain_work().for_each(drop);
+    let changes: Vec<Transition> =
+        restored.drain_transitions().filter(|t| matches!(t, Transition::GroupChanged { .. })).collect();
     assert_eq!(changes.len(), 2, "both members expire: {changes:?}");
 }
 
@@ -560,7 +565,7 @@ proptest! {
                 let released: BTreeSet<u32> = h
                     .effects
                     .iter()
-                    .filter_map(|e| match e { Effect::GroupChanged { released, .. } => Some(released.clone()), _ => None })
+                    .filter_map(|e| match e { Transition::GroupChanged { released, .. } => Some(released.clone()), _ => None })
                     .flatten()
                     .collect();
                 let after = owners(&h);
@@ -625,14 +630,16 @@ fn a_change_of_generation_is_announced_and_a_heartbeat_that_changes_nothing_is_n
     h.take_effects();
     let again = heartbeat(&mut h, "a", a.generation, &[]).unwrap();
     assert_eq!((again.generation, again.partitions), (a.generation, a.partitions));
-    let changed: Vec<_> = h.take_effects().into_iter().filter(|e| matches!(e, Effect::GroupChanged { .. })).collect();
+    let changed: Vec<_> =
+        h.take_effects().into_iter().filter(|e| matches!(e, Transition::GroupChanged { .. })).collect();
     assert!(changed.is_empty(), "{changed:?}");
     // A second member's join moves the generation, and is announced with what it revokes from the first.
     let b = join(&mut h, "b", Strategy::CooperativeSticky).unwrap();
     assert!(b.generation > a.generation);
-    let changed: Vec<_> = h.take_effects().into_iter().filter(|e| matches!(e, Effect::GroupChanged { .. })).collect();
+    let changed: Vec<_> =
+        h.take_effects().into_iter().filter(|e| matches!(e, Transition::GroupChanged { .. })).collect();
     assert!(
-        matches!(&changed[..], [Effect::GroupChanged { change: GroupChange::Joined, member, revoking, .. }]
+        matches!(&changed[..], [Transition::GroupChanged { change: GroupChange::Joined, member, revoking, .. }]
             if &**member == "b" && revoking.len() == 1),
         "{changed:?}"
     );

@@ -669,9 +669,9 @@ fn setup(cell: &mut Cell) {
         ..StreamConfig::with_subjects(["s.>"])
     };
     cell.apply(Millis(0), Command::CreateStream { name: STREAM.to_string(), config }).unwrap();
-    cell.drain_effects().for_each(drop);
+    cell.drain_work().for_each(drop);
     cell.apply(Millis(0), Command::RegisterPeer { stream: STREAM.to_string(), peer: PEER.to_string() }).unwrap();
-    cell.drain_effects().for_each(drop);
+    cell.drain_work().for_each(drop);
     for (name, filter) in CONSUMERS {
         let config = ConsumerConfig {
             filter_subject: filter.map(str::to_string),
@@ -682,7 +682,7 @@ fn setup(cell: &mut Cell) {
         };
         cell.apply(Millis(0), Command::CreateConsumer { stream: STREAM.to_string(), name: name.to_string(), config })
             .unwrap();
-        cell.drain_effects().for_each(drop);
+        cell.drain_work().for_each(drop);
     }
 }
 
@@ -881,7 +881,7 @@ struct Asked {
 fn ask_work(cell: &mut Cell, bodies: &mut MemoryBodies, name: &'static str, now: u64) -> Asked {
     let at = Millis(now);
     cell.apply(at, Command::Tick).expect("a tick");
-    cell.drain_effects().for_each(|effect| bodies.apply(&effect));
+    cell.drain_work().for_each(|work| bodies.apply(&work));
     let (work, n_pending) = cell.consumer_work(STREAM, name).expect("the consumer exists");
     assert_eq!(n_pending, cell.consumer_info(STREAM, name, at).expect("the consumer exists").n_pending);
     Asked { name, at, work, before: cell.consumer_info(STREAM, name, at).expect("the consumer exists") }
@@ -926,7 +926,7 @@ fn run(ops: &[Op]) -> Result<Cell, TestCaseError> {
             _ => None,
         };
         let (actual, expected) = step(&mut cell, &mut model, op, &mut counter);
-        cell.drain_effects().for_each(|effect| bodies.apply(&effect));
+        cell.drain_work().for_each(|work| bodies.apply(&work));
         if let Some(asked) = asked {
             asked.check(&cell, &actual);
         }

@@ -539,7 +539,7 @@ fn setup(cell: &mut Cell) {
     for index in [DEAD, PINS, WORK, INTEREST] {
         let command = Command::CreateStream { name: STREAMS[index].to_string(), config: configs[index].clone() };
         cell.apply(Millis(0), command).unwrap();
-        cell.drain_effects().for_each(drop);
+        cell.drain_work().for_each(drop);
     }
 }
 
@@ -684,7 +684,7 @@ fn run(ops: &[Op]) -> Result<Cell, TestCaseError> {
     let mut counter = 0;
     for (index, op) in ops.iter().enumerate() {
         let (actual, expected) = step(&mut cell, &mut model, op, &mut counter);
-        cell.drain_effects().for_each(|effect| bodies.apply(&effect));
+        cell.drain_work().for_each(|work| bodies.apply(&work));
         prop_assert_eq!(actual, expected, "step {} {:?} at {}ms", index, op, model.now);
         compare_state(&cell, &bodies, &model)?;
         common::stored_state_holds(&cell, &bodies).map_err(TestCaseError::fail)?;

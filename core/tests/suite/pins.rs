@@ -6,7 +6,7 @@ use common::*;
 
 use bytes::Bytes;
 use cellog_core::{
-    Cell, Command, DiscardPolicy, Effect, Millis, PIN_HEADER, PublishAck, PublishRequest, Rejection, RemovalReason,
+    Cell, Command, DiscardPolicy, Millis, PIN_HEADER, PublishAck, PublishRequest, Rejection, RemovalReason, Transition,
 };
 
 fn retained(h: &Harness, stream: &str) -> Vec<u64> {
@@ -60,7 +60,7 @@ fn a_pinned_message_outlives_its_max_age_until_its_pin_is_removed() {
         .take_effects()
         .into_iter()
         .filter_map(|effect| match effect {
-            Effect::Removed { stream, seq, reason, .. } => Some((stream.to_string(), seq, reason)),
+            Transition::Removed { stream, seq, reason, .. } => Some((stream.to_string(), seq, reason)),
             _ => None,
         })
         .collect();
@@ -73,6 +73,29 @@ fn a_pinned_message_outlives_its_max_age_until_its_pin_is_removed() {
             ("material".to_string(), 3, RemovalReason::Age),
         ]
     );
+}
+
+/// Pins are released by the removals a cell follows itself, so they hold as well in a cell that builds no transitions
+/// (a node that traces nothing).
+#[test]
+fn pins_hold_and_release_in_a_cell_that_traces_nothing() {
+    let mut h = setup(None, DiscardPolicy::Old);
+    h.traced = false;
+    for body in ["a", "b", "c"] {
+        h.publish("material.x", body).unwrap();
+    }
+    pin(&mut h, "rows.x", "material/0/2").unwrap();
+    h.advance(5_000);
+    h.tick();
+    assert_eq!(retained(&h, "material"), vec![2, 3], "1 aged out; 2 is pinned, and 3 waits behind it");
+    let mut one_row = config(&["rows.>"]);
+    one_row.max_messages = Some(1);
+    h.ok(Command::UpdateStream { name: "rows".to_string(), config: one_row });
+    pin(&mut h, "rows.y", "material/0/2").unwrap();
+    assert_eq!(retained(&h, "material"), vec![2, 3], "still pinned by the second row");
+    h.publish("rows.z", "a row pinning nothing").unwrap();
+    assert_eq!(retained(&h, "material"), Vec::<u64>::new(), "the last pin went with the second row");
+    assert_eq!(h.take_effects(), Vec::new(), "nothing was built for a trace");
 }
 
 #[test]
@@ -180,7 +203,7 @@ fn pins_survive_a_snapshot() {
     let mut restored = Cell::restore(&h.cell.snapshot()).unwrap();
     assert_eq!(restored.digest(), h.cell.digest());
     restored.apply(Millis(100_000), Command::Tick).unwrap();
-    restored.drain_effects().for_each(drop);
+    restored.drain_work().for_each(drop);
     assert_eq!(restored.read_from("material", 0, 0, 10).unwrap().len(), 1, "still pinned after the restore");
     restored.apply(Millis(100_001), Command::DeleteStream { name: "rows".to_string() }).unwrap();
     assert_eq!(restored.read_from("material", 0, 0, 10).unwrap().len(), 0);

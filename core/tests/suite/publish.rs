@@ -7,8 +7,9 @@ use common::*;
 use bytes::Bytes;
 use cellog_core::subject::partition_for_key;
 use cellog_core::{
-    Body, Command, DiscardPolicy, Effect, MAX_DURATION_MS, MAX_HEADER_BYTES, MAX_ID_BYTES, Millis, NameKind, Outcome,
+    Body, Command, DiscardPolicy, MAX_DURATION_MS, MAX_HEADER_BYTES, MAX_ID_BYTES, Millis, NameKind, Outcome,
     PublishAck, PublishRequest, Quota, RateLimit, Record, Rejection, RemovalReason, StreamConfig, SubjectError,
+    Transition,
 };
 
 fn request(subject: &str, payload: &str) -> PublishRequest {
@@ -41,7 +42,7 @@ fn the_first_publish_gets_sequence_one() {
     h.simple_stream("orders");
     let ack = h.publish("orders.eu", "hello").unwrap();
     assert_eq!(ack, PublishAck { stream: "orders".into(), partition: 0, seq: 1, duplicate: false, original: None });
-    assert_eq!(h.take_effects(), vec![Effect::Appended { stream: "orders".into(), partition: 0, seq: 1 }]);
+    assert_eq!(h.take_effects(), vec![Transition::Appended { stream: "orders".into(), partition: 0, seq: 1 }]);
 }
 
 #[test]
@@ -556,8 +557,8 @@ fn discard_old_max_messages_removes_the_oldest() {
     assert_eq!(
         h.take_effects(),
         vec![
-            Effect::Removed { stream: "s".into(), partition: 0, seq: 1, reason: RemovalReason::StreamLimit },
-            Effect::Appended { stream: "s".into(), partition: 0, seq: 4 },
+            Transition::Removed { stream: "s".into(), partition: 0, seq: 1, reason: RemovalReason::StreamLimit },
+            Transition::Appended { stream: "s".into(), partition: 0, seq: 4 },
         ]
     );
     h.publish("s.b", "5").unwrap();
@@ -867,7 +868,7 @@ fn recall_replaces_the_payload_with_a_tombstone() {
     h.take_effects();
     h.advance(42);
     assert_eq!(recall(&mut h, "s", 0, 1), Ok(Outcome::Recalled));
-    assert_eq!(h.take_effects(), vec![Effect::Recalled { stream: "s".into(), partition: 0, seq: 1 }]);
+    assert_eq!(h.take_effects(), vec![Transition::Recalled { stream: "s".into(), partition: 0, seq: 1 }]);
     let record = h.cell.read("s", 0, 1).unwrap();
     assert_eq!(record.body, Body::Tombstone { recalled_at: Millis(1_042) });
     assert_eq!(&*record.subject, "s.a");

@@ -97,7 +97,19 @@ fn the_cell_s_quotas_count_every_stream_of_every_tenant() {
 
 #[test]
 fn what_a_stream_s_own_limits_remove_is_room_for_the_tenant() {
+    stream_limits_make_room(cell());
+}
+
+/// The ledger follows every change to a stream's counts also in a cell that builds no transitions (a node that traces
+/// nothing), and decides exactly as a traced one.
+#[test]
+fn the_ledger_follows_a_cell_that_traces_nothing() {
     let mut h = cell();
+    h.traced = false;
+    stream_limits_make_room(h);
+}
+
+fn stream_limits_make_room(mut h: Harness) {
     let rolling =
         StreamConfig { max_messages: Some(2), discard: DiscardPolicy::Old, ..StreamConfig::with_subjects(["log.>"]) };
     h.ok(as_token(1, Command::CreateStream { name: "log".into(), config: rolling }));

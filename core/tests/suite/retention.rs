@@ -6,8 +6,8 @@ use common::*;
 
 use bytes::Bytes;
 use cellog_core::{
-    AckKind, Command, ConsumerConfig, DeliverPolicy, DiscardPolicy, Effect, Millis, NameKind, Outcome, PeerInfo,
-    PublishRequest, Quota, Rejection, RemovalReason, RetentionPolicy, StreamConfig,
+    AckKind, Command, ConsumerConfig, DeliverPolicy, DiscardPolicy, Millis, NameKind, Outcome, PeerInfo,
+    PublishRequest, Quota, Rejection, RemovalReason, RetentionPolicy, StreamConfig, Transition,
 };
 
 /// The retained sequences of a partition.
@@ -74,7 +74,7 @@ fn max_age_removes_a_message_on_the_tick_at_its_age() {
     h.tick();
     assert_eq!(
         h.take_effects(),
-        vec![Effect::Removed { stream: "s".into(), partition: 0, seq: 1, reason: RemovalReason::Age }]
+        vec![Transition::Removed { stream: "s".into(), partition: 0, seq: 1, reason: RemovalReason::Age }]
     );
     let p = &h.cell.stream_info("s").unwrap().partitions[0];
     assert_eq!((p.low_watermark, p.high_watermark, p.n_messages), (2, 1, 0));
@@ -310,7 +310,7 @@ fn interest_removes_a_message_once_its_only_consumer_acks_it() {
     h.ack("s", "c", 0, 1, AckKind::Applied).unwrap();
     assert_eq!(
         h.take_effects(),
-        vec![Effect::Removed { stream: "s".into(), partition: 0, seq: 1, reason: RemovalReason::Interest }]
+        vec![Transition::Removed { stream: "s".into(), partition: 0, seq: 1, reason: RemovalReason::Interest }]
     );
     assert_eq!(retained(&h, "s", 0), vec![2]);
 }

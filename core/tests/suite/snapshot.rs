@@ -6,9 +6,9 @@ use common::*;
 
 use bytes::Bytes;
 use cellog_core::{
-    AckKind, Actor, Body, Cell, Command, ConsumerConfig, DeliverPolicy, Effect, Grants, IdKey, MemoryBodies, Millis,
-    Outcome, ProducerRef, PublishRequest, RateLimit, Record, Rejection, RetentionPolicy, SNAPSHOT_VERSION,
-    SnapshotError, StreamConfig, TokenHash, subject::partition_for_key,
+    AckKind, Actor, Body, Cell, Command, ConsumerConfig, DeliverPolicy, Grants, IdKey, MemoryBodies, Millis, Outcome,
+    ProducerRef, PublishRequest, RateLimit, Record, Rejection, RetentionPolicy, SNAPSHOT_VERSION, SnapshotError,
+    StreamConfig, TokenHash, Transition, subject::partition_for_key,
 };
 
 // ----- a scripted history -----
@@ -21,7 +21,7 @@ struct Step {
 }
 
 /// What one step produced.
-type Answer = (Result<Outcome, Rejection>, Vec<Effect>);
+type Answer = (Result<Outcome, Rejection>, Vec<Transition>);
 
 fn step(at: u64, command: Command) -> Step {
     Step { at, command }
@@ -284,6 +284,7 @@ fn restored(h: &Harness) -> Harness {
         now: h.now,
         effects: vec![],
         bodies: h.bodies.clone(),
+        traced: h.traced,
     }
 }
 
@@ -385,24 +386,24 @@ fn pending_effects_are_not_part_of_the_state() {
     // Each apply's effects are drained before the next, but the last apply's are left queued.
     let mut undrained = Cell::new();
     for s in busy_history() {
-        undrained.drain_effects().for_each(drop);
+        undrained.drain_work().for_each(drop);
         let _ = undrained.apply(Millis(s.at), s.command);
     }
-    undrained.drain_effects().for_each(drop);
+    undrained.drain_work().for_each(drop);
     undrained.apply(Millis(1_000_000), publish("dlq.last", "last")).unwrap_or_else(|rejection| panic!("{rejection}"));
     drained.now = Millis(1_000_000);
     drained.apply(publish("dlq.last", "last")).unwrap();
     assert_eq!(undrained.snapshot(), drained.cell.snapshot());
     assert_eq!(undrained.digest(), drained.cell.digest());
     // The restored cell has nothing pending.
-    assert_eq!(Cell::restore(&undrained.snapshot()).unwrap().drain_effects().count(), 0);
-    assert!(undrained.drain_effects().count() > 0);
+    assert_eq!(Cell::restore(&undrained.snapshot()).unwrap().drain_work().count(), 0);
+    assert!(undrained.drain_work().count() > 0);
 }
 
 #[test]
-#[should_panic(expected = "the host must drain the effects of every apply before the next")]
-fn an_apply_over_undrained_effects_is_refused() {
-    // A host that forgot the body effects of one apply would lose its bodies: the next apply stops it.
+#[should_panic(expected = "the host must drain the work and transitions of every apply before the next")]
+fn an_apply_over_undrained_work_is_refused() {
+    // A host that forgot the body work of one apply would lose its bodies: the next apply stops it.
     let mut cell = Cell::new();
     cell.apply(Millis(1), Command::CreateStream { name: "s".into(), config: StreamConfig::with_subjects(["s.>"]) })
         .unwrap();
@@ -430,12 +431,12 @@ fn a_restored_cell_continues_identically() {
 fn the_continuation_exercises_timers_and_transaction_ends() {
     let mut h = busy();
     let answers = run(&mut h, &continuation());
-    let effects: Vec<&Effect> = answers.iter().flat_map(|(_, effects)| effects).collect();
-    assert!(effects.iter().any(|e| matches!(e, Effect::DeliveryExpired { .. })));
-    assert!(effects.iter().any(|e| matches!(e, Effect::DeadLettered { copy: Some(_), .. })));
-    assert!(effects.iter().any(|e| matches!(e, Effect::TransactionCommitted { .. })));
-    assert!(effects.iter().any(|e| matches!(e, Effect::TransactionAborted { .. })));
-    assert!(effects.iter().any(|e| matches!(e, Effect::Removed { .. })));
+    let effects: Vec<&Transition> = answers.iter().flat_map(|(_, effects)| effects).collect();
+    assert!(effects.iter().any(|e| matches!(e, Transition::DeliveryExpired { .. })));
+    assert!(effects.iter().any(|e| matches!(e, Transition::DeadLettered { copy: Some(_), .. })));
+    assert!(effects.iter().any(|e| matches!(e, Transition::TransactionCommitted { .. })));
+    assert!(effects.iter().any(|e| matches!(e, Transition::TransactionAborted { .. })));
+    assert!(effects.iter().any(|e| matches!(e, Transition::Removed { .. })));
     assert!(answers.iter().any(|(outcome, _)| matches!(outcome, Ok(Outcome::Fetched(d)) if !d.is_empty())));
 }
 
@@ -605,7 +606,7 @@ fn a_cell_clamps_time_that_goes_backwards() {
             Command::CreateStream { name: "s".into(), config: StreamConfig::with_subjects(["s.>"]) },
         )
         .unwrap();
-        cell.drain_effects().for_each(drop);
+        cell.drain_work().for_each(drop);
         cell.apply(Millis(second_at), publish("s.a", "x")).unwrap();
     }
     assert_eq!(backwards.digest(), clamped.digest());
@@ -819,7 +820,7 @@ fn restored_whole(bytes: &[u8], now: Millis) -> Harness {
     for (key, body) in section {
         bodies.insert(key, body);
     }
-    Harness { cell, now, effects: vec![], bodies }
+    Harness { cell, now, effects: vec![], bodies, traced: true }
 }
 
 /// What a client can read of a cell: every stream's view and each retained record with its body's bytes, every
@@ -966,7 +967,7 @@ fn assert_idle_times_kept(mut h: Harness, later: ProducerRef) {
         .take_effects()
         .into_iter()
         .filter_map(|effect| match effect {
-            Effect::ProducerExpired { producer_id, .. } => Some(producer_id),
+            Transition::ProducerExpired { producer_id, .. } => Some(producer_id),
             _ => None,
         })
         .collect();
@@ -1366,7 +1367,7 @@ fn a_version_4_snapshot_s_producers_are_active_as_of_its_time() {
     assert!(!producers.is_empty());
     cell.apply(h.now.plus(cellog_core::PRODUCER_IDLE_MS - 1), Command::Tick).expect("a tick");
     assert!(producers.iter().all(|&id| cell.producer_info(id).is_some()), "none expired before its whole idle time");
-    cell.drain_effects().for_each(drop);
+    cell.drain_work().for_each(drop);
     cell.apply(h.now.plus(cellog_core::PRODUCER_IDLE_MS), Command::Tick).expect("a tick");
     assert!(producers.iter().all(|&id| cell.producer_info(id).is_none()), "all expired after it");
 }

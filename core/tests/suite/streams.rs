@@ -5,8 +5,8 @@ use common::*;
 
 use cellog_core::subject::{filter_matches, filters_overlap, validate_filter, validate_subject};
 use cellog_core::{
-    Command, DiscardPolicy, Effect, MAX_DURATION_MS, MAX_PARTITIONS, MAX_PAYLOAD_LIMIT, NameKind, Outcome, RateLimit,
-    Rejection, RemovalReason, RetentionPolicy, StreamConfig, SubjectError,
+    Command, DiscardPolicy, MAX_DURATION_MS, MAX_PARTITIONS, MAX_PAYLOAD_LIMIT, NameKind, Outcome, RateLimit,
+    Rejection, RemovalReason, RetentionPolicy, StreamConfig, SubjectError, Transition,
 };
 
 fn create(h: &mut Harness, name: &str, config: StreamConfig) -> Result<Outcome, Rejection> {
@@ -369,7 +369,7 @@ fn update_lowering_max_messages_removes_the_oldest_at_once() {
         .take_effects()
         .into_iter()
         .filter_map(|e| match e {
-            Effect::Removed { seq, reason, .. } => Some((seq, reason)),
+            Transition::Removed { seq, reason, .. } => Some((seq, reason)),
             _ => None,
         })
         .collect();
@@ -392,7 +392,7 @@ fn update_setting_a_max_age_removes_old_messages_at_once() {
     update(&mut h, "orders", StreamConfig { max_age_ms: Some(1_000), ..config(&["orders.>"]) }).unwrap();
     assert_eq!(
         h.take_effects(),
-        vec![Effect::Removed { stream: "orders".into(), partition: 0, seq: 1, reason: RemovalReason::Age }]
+        vec![Transition::Removed { stream: "orders".into(), partition: 0, seq: 1, reason: RemovalReason::Age }]
     );
     assert_eq!(h.cell.stream_info("orders").unwrap().n_messages, 1);
 }
@@ -490,7 +490,7 @@ fn delete_removes_the_stream_and_its_subjects() {
     h.publish("orders.a", "x").unwrap();
     h.take_effects();
     assert_eq!(delete(&mut h, "orders"), Ok(Outcome::StreamDeleted));
-    assert_eq!(h.take_effects(), vec![Effect::StreamDeleted { stream: "orders".into() }]);
+    assert_eq!(h.take_effects(), vec![Transition::StreamDeleted { stream: "orders".into() }]);
     assert_eq!(h.cell.stream_info("orders"), Err(Rejection::StreamNotFound { stream: "orders".to_string() }));
     assert_eq!(h.publish("orders.a", "x"), Err(Rejection::NoStreamForSubject { subject: "orders.a".to_string() }));
     assert!(h.cell.stream_names().is_empty());

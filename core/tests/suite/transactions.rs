@@ -6,9 +6,9 @@ use common::*;
 
 use bytes::Bytes;
 use cellog_core::{
-    AbortReason, Body, Command, ConsumerConfig, DiscardPolicy, Effect, MAX_PAYLOAD_LIMIT, MAX_TRANSACTION_BYTES,
+    AbortReason, Body, Command, ConsumerConfig, DiscardPolicy, MAX_PAYLOAD_LIMIT, MAX_TRANSACTION_BYTES,
     MAX_TRANSACTION_MESSAGES, Millis, Outcome, ProducerRef, PublishAck, PublishRequest, Quota, Rejection, StreamConfig,
-    subject::partition_for_key,
+    Transition, subject::partition_for_key,
 };
 
 // ----- shorthands -----
@@ -73,21 +73,21 @@ fn payloads(h: &Harness, stream: &str, partition: u32) -> Vec<String> {
         .collect()
 }
 
-fn aborted_effects(effects: &[Effect]) -> Vec<(u64, u32, AbortReason)> {
+fn aborted_effects(effects: &[Transition]) -> Vec<(u64, u32, AbortReason)> {
     effects
         .iter()
         .filter_map(|e| match e {
-            Effect::TransactionAborted { producer_id, epoch, reason } => Some((*producer_id, *epoch, *reason)),
+            Transition::TransactionAborted { producer_id, epoch, reason } => Some((*producer_id, *epoch, *reason)),
             _ => None,
         })
         .collect()
 }
 
-fn appended(effects: &[Effect]) -> Vec<(String, u64)> {
+fn appended(effects: &[Transition]) -> Vec<(String, u64)> {
     effects
         .iter()
         .filter_map(|e| match e {
-            Effect::Appended { stream, seq, .. } => Some((stream.to_string(), *seq)),
+            Transition::Appended { stream, seq, .. } => Some((stream.to_string(), *seq)),
             _ => None,
         })
         .collect()
@@ -384,7 +384,7 @@ fn commit_makes_every_staged_message_visible_at_once_in_order() {
     );
     assert_eq!(
         effects.last(),
-        Some(&Effect::TransactionCommitted { producer_id: r.producer_id, epoch: r.epoch, n_messages: 4 })
+        Some(&Transition::TransactionCommitted { producer_id: r.producer_id, epoch: r.epoch, n_messages: 4 })
     );
 }
 
@@ -431,7 +431,7 @@ fn an_empty_transaction_commits_and_bumps_the_epoch() {
     assert_eq!(next.epoch, r.epoch + 1);
     assert_eq!(
         h.take_effects(),
-        vec![Effect::TransactionCommitted { producer_id: r.producer_id, epoch: r.epoch, n_messages: 0 }]
+        vec![Transition::TransactionCommitted { producer_id: r.producer_id, epoch: r.epoch, n_messages: 0 }]
     );
 }
 
@@ -514,7 +514,11 @@ fn abort_drops_everything_and_bumps_the_epoch() {
     assert_eq!(outcome, Outcome::TransactionAborted { next: epoch(r, r.epoch + 1) });
     assert_eq!(
         h.take_effects(),
-        vec![Effect::TransactionAborted { producer_id: r.producer_id, epoch: r.epoch, reason: AbortReason::Requested }]
+        vec![Transition::TransactionAborted {
+            producer_id: r.producer_id,
+            epoch: r.epoch,
+            reason: AbortReason::Requested
+        }]
     );
     assert!(payloads(&h, "orders", 0).is_empty());
     assert!(payloads(&h, "audit", 0).is_empty());
@@ -904,7 +908,7 @@ fn an_id_published_while_staged_is_not_appended_twice_at_commit() {
     let effects = h.take_effects();
     assert_eq!(appended(&effects), vec![("orders".into(), 2)]);
     // Only the message that was appended became visible; the duplicate did not.
-    assert!(effects.contains(&Effect::TransactionCommitted {
+    assert!(effects.contains(&Transition::TransactionCommitted {
         producer_id: r.producer_id,
         epoch: r.epoch,
         n_messages: 1
@@ -1016,7 +1020,7 @@ fn a_committed_ttl_counts_from_the_commit() {
     assert!(
         h.take_effects()
             .iter()
-            .any(|e| matches!(e, Effect::Removed { seq: 1, reason: cellog_core::RemovalReason::Ttl, .. }))
+            .any(|e| matches!(e, Transition::Removed { seq: 1, reason: cellog_core::RemovalReason::Ttl, .. }))
     );
 }
 
