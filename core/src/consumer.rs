@@ -10,11 +10,12 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::command::{AckKind, AckState, Delivery};
+use crate::command::AckKind;
 use crate::config::ConsumerConfig;
 use crate::error::Rejection;
 use crate::index::SubjectState;
 use crate::info::{ConsumerInfo, DeliveryInfo, DeliveryPhase, PartitionLag};
+use crate::outcome::{AckState, Delivery};
 use crate::partition::Partition;
 use crate::snapshot::v3;
 use crate::subject::filter_matches;
@@ -636,9 +637,9 @@ impl Consumer {
         // The answer's bytes: a record that would take them past the budget (after the first) is left for the next
         // fetch, neither delivered nor counted, so the answer always fits the wire.
         let mut bytes = 0u64;
-        let mut fits = |record: &crate::command::Record, delivered: usize| {
+        let mut fits = |record: &crate::outcome::Record, delivered: usize| {
             bytes += record.size();
-            delivered == 0 || bytes <= crate::command::MAX_RESPONSE_BYTES
+            delivered == 0 || bytes <= crate::outcome::MAX_RESPONSE_BYTES
         };
 
         let candidates: Vec<(u32, u64)> = self.ready.iter().copied().filter(|&(p, _)| allowed(p)).collect();

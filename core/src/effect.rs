@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::auth::{Grants, TokenHash};
 use crate::body::BodyRef;
-use crate::command::{AbortReason, GroupChange, RemovalReason};
+use crate::outcome::{AbortReason, GroupChange, RemovalReason};
 
 /// Storage work for the host, in order, in the same storage batch as the entry that produced it (see [`crate::body`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]

@@ -26,9 +26,10 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::{MemberAssignment, Strategy};
+use crate::command::Strategy;
 use crate::error::Rejection;
 use crate::info::ConsumerInfo;
+use crate::outcome::MemberAssignment;
 use crate::snapshot::v7;
 use crate::time::Millis;
 

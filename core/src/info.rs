@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::AckState;
 use crate::config::{ConsumerConfig, StreamConfig};
+use crate::outcome::AckState;
 use crate::time::Millis;
 
 /// One partition of a stream.

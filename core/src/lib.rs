@@ -41,6 +41,7 @@ mod index;
 mod info;
 mod memory;
 pub mod mirror;
+mod outcome;
 mod partition;
 pub mod placement;
 pub mod quota;
@@ -61,8 +62,7 @@ pub use cell::{
     MirrorRead, PIN_HEADER, PRODUCER_IDLE_MS,
 };
 pub use command::{
-    AbortReason, AckAnswer, AckItem, AckKind, AckState, Body, Command, Delivery, GroupChange, GroupMember, Headers,
-    IngestMessage, MemberAssignment, Outcome, ProducerRef, PublishAck, PublishRequest, Record, RemovalReason, Strategy,
+    AckItem, AckKind, Command, GroupMember, Headers, IngestMessage, ProducerRef, PublishRequest, Strategy,
 };
 pub use config::{
     ConsumerConfig, DeliverPolicy, DiscardPolicy, MAX_DURATION_MS, MAX_PARTITIONS, MAX_PAYLOAD_LIMIT, RateLimit,
@@ -77,6 +77,10 @@ pub use info::{
     ConsumerInfo, DeliveryInfo, DeliveryPhase, PartitionInfo, PartitionLag, PeerInfo, ProducerInfo, StreamInfo,
 };
 pub use memory::MemoryBodies;
+pub use outcome::{
+    AbortReason, AckAnswer, AckState, Body, Delivery, GroupChange, MemberAssignment, Outcome, PublishAck, Record,
+    RemovalReason,
+};
 pub use snapshot::{SNAPSHOT_VERSION, StateDigest};
 pub use subject::SubjectError;
 pub use tenant::Scope;

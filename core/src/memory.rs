@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 
 use crate::body::BodyRef;
-use crate::command::{Body, Record};
 use crate::effect::BodyOp;
+use crate::outcome::{Body, Record};
 
 /// Bodies in memory, kept by a host that applies the cell's body effects to them.
 ///

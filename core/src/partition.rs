@@ -8,8 +8,9 @@ use bytes::Bytes;
 use serde::Serialize;
 
 use crate::body::BodyRef;
-use crate::command::{Body, Headers, Record};
+use crate::command::Headers;
 use crate::headers::{Packed, header_bytes};
+use crate::outcome::{Body, Record};
 use crate::snapshot::v3;
 use crate::time::Millis;
 

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::body::BodyRef;
 use crate::bucket::TokenBucket;
-use crate::command::{Delivery, Headers, PublishAck, Record, RemovalReason};
+use crate::command::Headers;
 use crate::config::{ConsumerConfig, DeliverPolicy, DiscardPolicy, RetentionPolicy, StreamConfig};
 use crate::consumer::{Consumer, DeliveryTimer};
 use crate::dedup::{DedupIndex, IdKey};
@@ -17,6 +17,7 @@ use crate::effect::{BodyOp, Effects};
 use crate::error::{Quota, Rejection};
 use crate::index::{DedupEntry, SubjectState};
 use crate::info::{PartitionInfo, PeerInfo, StreamInfo};
+use crate::outcome::{Delivery, PublishAck, Record, RemovalReason};
 use crate::partition::{Extras, Message, Partition};
 use crate::snapshot::v3;
 use crate::time::Millis;

@@ -20,10 +20,11 @@
 
 use std::sync::Arc;
 
-use crate::command::{Command, Outcome, PublishAck, Record};
+use crate::command::Command;
 use crate::config::StreamConfig;
 use crate::error::Rejection;
 use crate::info::{ConsumerInfo, StreamInfo};
+use crate::outcome::{Outcome, PublishAck, Record};
 use crate::subject::{SCOPE_SIGIL, scoped_name, scoped_subject};
 
 pub use crate::subject::{TENANT_SEPARATOR, subject_tenant, tenant_of, validate_scoped_name};

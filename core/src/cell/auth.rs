@@ -4,9 +4,10 @@ use std::sync::Arc;
 
 use super::{Cell, PIN_HEADER};
 use crate::auth::{Access, Actor, Grants, NODE_HEADER_PREFIX, SENDER_HEADER, TokenHash, is_node_header};
-use crate::command::{Command, Outcome};
+use crate::command::Command;
 use crate::effect::Transition;
 use crate::error::Rejection;
+use crate::outcome::Outcome;
 use crate::tenant::Scope;
 use crate::time::Millis;
 

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use super::Cell;
 use super::limits::{MAX_GROUP_MEMBERS, invalid};
 use crate::command::Strategy;
-use crate::command::{GroupChange, Outcome};
 use crate::config::ConsumerConfig;
 use crate::effect::Transition;
 use crate::error::{Cap, Rejection};
 use crate::group::{Changes, Group, GroupInfo};
+use crate::outcome::{GroupChange, Outcome};
 use crate::time::Millis;
 
 /// A group's key: (stream, group).

@@ -5,8 +5,9 @@
 use super::limits::{MAX_INGEST_GAP, invalid};
 use super::publish::{append_message, store_body};
 use super::{Cell, stream_in};
-use crate::command::{IngestMessage, Outcome};
+use crate::command::IngestMessage;
 use crate::error::Rejection;
+use crate::outcome::Outcome;
 
 impl Cell {
     pub(super) fn ingest(

@@ -31,7 +31,7 @@ pub const MAX_OPEN_TRANSACTIONS: usize = 1024;
 pub const MAX_DEDUP_IDS: usize = 1_000_000;
 /// Most messages one fetch may ask for.
 pub const MAX_FETCH: u32 = 10_000;
-pub use crate::command::MAX_RESPONSE_BYTES;
+pub use crate::outcome::MAX_RESPONSE_BYTES;
 /// Longest message id or transactional id, in bytes.
 pub const MAX_ID_BYTES: usize = 256;
 /// Most header bytes (names plus values) on one message.

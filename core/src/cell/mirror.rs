@@ -5,10 +5,11 @@ use std::sync::Arc;
 
 use super::limits::{MAX_READ, invalid};
 use super::{Cell, stream_in};
-use crate::command::{IngestMessage, Outcome, Record};
+use crate::command::IngestMessage;
 use crate::config::StreamConfig;
 use crate::error::Rejection;
 use crate::mirror::{LoggedRecall, MAX_PENDING_RECALLS, MAX_RECALLS_READ, Mirror, MirrorSource, RecallLog};
+use crate::outcome::{Outcome, Record};
 use crate::time::Millis;
 
 impl Cell {

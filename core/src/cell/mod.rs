@@ -14,12 +14,13 @@ use serde::Serialize;
 
 use crate::auth::Auth;
 use crate::body::BodyRef;
-use crate::command::{AckAnswer, Command, Outcome};
+use crate::command::Command;
 use crate::dedup::IdKey;
 use crate::effect::{BodyOp, Effects, Transition};
 use crate::error::Rejection;
 use crate::group::Group;
 use crate::mirror::Mirroring;
+use crate::outcome::{AckAnswer, Outcome};
 use crate::placement::{Directory, Ownership};
 use crate::quota::QuotaBook;
 use crate::route::Router;

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use super::Cell;
 use super::limits::invalid;
-use crate::command::Outcome;
 use crate::error::Rejection;
 use crate::mirror::Mirroring;
+use crate::outcome::Outcome;
 use crate::placement::{MAX_CELLS, MAX_PLACEMENTS, OWNED_HERE, Ownership, Placement};
 
 /// Whether this cell accepts writes to `stream`: refused with where it went while it moved away, or while it is

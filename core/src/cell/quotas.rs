@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use super::Cell;
 use super::ledger::Ledger;
-use crate::command::Outcome;
 use crate::error::Rejection;
+use crate::outcome::Outcome;
 use crate::quota::{self, Held, QuotaBook, Quotas};
 use crate::stream::Stream;
 use crate::subject::{TENANT_SEPARATOR, tenant_of};

@@ -11,9 +11,11 @@ use super::limits::{MAX_DEDUP_IDS, MAX_OPEN_TRANSACTIONS, MAX_PRODUCERS, PRODUCE
 use super::publish::{append_message, store_body};
 use super::timers::Timer;
 use crate::body::BodyRef;
-use crate::command::{AbortReason, Outcome, ProducerRef, PublishAck, PublishRequest};
+use crate::command::ProducerRef;
+use crate::command::PublishRequest;
 use crate::effect::{BodyOp, Effects, Transition};
 use crate::error::{Cap, Quota, Rejection};
+use crate::outcome::{AbortReason, Outcome, PublishAck};
 use crate::partition::Message;
 use crate::snapshot::v3;
 use crate::stream::{Incoming, RoomMode, Tally};
@@ -61,7 +63,7 @@ pub(crate) struct Transaction {
 /// gets the same answer instead of a bare `Fenced`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub(crate) enum TransactionEnd {
-    Committed { epoch: u32, outcome: crate::command::Outcome },
+    Committed { epoch: u32, outcome: crate::outcome::Outcome },
     Aborted { epoch: u32, reason: AbortReason, detail: String },
 }
 

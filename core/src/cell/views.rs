@@ -6,10 +6,10 @@ use super::Cell;
 use super::limits::{MAX_READ, MAX_RESPONSE_BYTES, invalid};
 use super::transaction::TransactionState;
 use crate::auth::{Access, Actor, Grants};
-use crate::command::Record;
 use crate::consumer::Work;
 use crate::error::Rejection;
 use crate::info::{ConsumerInfo, DeliveryInfo, ProducerInfo, StreamInfo};
+use crate::outcome::Record;
 use crate::snapshot::{StateDigest, digest_of};
 use crate::time::Millis;
 
