@@ -28,6 +28,7 @@ pub mod mail_cell;
 pub mod metrics;
 pub mod mirror;
 pub mod node;
+mod ops;
 pub mod service;
 pub mod status;
 pub mod tls;

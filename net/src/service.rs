@@ -21,9 +21,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::auth::{Callers, Limiter, Rates};
-use crate::convert::{self, DEFAULT_TRANSACTION_TIMEOUT_MS};
+use crate::convert;
 use crate::limits::{Limits, PerPrincipal, too_many_for_principal, too_many_subscriptions};
 use crate::metrics::Metrics;
+use crate::ops::Write;
 use crate::status::{self, from_propose, from_rejection, invalid_argument, not_leader};
 
 /// Most publishes of one batch call in flight at once; the caller's stream is read no further ahead than that.
@@ -274,6 +275,15 @@ impl<S: Storage + Clone> CellogService<S> {
         if let Rejection::CapReached { cap, .. } = rejection {
             self.metrics.cap_reached(*cap);
         }
+    }
+
+    /// Runs one write of the table in [`crate::ops`]: the caller's credential, then the command proposed as the caller,
+    /// then the reply its outcome gives.
+    async fn run<W: Write>(&self, request: Request<W>) -> Result<Response<W::Reply>, Status> {
+        let actor = self.callers.actor(&request)?;
+        let command = request.into_inner().command()?;
+        let outcome = self.write(&actor, command).await?;
+        W::reply(outcome).map(Response::new).map_err(|other| unexpected(&other))
     }
 
     /// Proposes a command as `actor` and waits for its outcome.
@@ -797,37 +807,21 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         &self,
         request: Request<v1::CreateStreamRequest>,
     ) -> Result<Response<v1::CreateStreamResponse>, Status> {
-        let actor = self.callers.actor(&request)?;
-        let request = request.into_inner();
-        let config = convert::stream_config(request.config)?;
-        match self.write(&actor, Command::CreateStream { name: request.name, config }).await? {
-            Outcome::StreamCreated { created } => Ok(Response::new(v1::CreateStreamResponse { created })),
-            other => Err(unexpected(&other)),
-        }
+        self.run(request).await
     }
 
     async fn update_stream(
         &self,
         request: Request<v1::UpdateStreamRequest>,
     ) -> Result<Response<v1::UpdateStreamResponse>, Status> {
-        let actor = self.callers.actor(&request)?;
-        let request = request.into_inner();
-        let config = convert::stream_config(request.config)?;
-        match self.write(&actor, Command::UpdateStream { name: request.name, config }).await? {
-            Outcome::StreamUpdated => Ok(Response::new(v1::UpdateStreamResponse {})),
-            other => Err(unexpected(&other)),
-        }
+        self.run(request).await
     }
 
     async fn delete_stream(
         &self,
         request: Request<v1::DeleteStreamRequest>,
     ) -> Result<Response<v1::DeleteStreamResponse>, Status> {
-        let actor = self.callers.actor(&request)?;
-        match self.write(&actor, Command::DeleteStream { name: request.into_inner().name }).await? {
-            Outcome::StreamDeleted => Ok(Response::new(v1::DeleteStreamResponse {})),
-            other => Err(unexpected(&other)),
-        }
+        self.run(request).await
     }
 
     async fn list_streams(
@@ -953,53 +947,28 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
     }
 
     async fn recall(&self, request: Request<v1::RecallRequest>) -> Result<Response<v1::RecallResponse>, Status> {
-        let actor = self.callers.actor(&request)?;
-        let request = request.into_inner();
-        let command = Command::Recall { stream: request.stream, partition: request.partition, seq: request.seq };
-        match self.write(&actor, command).await? {
-            Outcome::Recalled => Ok(Response::new(v1::RecallResponse {})),
-            other => Err(unexpected(&other)),
-        }
+        self.run(request).await
     }
 
     async fn create_consumer(
         &self,
         request: Request<v1::CreateConsumerRequest>,
     ) -> Result<Response<v1::CreateConsumerResponse>, Status> {
-        let actor = self.callers.actor(&request)?;
-        let request = request.into_inner();
-        let config = convert::consumer_config(request.config)?;
-        match self.write(&actor, Command::CreateConsumer { stream: request.stream, name: request.name, config }).await?
-        {
-            Outcome::ConsumerCreated { created } => Ok(Response::new(v1::CreateConsumerResponse { created })),
-            other => Err(unexpected(&other)),
-        }
+        self.run(request).await
     }
 
     async fn update_consumer(
         &self,
         request: Request<v1::UpdateConsumerRequest>,
     ) -> Result<Response<v1::UpdateConsumerResponse>, Status> {
-        let actor = self.callers.actor(&request)?;
-        let request = request.into_inner();
-        let config = convert::consumer_config(request.config)?;
-        match self.write(&actor, Command::UpdateConsumer { stream: request.stream, name: request.name, config }).await?
-        {
-            Outcome::ConsumerUpdated => Ok(Response::new(v1::UpdateConsumerResponse {})),
-            other => Err(unexpected(&other)),
-        }
+        self.run(request).await
     }
 
     async fn delete_consumer(
         &self,
         request: Request<v1::DeleteConsumerRequest>,
     ) -> Result<Response<v1::DeleteConsumerResponse>, Status> {
-        let actor = self.callers.actor(&request)?;
-        let request = request.into_inner();
-        match self.write(&actor, Command::DeleteConsumer { stream: request.stream, name: request.name }).await? {
-            Outcome::ConsumerDeleted => Ok(Response::new(v1::DeleteConsumerResponse {})),
-            other => Err(unexpected(&other)),
-        }
+        self.run(request).await
     }
 
     async fn list_consumers(
@@ -1305,59 +1274,28 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         &self,
         request: Request<v1::RegisterPeerRequest>,
     ) -> Result<Response<v1::RegisterPeerResponse>, Status> {
-        let actor = self.callers.actor(&request)?;
-        let request = request.into_inner();
-        match self.write(&actor, Command::RegisterPeer { stream: request.stream, peer: request.peer }).await? {
-            Outcome::PeerRegistered => Ok(Response::new(v1::RegisterPeerResponse {})),
-            other => Err(unexpected(&other)),
-        }
+        self.run(request).await
     }
 
     async fn peer_progress(
         &self,
         request: Request<v1::PeerProgressRequest>,
     ) -> Result<Response<v1::PeerProgressResponse>, Status> {
-        let actor = self.callers.actor(&request)?;
-        let request = request.into_inner();
-        let command = Command::PeerProgress {
-            stream: request.stream,
-            peer: request.peer,
-            partition: request.partition,
-            received_seq: request.received_seq,
-        };
-        match self.write(&actor, command).await? {
-            Outcome::PeerProgressed => Ok(Response::new(v1::PeerProgressResponse {})),
-            other => Err(unexpected(&other)),
-        }
+        self.run(request).await
     }
 
     async fn unregister_peer(
         &self,
         request: Request<v1::UnregisterPeerRequest>,
     ) -> Result<Response<v1::UnregisterPeerResponse>, Status> {
-        let actor = self.callers.actor(&request)?;
-        let request = request.into_inner();
-        match self.write(&actor, Command::UnregisterPeer { stream: request.stream, peer: request.peer }).await? {
-            Outcome::PeerUnregistered => Ok(Response::new(v1::UnregisterPeerResponse {})),
-            other => Err(unexpected(&other)),
-        }
+        self.run(request).await
     }
 
     async fn init_producer(
         &self,
         request: Request<v1::InitProducerRequest>,
     ) -> Result<Response<v1::ProducerRef>, Status> {
-        let actor = self.callers.actor(&request)?;
-        let request = request.into_inner();
-        let transaction_timeout_ms = match request.transaction_timeout_ms {
-            0 => DEFAULT_TRANSACTION_TIMEOUT_MS,
-            timeout => timeout,
-        };
-        let command = Command::InitProducer { transactional_id: request.transactional_id, transaction_timeout_ms };
-        match self.write(&actor, command).await? {
-            Outcome::ProducerInitialized(producer) => Ok(Response::new(convert::producer_to_wire(producer))),
-            other => Err(unexpected(&other)),
-        }
+        self.run(request).await
     }
 
     async fn begin_transaction(
@@ -1459,24 +1397,14 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         &self,
         request: Request<v1::PutPrincipalRequest>,
     ) -> Result<Response<v1::PutPrincipalResponse>, Status> {
-        let actor = self.callers.actor(&request)?;
-        let request = request.into_inner();
-        let grants = convert::grants(request.grants.unwrap_or_default());
-        match self.write(&actor, Command::PutPrincipal { name: request.name, grants }).await? {
-            Outcome::PrincipalPut { created } => Ok(Response::new(v1::PutPrincipalResponse { created })),
-            other => Err(unexpected(&other)),
-        }
+        self.run(request).await
     }
 
     async fn delete_principal(
         &self,
         request: Request<v1::DeletePrincipalRequest>,
     ) -> Result<Response<v1::DeletePrincipalResponse>, Status> {
-        let actor = self.callers.actor(&request)?;
-        match self.write(&actor, Command::DeletePrincipal { name: request.into_inner().name }).await? {
-            Outcome::PrincipalDeleted => Ok(Response::new(v1::DeletePrincipalResponse {})),
-            other => Err(unexpected(&other)),
-        }
+        self.run(request).await
     }
 
     async fn list_principals(
@@ -1493,32 +1421,21 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
     }
 
     async fn add_token(&self, request: Request<v1::AddTokenRequest>) -> Result<Response<v1::AddTokenResponse>, Status> {
-        let actor = self.callers.actor(&request)?;
-        let request = request.into_inner();
-        let token = convert::token_hash(&request.token_sha256)?;
-        match self.write(&actor, Command::AddToken { principal: request.principal, token }).await? {
-            Outcome::TokenAdded => Ok(Response::new(v1::AddTokenResponse {})),
-            other => Err(unexpected(&other)),
-        }
+        self.run(request).await
     }
 
     async fn revoke_token(
         &self,
         request: Request<v1::RevokeTokenRequest>,
     ) -> Result<Response<v1::RevokeTokenResponse>, Status> {
-        let actor = self.callers.actor(&request)?;
-        let token = convert::token_hash(&request.into_inner().token_sha256)?;
-        match self.write(&actor, Command::RevokeToken { token }).await? {
-            Outcome::TokenRevoked => Ok(Response::new(v1::RevokeTokenResponse {})),
-            other => Err(unexpected(&other)),
-        }
+        self.run(request).await
     }
 
     async fn revoke_certificate(
         &self,
         request: Request<v1::RevokeCertificateRequest>,
     ) -> Result<Response<v1::RevokeCertificateResponse>, Status> {
-        self.revoke_certificate_op(request).await
+        self.run(request).await
     }
 
     async fn list_revoked_certificates(
@@ -1532,14 +1449,14 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         &self,
         request: Request<v1::GrantMirrorRequest>,
     ) -> Result<Response<v1::GrantMirrorResponse>, Status> {
-        self.grant_mirror_op(request).await
+        self.run(request).await
     }
 
     async fn set_quotas(
         &self,
         request: Request<v1::SetQuotasRequest>,
     ) -> Result<Response<v1::SetQuotasResponse>, Status> {
-        self.set_quotas_op(request).await
+        self.run(request).await
     }
 
     async fn list_quotas(
@@ -1565,12 +1482,7 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
     }
 
     async fn put_cell(&self, request: Request<v1::PutCellRequest>) -> Result<Response<v1::PutCellResponse>, Status> {
-        let actor = self.callers.actor(&request)?;
-        let request = request.into_inner();
-        match self.write(&actor, Command::PutCell { cell: request.cell, addresses: request.addresses }).await? {
-            Outcome::CellPut { created } => Ok(Response::new(v1::PutCellResponse { created })),
-            other => Err(unexpected(&other)),
-        }
+        self.run(request).await
     }
 
     async fn place_stream(&self, request: Request<v1::PlaceStreamRequest>) -> Result<Response<v1::Placement>, Status> {
@@ -1598,11 +1510,7 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         &self,
         request: Request<v1::UnplaceStreamRequest>,
     ) -> Result<Response<v1::UnplaceStreamResponse>, Status> {
-        let actor = self.callers.actor(&request)?;
-        match self.write(&actor, Command::Unplace { stream: request.into_inner().stream }).await? {
-            Outcome::Unplaced => Ok(Response::new(v1::UnplaceStreamResponse {})),
-            other => Err(unexpected(&other)),
-        }
+        self.run(request).await
     }
 
     async fn locate_stream(
@@ -1683,17 +1591,7 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         &self,
         request: Request<v1::IngestMessagesRequest>,
     ) -> Result<Response<v1::IngestMessagesResponse>, Status> {
-        let actor = self.callers.actor(&request)?;
-        let request = request.into_inner();
-        let messages = request.messages.into_iter().map(convert::ingested).collect();
-        let command =
-            Command::Ingest { stream: request.stream, epoch: request.epoch, messages, through: request.through };
-        match self.write(&actor, command).await? {
-            Outcome::Ingested { appended, last_seqs } => {
-                Ok(Response::new(v1::IngestMessagesResponse { appended, last_seqs }))
-            }
-            other => Err(unexpected(&other)),
-        }
+        self.run(request).await
     }
 
     async fn get_ownership(

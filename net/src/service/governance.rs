@@ -1,20 +1,14 @@
-//! Revoked certificates and quotas: the handlers behind their RPCs (the service's trait impl calls these).
+//! Reading revoked certificates and quotas: the handlers behind their list RPCs (the service's trait impl calls these;
+//! their writes are in the table of [`crate::ops`]).
 
 use cellog_core::quota::Quotas;
 use cellog_core::subject::tenant_of;
-use cellog_core::{Access, Cell, Command, Outcome, Rejection};
+use cellog_core::{Access, Cell, Rejection};
 use cellog_proto::v1;
 use cellog_raft::storage::Storage;
 use tonic::{Request, Response, Status};
 
-use super::{CellogService, cluster_admin, unexpected};
-use crate::status::invalid_argument;
-
-fn quotas_from_wire(quotas: Option<v1::Quotas>) -> Quotas {
-    let quotas = quotas.unwrap_or_default();
-    let v1::Quotas { max_streams, max_messages, max_bytes, max_in_flight, max_in_flight_per_subject } = quotas;
-    Quotas { max_streams, max_messages, max_bytes, max_in_flight, max_in_flight_per_subject }
-}
+use super::{CellogService, cluster_admin};
 
 fn quotas_to_wire(quotas: Quotas) -> v1::Quotas {
     let Quotas { max_streams, max_messages, max_bytes, max_in_flight, max_in_flight_per_subject } = quotas;
@@ -39,19 +33,6 @@ fn usage(cell: &Cell, tenant: Option<&str>) -> v1::QuotaUsage {
 }
 
 impl<S: Storage + Clone> CellogService<S> {
-    pub(super) async fn revoke_certificate_op(
-        &self,
-        request: Request<v1::RevokeCertificateRequest>,
-    ) -> Result<Response<v1::RevokeCertificateResponse>, Status> {
-        let actor = self.callers.actor(&request)?;
-        let v1::RevokeCertificateRequest { serial, subject, until_ms } = request.into_inner();
-        let command = Command::RevokeCertificate { serial: serial.to_vec(), subject, until_ms };
-        match self.write(&actor, command).await? {
-            Outcome::CertificateRevoked { revoked } => Ok(Response::new(v1::RevokeCertificateResponse { revoked })),
-            other => Err(unexpected(&other)),
-        }
-    }
-
     pub(super) async fn list_revoked_certificates_op(
         &self,
         request: Request<v1::ListRevokedCertificatesRequest>,
@@ -71,43 +52,6 @@ impl<S: Storage + Clone> CellogService<S> {
             })
             .await?;
         Ok(Response::new(v1::ListRevokedCertificatesResponse { certificates }))
-    }
-
-    pub(super) async fn grant_mirror_op(
-        &self,
-        request: Request<v1::GrantMirrorRequest>,
-    ) -> Result<Response<v1::GrantMirrorResponse>, Status> {
-        let actor = self.callers.actor(&request)?;
-        let v1::GrantMirrorRequest { principal, streams } = request.into_inner();
-        match self.write(&actor, Command::GrantMirror { principal, streams }).await? {
-            Outcome::MirrorGranted => Ok(Response::new(v1::GrantMirrorResponse {})),
-            other => Err(unexpected(&other)),
-        }
-    }
-
-    pub(super) async fn set_quotas_op(
-        &self,
-        request: Request<v1::SetQuotasRequest>,
-    ) -> Result<Response<v1::SetQuotasResponse>, Status> {
-        let actor = self.callers.actor(&request)?;
-        let v1::SetQuotasRequest { tenant, quotas } = request.into_inner();
-        let quotas = quotas_from_wire(quotas);
-        let zero = [
-            ("max_streams", quotas.max_streams),
-            ("max_messages", quotas.max_messages),
-            ("max_in_flight", quotas.max_in_flight),
-            ("max_in_flight_per_subject", quotas.max_in_flight_per_subject.map(u64::from)),
-        ];
-        for (what, limit) in zero {
-            if limit == Some(0) {
-                return Err(invalid_argument(format!("{what} of 0 would refuse everything; leave it out for none")));
-            }
-        }
-        let tenant = (!tenant.is_empty()).then_some(tenant);
-        match self.write(&actor, Command::SetQuotas { tenant, quotas }).await? {
-            Outcome::QuotasSet => Ok(Response::new(v1::SetQuotasResponse {})),
-            other => Err(unexpected(&other)),
-        }
     }
 
     pub(super) async fn list_quotas_op(

@@ -1,0 +1,28 @@
+//! The API's writes as a table: each request that becomes one command says which command (checking what only the
+//! wire can get wrong, such as a config's shape or a zero quota), and which reply the command's outcome gives. The
+//! service runs every one of them the same way ([`crate::service::CellogService`]'s `run`): the caller's credential
+//! first, then the command proposed as the caller, then the reply; an outcome of another kind is an internal error.
+//! A handler is one line, and a new write is one impl here.
+//!
+//! Writes whose answer needs more than their outcome (a placement or an ownership read back, a publish's ack with
+//! its payload, a transaction's state) stay with their handlers.
+
+use cellog_core::{Command, Outcome};
+use tonic::Status;
+
+mod auth;
+mod cells;
+mod consumers;
+mod streams;
+
+/// A request that is one write: the command it asks for and the reply its outcome gives.
+pub(crate) trait Write: Send + 'static {
+    /// The reply on the wire.
+    type Reply;
+
+    /// The command this request asks for, or why the request is malformed.
+    fn command(self) -> Result<Command, Status>;
+
+    /// The reply `outcome` gives, or `outcome` back when it is not this command's.
+    fn reply(outcome: Outcome) -> Result<Self::Reply, Outcome>;
+}
