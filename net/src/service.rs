@@ -7,22 +7,22 @@ use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
 
 use cellog_client::limits::MAX_PUBLISH_BATCH;
-use cellog_client::status::{failed, to_item_error};
+use cellog_client::status::failed;
 use cellog_core::mirror::MirrorSource;
 use cellog_core::{
-    Access, AckAnswer, AckItem, Actor, Cell, Command, GroupMember, MAX_FETCH, MAX_READ, MAX_RESPONSE_BYTES, MirrorRead,
-    Outcome, Record, Rejection, Scope, Work,
+    Access, Actor, Cell, Command, GroupMember, MAX_FETCH, MAX_READ, MAX_RESPONSE_BYTES, MirrorRead, Outcome, Record,
+    Rejection, Scope,
 };
 use cellog_proto::v1::{self, cellog_server::Cellog};
 use cellog_raft::storage::Storage;
-use cellog_raft::{Admitted, Answer, BodyError, CellNode, Door, MembershipError, NodeAddrs, ProposeError, Replica};
+use cellog_raft::{Admitted, BodyError, CellNode, Door, MembershipError, NodeAddrs, ProposeError, Replica};
 use futures::{Stream, StreamExt};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::{Semaphore, mpsc};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::auth::{Callers, Limiter, Rates};
 use crate::convert;
-use crate::limits::{Limits, PerPrincipal, too_many_for_principal, too_many_subscriptions};
+use crate::limits::{Limits, PerPrincipal};
 use crate::metrics::Metrics;
 use crate::ops::Write;
 use crate::status::{self, from_propose, from_rejection, invalid_argument, not_leader};
@@ -42,19 +42,13 @@ pub const DEFAULT_MEMBER: &str = "default";
 /// at most (and the consumer's deliveries wait in the cell, not in the node's memory).
 pub const SUBSCRIPTION_BUFFER_BYTES: u64 = 16 * 1024 * 1024;
 
-/// The payload bytes a subscription holds for its subscriber, and a wake-up for its task when the subscriber takes
-/// some.
-#[derive(Default)]
-struct Buffered {
-    bytes: std::sync::atomic::AtomicU64,
-    taken: tokio::sync::Notify,
-}
-
-fn payload_len(delivery: &v1::Delivery) -> u64 {
-    delivery.message.as_ref().map_or(0, |message| message.payload.len() as u64)
-}
-
+mod cluster_status;
 mod governance;
+mod publish;
+mod subscribe;
+
+use cluster_status::Digest;
+use publish::{Batch, Pending};
 
 type ServerStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
@@ -347,271 +341,10 @@ impl<S: Storage + Clone> CellogService<S> {
         self.node.payloads(stream, records).into_iter().map(payload_answer).collect()
     }
 
-    /// Deliveries with their payloads for the wire, their bodies read in one batched read under the stored name
-    /// `stored`; one whose message was removed meanwhile is left out.
-    fn deliveries_to_wire(
-        &self,
-        stored: &str,
-        deliveries: Vec<cellog_core::Delivery>,
-    ) -> Result<Vec<v1::Delivery>, Status> {
-        let records: Vec<&Record> = deliveries.iter().map(|delivery| &delivery.record).collect();
-        let payloads = self.payloads(stored, &records);
-        let mut wire = Vec::with_capacity(deliveries.len());
-        for (delivery, payload) in deliveries.into_iter().zip(payloads) {
-            if let Some(payload) = payload? {
-                wire.push(convert::delivery_to_wire(delivery, payload));
-            }
-        }
-        Ok(wire)
-    }
-
-    /// Pushes deliveries to a subscriber, at most `window` unacknowledged at once. Pushed, not polled: it proposes
-    /// `fetch(room)` only when `probe` on this node's replica says one would deliver something, and otherwise waits
-    /// for the replica to change (a publish, an ack, the leader's tick that makes a redelivery due) without writing
-    /// anything to the log. It ends when `probe` says so (its third part), or refuses.
-    #[allow(clippy::disallowed_methods, reason = "spaces a subscription's skip-only fetches on the runtime's clock")]
-    fn feed(
-        &self,
-        actor: Actor,
-        principal: Arc<str>,
-        stored: String,
-        window: u32,
-        probe: impl Fn(&Cell) -> Result<(Work, u32, bool), Rejection> + Send + 'static,
-        fetch: impl Fn(u32) -> Command + Send + 'static,
-    ) -> Result<Response<ServerStream<v1::Delivery>>, Status> {
-        // Opening one costs a command of the principal's rate (its fetches are the node's, and cost none).
-        self.limiter.take(&principal)?;
-        // Held by the subscription's task, so released when it ends (its subscriber gone, or an error sent).
-        let caps = &self.subscriptions_per_principal;
-        let held = caps
-            .try_open(&principal)
-            .ok_or_else(|| too_many_for_principal("TOO_MANY_SUBSCRIPTIONS", "subscriptions", &principal, caps.max()))?;
-        let permit = self
-            .subscriptions
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| too_many_subscriptions(self.max_subscriptions))?;
-        let (sender, mut receiver) = mpsc::channel(usize::try_from(window).unwrap_or(256));
-        let buffered = Arc::new(Buffered::default());
-        let held_bytes = buffered.clone();
-        let service = self.clone();
-        tokio::spawn(async move {
-            let (_permit, _held) = (permit, held);
-            let mut skipped_at: Option<tokio::time::Instant> = None;
-            loop {
-                let applied = service.node.applied();
-                let mut changed = std::pin::pin!(applied.notified());
-                changed.as_mut().enable();
-                let state = lock(&service.node).map(|replica| probe(&replica.cell));
-                let (work, pending) = match state {
-                    Ok(Ok((_, _, true))) => return,
-                    Ok(Ok((work, pending, false))) => (work, pending),
-                    Ok(Err(rejection)) => {
-                        let rejection = Scope::of(&principal).rejection_out(rejection);
-                        let _ = sender.send(Err(from_rejection(&rejection))).await;
-                        return;
-                    }
-                    Err(status) => {
-                        let _ = sender.send(Err(status)).await;
-                        return;
-                    }
-                };
-                let room = window.saturating_sub(pending);
-                // A fetch that would only move the cursors over unmatched messages (so that the consumer's lag
-                // reads true) waits its turn, so a filter on a busy stream does not propose one per applied batch.
-                let skip_wait = skipped_at.map_or(Duration::ZERO, |at| SKIP_EVERY.saturating_sub(at.elapsed()));
-                let go = room > 0 && (work == Work::Deliver || (work == Work::Skip && skip_wait.is_zero()));
-                if !go {
-                    let skip_later = room > 0 && work == Work::Skip;
-                    tokio::select! {
-                        biased;
-                        () = sender.closed() => return,
-                        () = &mut changed => {}
-                        () = tokio::time::sleep(skip_wait), if skip_later => {}
-                    }
-                    continue;
-                }
-                // A subscriber that does not read holds up the fetching, not the node's memory.
-                let mut taken = std::pin::pin!(held_bytes.taken.notified());
-                taken.as_mut().enable();
-                if held_bytes.bytes.load(std::sync::atomic::Ordering::Acquire) >= SUBSCRIPTION_BUFFER_BYTES {
-                    tokio::select! {
-                        biased;
-                        () = sender.closed() => return,
-                        () = &mut taken => {}
-                    }
-                    continue;
-                }
-                if work == Work::Skip {
-                    skipped_at = Some(tokio::time::Instant::now());
-                }
-                let deliveries = match service.write(&actor, fetch(room)).await {
-                    Ok(Outcome::Fetched(deliveries) | Outcome::MemberFetched { deliveries, .. }) => deliveries,
-                    Ok(other) => {
-                        let _ = sender.send(Err(unexpected(&other))).await;
-                        return;
-                    }
-                    Err(status) => {
-                        let _ = sender.send(Err(status)).await;
-                        return;
-                    }
-                };
-                let delivered = deliveries.len();
-                let records: Vec<&Record> = deliveries.iter().map(|delivery| &delivery.record).collect();
-                let payloads = service.payloads(&stored, &records);
-                for (delivery, payload) in deliveries.into_iter().zip(payloads) {
-                    // A body this node cannot read ends the stream with its error; the delivery comes again after
-                    // its ack wait.
-                    let item = match payload {
-                        Ok(Some(payload)) => Ok(convert::delivery_to_wire(delivery, payload)),
-                        Ok(None) => continue,
-                        Err(status) => Err(status),
-                    };
-                    if let Ok(delivery) = &item {
-                        held_bytes.bytes.fetch_add(payload_len(delivery), std::sync::atomic::Ordering::AcqRel);
-                    }
-                    let failed = item.is_err();
-                    if sender.send(item).await.is_err() || failed {
-                        return;
-                    }
-                }
-                if delivered == 0 && work == Work::Deliver {
-                    // Another member took it first (or it started a delayed message's wait): ask again only once
-                    // something else is applied, so that nothing can make this loop propose fetch after fetch.
-                    let mut next = std::pin::pin!(applied.notified());
-                    tokio::select! {
-                        biased;
-                        () = sender.closed() => return,
-                        () = &mut next => {}
-                    }
-                }
-            }
-        });
-        let deliveries = futures::stream::poll_fn(move |context| receiver.poll_recv(context)).inspect(move |item| {
-            if let Ok(delivery) = item {
-                buffered.bytes.fetch_sub(payload_len(delivery), std::sync::atomic::Ordering::AcqRel);
-                buffered.taken.notify_one();
-            }
-        });
-        Ok(Response::new(Box::pin(deliveries)))
-    }
-
-    /// Answers the deliveries `items` of `consumer` as `actor` (as `member` of a group, when one is named): the items
-    /// whose kind is known travel as one [`Command::Acks`], admitted and authorized once and carried in one entry, and
-    /// each is answered on its own. One result per item, in order; a refusal of the whole command answers every item.
-    #[allow(clippy::disallowed_methods, reason = "measures commit latency on the runtime's clock")]
-    async fn acks(
-        &self,
-        actor: &Actor,
-        (stream, consumer): (String, String),
-        member: Option<GroupMember>,
-        items: &[v1::AckItem],
-    ) -> Result<Response<v1::AckResponse>, Status> {
-        if items.len() > MAX_FETCH as usize {
-            return Err(invalid_argument(format!("at most {MAX_FETCH} acks per call")));
-        }
-        let converted: Vec<Result<AckItem, Status>> = items
-            .iter()
-            .map(|item| convert::ack_kind(item).map(|kind| AckItem { partition: item.partition, seq: item.seq, kind }))
-            .collect();
-        let known: Vec<AckItem> = converted.iter().filter_map(|item| item.as_ref().ok().copied()).collect();
-        let n_known = known.len();
-        let answers: Vec<Result<AckAnswer, Status>> = if known.is_empty() {
-            Vec::new()
-        } else {
-            let whole = |status: Status| (0..n_known).map(|_| Err(status.clone())).collect();
-            match self.admit(actor, Command::Acks { stream, consumer, member, items: known }) {
-                Err(status) => whole(status),
-                Ok(command) => {
-                    let started = tokio::time::Instant::now();
-                    let result = self.node.propose(command).await;
-                    self.metrics.commit_latency.observe(started.elapsed().as_secs_f64());
-                    match result {
-                        // Nothing was handed to Raft: the whole call goes where the leader is.
-                        Err(error @ ProposeError::NotLeader { .. }) => return Err(from_propose(error)),
-                        result => match self.answered(result) {
-                            Ok(Outcome::AckedEach(answers)) if answers.len() == n_known => answers
-                                .into_iter()
-                                .map(|answer| answer.map_err(|rejection| from_rejection(&rejection)))
-                                .collect(),
-                            Ok(other) => return Err(unexpected(&other)),
-                            Err(status) => whole(status),
-                        },
-                    }
-                }
-            }
-        };
-        let mut answers = answers.into_iter();
-        let results = converted
-            .into_iter()
-            .map(|item| match item.and_then(|_| answers.next().expect("an answer per known item")) {
-                Ok(AckAnswer { state, already_done }) => {
-                    self.metrics.acked.inc();
-                    v1::AckResult {
-                        result: Some(v1::ack_result::Result::State(convert::ack_state_to_wire(state) as i32)),
-                        already_done,
-                    }
-                }
-                Err(status) => v1::AckResult {
-                    result: Some(v1::ack_result::Result::Error(to_item_error(&status))),
-                    already_done: false,
-                },
-            })
-            .collect();
-        Ok(Response::new(v1::AckResponse { results }))
-    }
-
     /// Takes one command's worth of `principal`'s rate on this node (a tail's opening, as a subscription's).
     #[cfg(not(madsim))]
     pub(crate) fn take_rate(&self, principal: &Arc<str>) -> Result<(), Status> {
         self.limiter.take(principal)
-    }
-
-    /// The node's status, without the state's digest.
-    fn status(&self) -> Result<v1::ClusterStatusResponse, Status> {
-        self.status_with(Digest::None)
-    }
-
-    /// The node's status, with as much of the state's digest as `digest` asks for. A digest encodes the whole state
-    /// under the replica's lock, so only the calls that compare replicas ask for one.
-    fn status_with(&self, digest: Digest) -> Result<v1::ClusterStatusResponse, Status> {
-        let view = self.node.cluster_view();
-        let (digest, parts) = match digest {
-            Digest::None => (None, Vec::new()),
-            Digest::Whole => (Some(self.node.digest().map_err(crate::status::interrupted)?.1), Vec::new()),
-            Digest::Parts => {
-                let (_, digest, parts) = self.node.digest_parts().map_err(crate::status::interrupted)?;
-                (Some(digest), parts)
-            }
-        };
-        let digest_parts =
-            parts.into_iter().map(|(part, digest)| v1::DigestPart { part, digest: hex::encode(digest.0) }).collect();
-        let nodes = view
-            .members
-            .into_iter()
-            .map(|member| v1::NodeInfo {
-                id: member.id,
-                raft_addr: member.addrs.raft_addr,
-                client_addr: member.addrs.client_addr,
-                voter: member.voter,
-                matched_index: member.matched_index,
-            })
-            .collect();
-        let leader_addr = view.leader.as_ref().and_then(|(_, addrs)| addrs.as_ref());
-        Ok(v1::ClusterStatusResponse {
-            node_id: view.node_id,
-            state: view.role,
-            term: view.term,
-            leader_id: view.leader.as_ref().map(|(id, _)| *id),
-            leader_addr: leader_addr.map(|addrs| addrs.client_addr.clone()).unwrap_or_default(),
-            last_log_index: view.last_log_index,
-            applied_index: view.applied_index,
-            nodes,
-            repairing: view.repairing,
-            apply_halted_at: view.apply_halted_at,
-            state_digest: digest.map(|digest| hex::encode(digest.0)).unwrap_or_default(),
-            digest_parts,
-        })
     }
 
     async fn transaction<M>(
@@ -665,73 +398,6 @@ impl<S: Storage + Clone> CellogService<S> {
         (pending, unqueued)
     }
 
-    /// Hands publishes of a batch to Raft as `actor`, together and in order, so that they share entries.
-    async fn submit_publishes(&self, actor: &Actor, requests: Vec<v1::PublishRequest>) -> Vec<Pending> {
-        let commands = requests.into_iter().map(|request| Ok(Command::Publish(convert::publish(request))));
-        self.submit_group(self.admit_all(actor, commands)).await.0
-    }
-
-    /// Waits for publishes of a batch in order and answers each as its item.
-    async fn publish_results(&self, pending: Vec<Pending>) -> Vec<v1::PublishResult> {
-        let mut results = Vec::with_capacity(pending.len());
-        for next in pending {
-            results.push(self.publish_result(next).await);
-        }
-        results
-    }
-
-    /// Waits for one publish of a batch and answers it as its item.
-    async fn publish_result(&self, pending: Pending) -> v1::PublishResult {
-        let outcome = match pending {
-            Pending::Submitted(answer) => self.answered(answer.wait().await),
-            Pending::Refused(status) | Pending::Failed(status) => Err(status),
-        };
-        let result = match self.publish_answer(outcome) {
-            Ok(ack) => v1::publish_result::Result::Ack(ack),
-            Err(status) => v1::publish_result::Result::Error(to_item_error(&status)),
-        };
-        v1::PublishResult { result: Some(result) }
-    }
-
-    #[cfg(not(madsim))]
-    /// Publishes `requests` as `actor` in their order, together as one `PublishBatch` request is, and answers each in
-    /// place (the HTTP API's batch). If the node could not propose them, each answers that error.
-    pub(crate) async fn publish_all(&self, actor: &Actor, requests: Vec<v1::PublishRequest>) -> Vec<v1::PublishResult> {
-        let pending = self.submit_publishes(actor, requests).await;
-        self.publish_results(pending).await
-    }
-
-    #[cfg(not(madsim))]
-    /// What the console shows, from this node's replica without a read barrier (any node answers, as of what it
-    /// applied): the streams `actor` may see with their consumers, and the node's view of the cell.
-    pub(crate) fn overview(&self, actor: &Actor) -> Result<Overview, Status> {
-        let streams = {
-            let replica = lock(&self.node)?;
-            let cell = &replica.cell;
-            let principal = cell.authenticate(actor).map_err(|rejection| from_rejection(&rejection))?;
-            let scope = Scope::of(&principal);
-            let streams = visible_streams(cell, actor, true).map_err(|rejection| from_rejection(&rejection))?;
-            let mut overview = Vec::with_capacity(streams.len());
-            for (info, consumers) in streams {
-                let named = info.name.to_string();
-                let stored = scope.name_in(&named);
-                // The groups the caller may see: those it may consume, or every one for an admin.
-                let mut groups = Vec::new();
-                for group in cell.group_names(&stored).map_err(|rejection| from_rejection(&rejection))? {
-                    if sees_consumer(&stored, &group)(cell, &principal).is_ok() {
-                        let group = cell.group_info(&stored, &group, cell.last_at());
-                        groups.push(group_out(&named, scope, group.map_err(|rejection| from_rejection(&rejection))?));
-                    }
-                }
-                let consumers =
-                    consumers.into_iter().map(|consumer| convert::consumer_info_to_wire(&named, consumer)).collect();
-                overview.push(StreamOverview { stream: convert::stream_info_to_wire(info), consumers, groups });
-            }
-            overview
-        };
-        Ok((streams, self.status()?))
-    }
-
     #[cfg(not(madsim))]
     /// How this node treats callers (who a call's credential names).
     pub(crate) fn callers(&self) -> &Callers {
@@ -743,62 +409,6 @@ impl<S: Storage + Clone> CellogService<S> {
     pub(crate) fn node(&self) -> &Arc<CellNode<S>> {
         &self.node
     }
-
-    fn publish_answer(&self, outcome: Result<Outcome, Status>) -> Result<v1::PublishAck, Status> {
-        match outcome {
-            Ok(Outcome::Published(ack)) => {
-                self.metrics.published.inc();
-                Ok(convert::publish_ack_to_wire(&ack))
-            }
-            Ok(Outcome::Staged { index, duplicate }) => {
-                Ok(v1::PublishAck { duplicate, staged_index: Some(index), ..v1::PublishAck::default() })
-            }
-            Ok(other) => Err(unexpected(&other)),
-            Err(status) => {
-                self.metrics.publish_rejected.inc();
-                Err(status)
-            }
-        }
-    }
-}
-
-/// What the console shows: each visible stream, and the node's view of the cell.
-#[cfg(not(madsim))]
-pub(crate) type Overview = (Vec<StreamOverview>, v1::ClusterStatusResponse);
-
-/// A stream as the console shows it: its info, its consumers, and its consumer groups.
-#[cfg(not(madsim))]
-pub(crate) struct StreamOverview {
-    pub stream: v1::StreamInfo,
-    pub consumers: Vec<v1::ConsumerInfo>,
-    pub groups: Vec<v1::GroupInfo>,
-}
-
-/// How much of the applied state's digest a status gives.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Digest {
-    None,
-    /// The whole state's.
-    Whole,
-    /// The whole state's and each part's.
-    Parts,
-}
-
-/// One request of a `PublishBatch` call, handed to Raft and waiting to be answered.
-enum Batch {
-    /// Its messages, in order, and their room in the call's window.
-    Submitted(Vec<Pending>, OwnedSemaphorePermit),
-    /// The call ends here with this error.
-    Ended(Status),
-}
-
-/// Waits for one submitted publish of a batch.
-enum Pending {
-    Submitted(Answer),
-    /// Its principal may not publish it: refused alone, the batch goes on.
-    Refused(Status),
-    /// It could not be proposed: the batch ends here.
-    Failed(Status),
 }
 
 #[tonic::async_trait]
