@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use cellog_client::limits::MAX_PUBLISH_BATCH;
 use cellog_client::status::failed;
-use cellog_core::mirror::MirrorSource;
 use cellog_core::{
     Access, Actor, Cell, Command, GroupMember, MAX_FETCH, MAX_READ, MAX_RESPONSE_BYTES, MirrorRead, Outcome, Record,
     Rejection, Scope,
@@ -690,71 +689,25 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         &self,
         request: Request<v1::CommitCursorRequest>,
     ) -> Result<Response<v1::CommitCursorResponse>, Status> {
-        let actor = self.callers.actor(&request)?;
-        let request = request.into_inner();
-        let command = Command::CommitCursor {
-            stream: request.stream,
-            consumer: request.consumer,
-            partition: request.partition,
-            next_seq: request.next_seq,
-        };
-        match self.write(&actor, command).await? {
-            Outcome::CursorCommitted { next_seq } => Ok(Response::new(v1::CommitCursorResponse { next_seq })),
-            other => Err(unexpected(&other)),
-        }
+        self.run(request).await
     }
 
     async fn join_group(
         &self,
         request: Request<v1::JoinGroupRequest>,
     ) -> Result<Response<v1::GroupAssignment>, Status> {
-        let actor = self.callers.actor(&request)?;
-        let request = request.into_inner();
-        let session_timeout_ms = match request.session_timeout_ms {
-            0 => convert::DEFAULT_SESSION_TIMEOUT_MS,
-            timeout => timeout,
-        };
-        let command = Command::JoinGroup {
-            stream: request.stream,
-            group: request.group,
-            member: request.member,
-            strategy: convert::strategy(request.strategy)?,
-            session_timeout_ms,
-            config: convert::consumer_config(request.config)?,
-        };
-        match self.write(&actor, command).await? {
-            Outcome::GroupAssignment(assignment) => Ok(Response::new(convert::assignment_to_wire(assignment))),
-            other => Err(unexpected(&other)),
-        }
+        self.run(request).await
     }
 
     async fn heartbeat(&self, request: Request<v1::HeartbeatRequest>) -> Result<Response<v1::GroupAssignment>, Status> {
-        let actor = self.callers.actor(&request)?;
-        let request = request.into_inner();
-        let command = Command::Heartbeat {
-            stream: request.stream,
-            group: request.group,
-            member: request.member,
-            generation: request.generation,
-            released: request.released,
-        };
-        match self.write(&actor, command).await? {
-            Outcome::GroupAssignment(assignment) => Ok(Response::new(convert::assignment_to_wire(assignment))),
-            other => Err(unexpected(&other)),
-        }
+        self.run(request).await
     }
 
     async fn leave_group(
         &self,
         request: Request<v1::LeaveGroupRequest>,
     ) -> Result<Response<v1::LeaveGroupResponse>, Status> {
-        let actor = self.callers.actor(&request)?;
-        let request = request.into_inner();
-        let command = Command::LeaveGroup { stream: request.stream, group: request.group, member: request.member };
-        match self.write(&actor, command).await? {
-            Outcome::GroupLeft { was_member } => Ok(Response::new(v1::LeaveGroupResponse { was_member })),
-            other => Err(unexpected(&other)),
-        }
+        self.run(request).await
     }
 
     async fn list_groups(
@@ -864,20 +817,7 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         &self,
         request: Request<v1::MemberCommitRequest>,
     ) -> Result<Response<v1::CommitCursorResponse>, Status> {
-        let actor = self.callers.actor(&request)?;
-        let request = request.into_inner();
-        let command = Command::MemberCommit {
-            stream: request.stream,
-            group: request.group,
-            member: request.member,
-            generation: request.generation,
-            partition: request.partition,
-            next_seq: request.next_seq,
-        };
-        match self.write(&actor, command).await? {
-            Outcome::CursorCommitted { next_seq } => Ok(Response::new(v1::CommitCursorResponse { next_seq })),
-            other => Err(unexpected(&other)),
-        }
+        self.run(request).await
     }
 
     async fn register_peer(
@@ -1224,18 +1164,7 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         &self,
         request: Request<v1::CreateMirrorRequest>,
     ) -> Result<Response<v1::CreateMirrorResponse>, Status> {
-        let actor = self.callers.actor(&request)?;
-        let request = request.into_inner();
-        let config = convert::stream_config(request.config)?;
-        let source = MirrorSource {
-            cell: request.source_cell,
-            stream: request.source_stream,
-            addresses: request.source_addresses,
-        };
-        match self.write(&actor, Command::CreateMirror { name: request.name, config, source }).await? {
-            Outcome::StreamCreated { created } => Ok(Response::new(v1::CreateMirrorResponse { created })),
-            other => Err(unexpected(&other)),
-        }
+        self.run(request).await
     }
 
     async fn list_mirrors(
@@ -1261,12 +1190,7 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         &self,
         request: Request<v1::RegisterMirrorRequest>,
     ) -> Result<Response<v1::RegisterMirrorResponse>, Status> {
-        let actor = self.callers.actor(&request)?;
-        let request = request.into_inner();
-        match self.write(&actor, Command::RegisterMirror { stream: request.stream, peer: request.peer }).await? {
-            Outcome::PeerRegistered => Ok(Response::new(v1::RegisterMirrorResponse {})),
-            other => Err(unexpected(&other)),
-        }
+        self.run(request).await
     }
 
     async fn mirror_read(
@@ -1317,18 +1241,7 @@ impl<S: Storage + Clone> Cellog for CellogService<S> {
         &self,
         request: Request<v1::MirrorProgressRequest>,
     ) -> Result<Response<v1::MirrorProgressResponse>, Status> {
-        let actor = self.callers.actor(&request)?;
-        let request = request.into_inner();
-        let command = Command::MirrorProgress {
-            stream: request.stream,
-            peer: request.peer,
-            received: request.received,
-            recalls_applied: request.recalls_applied,
-        };
-        match self.write(&actor, command).await? {
-            Outcome::PeerProgressed => Ok(Response::new(v1::MirrorProgressResponse {})),
-            other => Err(unexpected(&other)),
-        }
+        self.run(request).await
     }
 }
 

@@ -47,3 +47,21 @@ impl Write for v1::DeleteConsumerRequest {
         }
     }
 }
+
+impl Write for v1::CommitCursorRequest {
+    type Reply = v1::CommitCursorResponse;
+    fn command(self) -> Result<Command, Status> {
+        Ok(Command::CommitCursor {
+            stream: self.stream,
+            consumer: self.consumer,
+            partition: self.partition,
+            next_seq: self.next_seq,
+        })
+    }
+    fn reply(outcome: Outcome) -> Result<Self::Reply, Outcome> {
+        match outcome {
+            Outcome::CursorCommitted { next_seq } => Ok(v1::CommitCursorResponse { next_seq }),
+            other => Err(other),
+        }
+    }
+}

@@ -13,6 +13,8 @@ use tonic::Status;
 mod auth;
 mod cells;
 mod consumers;
+mod groups;
+mod mirrors;
 mod streams;
 
 /// A request that is one write: the command it asks for and the reply its outcome gives.
