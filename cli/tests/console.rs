@@ -144,8 +144,8 @@ impl Browser {
 
 #[test]
 fn the_console_shows_a_published_message_in_its_tail_and_counts() {
-    if std::env::var_os("CELLOG_SKIP_BROWSER").is_some() {
-        eprintln!("CELLOG_SKIP_BROWSER is set: the browser test is skipped");
+    if common::switch("CELLOG_SKIP_BROWSER") {
+        eprintln!("CELLOG_SKIP_BROWSER=1: the browser test is skipped");
         return;
     }
     let driver_port = common::free_port();

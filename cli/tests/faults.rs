@@ -9,14 +9,22 @@ use std::time::Duration;
 
 use cellog_faults::{Config, run};
 
+mod common;
+
+/// The number in the environment variable `name`, or `default` when it is unset; a value that is not a number is
+/// refused rather than quietly replaced by the default.
 fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|value| value.parse().ok()).unwrap_or(default)
+    match std::env::var(name) {
+        Err(std::env::VarError::NotPresent) => default,
+        Ok(value) => value.parse().unwrap_or_else(|_| panic!("{name} is a number, not {value:?}")),
+        Err(error) => panic!("{name}: {error}"),
+    }
 }
 
 #[test]
 fn node_processes_under_kills_pauses_partitions_and_restarts_lose_nothing() {
-    if std::env::var_os("CELLOG_SKIP_FAULTS").is_some() {
-        eprintln!("skipped: CELLOG_SKIP_FAULTS is set");
+    if common::switch("CELLOG_SKIP_FAULTS") {
+        eprintln!("skipped: CELLOG_SKIP_FAULTS=1");
         return;
     }
     let work = tempfile::tempdir().expect("a temporary directory");

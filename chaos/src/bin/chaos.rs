@@ -327,6 +327,10 @@ mod runner {
         }
         cellog_planted::set(plant);
         match (seeds, seed) {
+            (Some(range), None) if range.is_empty() => {
+                eprintln!("--seeds {}..{} sweeps no seed: a sweep must run at least one", range.start, range.end);
+                std::process::exit(2)
+            }
             (Some(range), None) => sweep(range),
             (None, Some(seed)) if shrinking => shrink(seed),
             (None, Some(seed)) => one(seed, &dropped, trace, history),

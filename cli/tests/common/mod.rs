@@ -10,6 +10,17 @@ use std::time::{Duration, Instant};
 
 use cellog_client::{Client, ClientOptions};
 
+/// Whether the switch `name` (an environment variable) is on: `1` is on, unset or `0` is off, and any other value is
+/// refused, so that a mistyped value cannot skip a test unnoticed.
+pub fn switch(name: &str) -> bool {
+    match std::env::var(name) {
+        Err(std::env::VarError::NotPresent) => false,
+        Ok(value) if value == "0" => false,
+        Ok(value) if value == "1" => true,
+        other => panic!("{name} is 1 (on) or 0 (off), not {other:?}"),
+    }
+}
+
 /// A free loopback port for a node process to bind, below the kernel's ephemeral range (32768 and up on Linux): a
 /// port the kernel hands out and takes back may be taken again by any outgoing connection before the node binds it,
 /// which failed a test with "Address already in use" while others ran beside it. Ports are taken in turn from a
