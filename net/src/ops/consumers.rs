@@ -59,9 +59,6 @@ impl Write for v1::CommitCursorRequest {
         })
     }
     fn reply(outcome: Outcome) -> Result<Self::Reply, Outcome> {
-        match outcome {
-            Outcome::CursorCommitted { next_seq } => Ok(v1::CommitCursorResponse { next_seq }),
-            other => Err(other),
-        }
+        super::cursor_committed(outcome)
     }
 }

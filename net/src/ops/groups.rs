@@ -24,10 +24,7 @@ impl Write for v1::JoinGroupRequest {
         })
     }
     fn reply(outcome: Outcome) -> Result<Self::Reply, Outcome> {
-        match outcome {
-            Outcome::GroupAssignment(assignment) => Ok(convert::assignment_to_wire(assignment)),
-            other => Err(other),
-        }
+        super::assignment(outcome)
     }
 }
 
@@ -43,10 +40,7 @@ impl Write for v1::HeartbeatRequest {
         })
     }
     fn reply(outcome: Outcome) -> Result<Self::Reply, Outcome> {
-        match outcome {
-            Outcome::GroupAssignment(assignment) => Ok(convert::assignment_to_wire(assignment)),
-            other => Err(other),
-        }
+        super::assignment(outcome)
     }
 }
 
@@ -76,9 +70,6 @@ impl Write for v1::MemberCommitRequest {
         })
     }
     fn reply(outcome: Outcome) -> Result<Self::Reply, Outcome> {
-        match outcome {
-            Outcome::CursorCommitted { next_seq } => Ok(v1::CommitCursorResponse { next_seq }),
-            other => Err(other),
-        }
+        super::cursor_committed(outcome)
     }
 }

@@ -8,7 +8,10 @@
 //! its payload, a transaction's state) stay with their handlers.
 
 use cellog_core::{Command, Outcome};
+use cellog_proto::v1;
 use tonic::Status;
+
+use crate::convert;
 
 mod auth;
 mod cells;
@@ -27,4 +30,20 @@ pub(crate) trait Write: Send + 'static {
 
     /// The reply `outcome` gives, or `outcome` back when it is not this command's.
     fn reply(outcome: Outcome) -> Result<Self::Reply, Outcome>;
+}
+
+/// The reply to a cursor's commit, a consumer's or a group member's.
+fn cursor_committed(outcome: Outcome) -> Result<v1::CommitCursorResponse, Outcome> {
+    match outcome {
+        Outcome::CursorCommitted { next_seq } => Ok(v1::CommitCursorResponse { next_seq }),
+        other => Err(other),
+    }
+}
+
+/// The reply to a member's join or heartbeat: its assignment.
+fn assignment(outcome: Outcome) -> Result<v1::GroupAssignment, Outcome> {
+    match outcome {
+        Outcome::GroupAssignment(assignment) => Ok(convert::assignment_to_wire(assignment)),
+        other => Err(other),
+    }
 }
